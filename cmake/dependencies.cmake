@@ -1,0 +1,44 @@
+# Third-party dependencies, gathered into one interface target `zest_deps`.
+# CPU machines: Debian 12 packages. GPU machine: LibTorch from the pip wheel (pass
+# -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')) and header-only
+# deps from a folder given as -DZEST_THIRD_PARTY=DIR (DIR/include holds toml++, nlohmann, CLI, ...).
+set(ZEST_THIRD_PARTY "" CACHE PATH "Folder with include/ for header-only deps missing on the system")
+
+find_package(Torch REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(Threads REQUIRED)
+
+add_library(zest_deps INTERFACE)
+target_link_libraries(zest_deps INTERFACE ${TORCH_LIBRARIES} MPI::MPI_C Threads::Threads)
+target_compile_options(zest_deps INTERFACE ${TORCH_CXX_FLAGS} -Wall -Wextra -Wno-unused-parameter)
+# Open MPI's (deprecated) C++ bindings need libmpi_cxx, which MPI::MPI_C does not link; zest uses the C API.
+target_compile_definitions(zest_deps INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+if(ZEST_THIRD_PARTY)
+  target_include_directories(zest_deps SYSTEM INTERFACE ${ZEST_THIRD_PARTY}/include)
+endif()
+
+# toml++: Debian ships it compiled; elsewhere use it header-only.
+find_package(tomlplusplus QUIET)
+if(TARGET tomlplusplus::tomlplusplus)
+  target_link_libraries(zest_deps INTERFACE tomlplusplus::tomlplusplus)
+else()
+  target_compile_definitions(zest_deps INTERFACE TOML_HEADER_ONLY=1)
+endif()
+
+find_package(nlohmann_json QUIET)
+if(TARGET nlohmann_json::nlohmann_json)
+  target_link_libraries(zest_deps INTERFACE nlohmann_json::nlohmann_json)
+endif()
+
+# xxhash (checksums of checkpoint shards): header-only use via XXH_INLINE_ALL, so no library is needed.
+
+# CUDA: only when the LibTorch found was built with it (Debian's ships ATen/cuda headers without CUDA
+# libraries, so headers prove nothing; the torch_cuda target does).
+if(TARGET torch_cuda)
+  set(ZEST_WITH_CUDA ON)
+  target_compile_definitions(zest_deps INTERFACE ZEST_WITH_CUDA=1)
+  message(STATUS "zest: LibTorch has CUDA; building the CUDA parts")
+else()
+  set(ZEST_WITH_CUDA OFF)
+  message(STATUS "zest: CPU-only LibTorch")
+endif()

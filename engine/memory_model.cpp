@@ -1,0 +1,25 @@
+// Model-state memory formulas (see memory_model.h).
+#include "engine/memory_model.h"
+
+#include "engine/check.h"
+
+namespace zest {
+
+int64_t dtype_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
+  ZEST_CHECK(in.stage >= 0 && in.stage <= 3, "stage ", in.stage, " is not one of 0, 1, 2, 3");
+  ZEST_CHECK(in.world_size >= 1, "world size must be >= 1");
+  const int64_t P = in.numel;
+  const int64_t N = in.world_size;
+  const int64_t c = dtype_bytes(in.precision);
+  ModelStateBytes bytes;
+  bytes.params = in.stage == 3 ? P * c / N : P * c;
+  bytes.grads = in.stage <= 1 ? P * c : P * dtype_bytes(in.reduce_dtype) / N;
+  bytes.master = in.stage == 0 ? 4 * P : 4 * P / N;
+  bytes.optimizer = in.stage == 0 ? in.optimizer_bytes_per_element * P
+                                  : in.optimizer_bytes_per_element * P / N;
+  return bytes;
+}
+
+}  // namespace zest

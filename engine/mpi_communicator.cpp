@@ -1,0 +1,163 @@
+// MPI collectives over CPU tensors. Each operation returns an MpiWork that owns the request, the
+// tensors it touches (kept alive until completion) and the copy-back from any staging buffer.
+#include "engine/mpi_communicator.h"
+
+#include "engine/check.h"
+#include "engine/compat.h"
+
+#include <climits>
+#include <functional>
+#include <vector>
+
+namespace zest {
+namespace {
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request request, std::vector<torch::Tensor> keep_alive, std::function<void()> finish)
+      : request_(request), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)) {}
+  ~MpiWork() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {  // destructor must not throw; the error was already reported elsewhere
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    ZEST_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    if (finish_) {
+      torch::NoGradGuard no_grad;
+      finish_();
+    }
+    keep_alive_.clear();
+  }
+
+ private:
+  MPI_Request request_;
+  std::vector<torch::Tensor> keep_alive_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+// MPI datatype for arithmetic on a dtype (16-bit floats are staged, so they never get here).
+MPI_Datatype arithmetic_type(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return MPI_FLOAT;
+    case torch::kFloat64: return MPI_DOUBLE;
+    case torch::kInt64: return MPI_INT64_T;
+    case torch::kInt32: return MPI_INT32_T;
+    case torch::kUInt8: return MPI_UINT8_T;
+    default: ZEST_FAIL("MPI reduction on dtype ", dtype, " is not supported");
+  }
+}
+
+bool is_half_float(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kFloat16; }
+
+// The dtype a reduction is computed in: 16-bit floats go through fp32.
+torch::Dtype reduction_dtype(torch::Dtype dtype) { return is_half_float(dtype) ? torch::kFloat32 : dtype; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+int checked_count(int64_t count, const char* what) {
+  ZEST_CHECK(count <= INT_MAX, what, ": ", count, " elements exceed MPI's int count; split the unit");
+  return static_cast<int>(count);
+}
+
+void check_cpu_contiguous(const torch::Tensor& t, const char* what) {
+  ZEST_CHECK(t.device().is_cpu(), what, ": MPI communicator needs CPU tensors, got ", t.device());
+  ZEST_CHECK(t.is_contiguous(), what, ": tensor must be contiguous");
+}
+
+bool overlaps(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, int local_rank, int local_size)
+    : local_rank_(local_rank), local_size_(local_size) {
+  ZEST_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  ZEST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ZEST_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+WorkHandle MpiCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) {
+  check_cpu_contiguous(tensor, "allreduce");
+  const torch::Dtype compute = reduction_dtype(tensor.scalar_type());
+  torch::Tensor buffer = compute == tensor.scalar_type() ? tensor : tensor.to(compute);
+  MPI_Request request;
+  ZEST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, compat::mutable_data(buffer),
+                                checked_count(buffer.numel(), "allreduce"),
+                                arithmetic_type(compute), mpi_op(op), comm_, &request));
+  std::function<void()> finish;
+  if (!buffer.is_same(tensor)) finish = [tensor, buffer] { tensor.copy_(buffer); };
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor, buffer}, finish);
+}
+
+WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
+                                           ReduceOp op) {
+  check_cpu_contiguous(input, "reduce_scatter input");
+  check_cpu_contiguous(output, "reduce_scatter output");
+  const int64_t n = output.numel();
+  ZEST_CHECK(input.numel() == n * size_, "reduce_scatter: input has ", input.numel(),
+             " elements, expected world size ", size_, " x output ", n);
+  // Reduce in the wider of the two dtypes (an fp32 output of bf16 gradients reduces in fp32).
+  torch::Dtype compute = reduction_dtype(output.scalar_type());
+  if (reduction_dtype(input.scalar_type()) == torch::kFloat64) compute = torch::kFloat64;
+  torch::Tensor send = input.scalar_type() == compute ? input : input.to(compute);
+  const bool direct = output.scalar_type() == compute && !overlaps(send, output);
+  torch::Tensor recv = direct ? output : torch::empty({n}, output.options().dtype(compute));
+  MPI_Request request;
+  ZEST_MPI_CHECK(MPI_Ireduce_scatter_block(compat::const_data(send), compat::mutable_data(recv),
+                                           checked_count(n, "reduce_scatter"),
+                                           arithmetic_type(compute), mpi_op(op), comm_, &request));
+  std::function<void()> finish;
+  if (!direct) finish = [output, recv] { output.copy_(recv.view_as(output)); };
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, send, recv, output},
+                                   finish);
+}
+
+WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::Tensor& output) {
+  check_cpu_contiguous(input, "allgather input");
+  check_cpu_contiguous(output, "allgather output");
+  ZEST_CHECK(input.scalar_type() == output.scalar_type(), "allgather: input dtype ",
+             input.scalar_type(), " differs from output dtype ", output.scalar_type());
+  const int64_t n = input.numel();
+  ZEST_CHECK(output.numel() == n * size_, "allgather: output has ", output.numel(),
+             " elements, expected world size ", size_, " x input ", n);
+  const int64_t bytes = n * static_cast<int64_t>(input.element_size());
+  const char* own_slot = static_cast<const char*>(output.data_ptr()) + rank_ * bytes;
+  const bool in_place = input.data_ptr() == own_slot;
+  ZEST_CHECK(in_place || !overlaps(input, output),
+             "allgather: input overlaps output but is not this rank's slot");
+  MPI_Request request;
+  ZEST_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : compat::const_data(input),
+                                checked_count(bytes, "allgather"), MPI_BYTE,
+                                compat::mutable_data(output), checked_count(bytes, "allgather"),
+                                MPI_BYTE, comm_, &request));
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, output}, nullptr);
+}
+
+WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
+  check_cpu_contiguous(tensor, "broadcast");
+  ZEST_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside world of size ", size_);
+  MPI_Request request;
+  ZEST_MPI_CHECK(MPI_Ibcast(compat::mutable_data(tensor), checked_count(tensor.nbytes(), "broadcast"),
+                            MPI_BYTE, root, comm_, &request));
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor}, nullptr);
+}
+
+void MpiCommunicator::barrier() { ZEST_MPI_CHECK(MPI_Barrier(comm_)); }
+
+}  // namespace zest

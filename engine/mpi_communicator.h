@@ -1,0 +1,38 @@
+// MpiCommunicator: collectives over CPU tensors with OpenMPI's non-blocking calls. 16-bit floats are
+// reduced through fp32 staging buffers (MPI has no bf16/fp16 arithmetic), so reductions are exact to fp32.
+#pragma once
+
+#include "engine/communicator.h"
+
+#include <mpi.h>
+
+namespace zest {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates `comm` so zest's traffic never matches a user's messages.
+  MpiCommunicator(MPI_Comm comm, int local_rank, int local_size);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string backend() const override { return "mpi"; }
+
+  WorkHandle allreduce(const torch::Tensor& tensor, ReduceOp op) override;
+  WorkHandle reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
+                            ReduceOp op) override;
+  WorkHandle allgather(const torch::Tensor& input, const torch::Tensor& output) override;
+  WorkHandle broadcast(const torch::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+};
+
+}  // namespace zest

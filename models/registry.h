@@ -1,0 +1,47 @@
+// Model registry: the families zest can train (HY-Motion, UNet), looked up by name, and the built-in
+// configurations (configs/models/*.toml, embedded at build time) looked up by flavor name.
+#pragma once
+
+#include "engine/config_reader.h"
+#include "engine/unit_module.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+struct ModelFamily {
+  std::string name;  // "hymotion", "unet"
+  // Builds a model from a model-configuration table whose keys are the reference configuration's field
+  // names (unknown keys are errors, unsupported values are errors naming the key). Parameters are
+  // initialised as the reference does.
+  std::function<std::shared_ptr<UnitModule>(ConfigTable& config)> build;
+  // Exact parameter count of a configuration, computed without allocating the parameters.
+  std::function<int64_t(ConfigTable& config)> count_parameters;
+  // Runs the forward pass on reference-named inputs (golden files' "input.*" keys without the prefix)
+  // and returns the model output.
+  std::function<torch::Tensor(UnitModule& model, const TensorMap& inputs)> forward;
+};
+
+// Every registered family, and lookup by name (error lists the known names).
+const std::vector<ModelFamily>& model_families();
+const ModelFamily& model_family(const std::string& name);
+
+// Built-in model configurations (the files configs/models/*.toml, embedded into the binary).
+struct BuiltinModelConfig {
+  std::string name;       // flavor, e.g. "hymotion_1b", "unet_sd15", "unet_tiny"
+  std::string family;     // "hymotion" or "unet"
+  std::string toml_text;  // the configuration file's text
+};
+const std::vector<BuiltinModelConfig>& builtin_model_configs();
+const BuiltinModelConfig& builtin_model_config(const std::string& name);
+
+}  // namespace zest

@@ -1,0 +1,18 @@
+// The subcommands of the `zest` CLI: each add_*_command registers one subcommand (defined in
+// tools/cmd_*.cpp) whose callback does the work and sets the exit code.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace zest::cli {
+
+void add_estimate_command(CLI::App& app);  // zest estimate      (cmd_estimate.cpp)
+void add_config_command(CLI::App& app);    // zest config check  (cmd_config.cpp)
+void add_models_command(CLI::App& app);    // zest models list|parity (cmd_models.cpp)
+
+// Exit status set by a subcommand's callback (0 unless it failed without throwing).
+int& exit_code();
+
+}  // namespace zest::cli

@@ -1,0 +1,28 @@
+// The `zest` command-line tool: one binary, one subcommand per file in tools/ (cmd_*.cpp).
+#include "tools/commands.h"
+
+#include "engine/check.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"zest: ZeRO-style memory-sharding training engine"};
+  app.require_subcommand(1);
+  zest::cli::add_estimate_command(app);
+  zest::cli::add_config_command(app);
+  zest::cli::add_models_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const zest::Error& e) {
+    std::cerr << "zest: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "zest: error: " << e.what() << "\n";
+    return 1;
+  }
+  return zest::cli::exit_code();
+}
