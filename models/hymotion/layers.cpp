@@ -1,0 +1,200 @@
+// HY-Motion building blocks: numerics follow the reference's operation order so float32 results match
+// it to rounding (see models.md 1.4 on the precision of the sinusoidal embedding).
+#include "models/hymotion/layers.h"
+
+#include "engine/check.h"
+#include "engine/compat.h"
+
+#include <cmath>
+
+namespace zest::hymotion {
+
+constexpr double kNormEps = 1e-6;
+constexpr int64_t kRopeMaxPositions = 5000;  // the reference precomputes positions 0..4999
+
+torch::Tensor activate(const torch::Tensor& x, Act act) {
+  switch (act) {
+    case Act::gelu: return torch::gelu(x);
+    case Act::gelu_tanh: return torch::gelu(x, "tanh");
+    case Act::relu: return torch::relu(x);
+    case Act::silu: return torch::silu(x);
+  }
+  ZEST_FAIL("unknown activation");
+}
+
+torch::Tensor layer_norm_plain(const torch::Tensor& x) {
+  return torch::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps);
+}
+
+torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+  return x * (1 + scale) + shift;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Parameterised layers
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const Init& init) {
+  weight = register_parameter("weight", torch::empty({out, in}, init.options));
+  if (has_bias) bias = register_parameter("bias", torch::empty({out}, init.options));
+  if (init.is_meta()) return;
+  torch::NoGradGuard no_grad;
+  // PyTorch's reset_parameters: kaiming_uniform_(a=√5) is U(±1/√in); the bias uses the same bound.
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (has_bias) {
+    const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+
+void LinearImpl::zero_() {
+  if (weight.device().is_meta()) return;
+  torch::NoGradGuard no_grad;
+  weight.zero_();
+  if (bias.defined()) bias.zero_();
+}
+
+AffineLayerNormImpl::AffineLayerNormImpl(int64_t dim, const Init& init) {
+  weight = register_parameter("weight", torch::ones({dim}, init.options));
+  bias = register_parameter("bias", torch::zeros({dim}, init.options));
+}
+
+torch::Tensor AffineLayerNormImpl::forward(const torch::Tensor& x) const {
+  return torch::layer_norm(x, {x.size(-1)}, weight, bias, kNormEps);
+}
+
+HeadNormImpl::HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init) : kind_(kind) {
+  if (kind == QkNorm::none) return;
+  weight_ = register_parameter("weight", torch::ones({head_dim}, init.options));
+  if (kind == QkNorm::layer) bias_ = register_parameter("bias", torch::zeros({head_dim}, init.options));
+}
+
+torch::Tensor HeadNormImpl::forward(const torch::Tensor& x) const {
+  switch (kind_) {
+    case QkNorm::none: return x;
+    case QkNorm::layer: return torch::layer_norm(x, {x.size(-1)}, weight_, bias_, kNormEps);
+    case QkNorm::rms: {
+      const auto xf = x.to(torch::kFloat32);
+      const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
+      return normed.to(x.scalar_type()) * weight_;
+    }
+  }
+  ZEST_FAIL("unknown qk norm");
+}
+
+ModulationImpl::ModulationImpl(int64_t dim, int64_t factor, Act act, bool zero_init, const Init& init)
+    : act_(act), factor_(factor) {
+  linear_ = register_module("linear", Linear(dim, factor * dim, true, init));
+  if (zero_init) linear_->zero_();
+}
+
+std::vector<torch::Tensor> ModulationImpl::forward(const torch::Tensor& c) const {
+  return linear_->forward(activate(c, act_)).chunk(factor_, -1);
+}
+
+MlpImpl::MlpImpl(int64_t dim, int64_t hidden, Act act, const Init& init) : act_(act) {
+  fc1_ = register_module("fc1", Linear(dim, hidden, true, init));
+  fc2_ = register_module("fc2", Linear(hidden, dim, true, init));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) const {
+  return fc2_->forward(activate(fc1_->forward(x), act_));
+}
+
+TwoLayerImpl::TwoLayerImpl(int64_t in, int64_t dim, Act act, const Init& init) : act_(act) {
+  first_ = register_module("0", Linear(in, dim, true, init));
+  second_ = register_module("2", Linear(dim, dim, true, init));
+}
+
+torch::Tensor TwoLayerImpl::forward(const torch::Tensor& x) const {
+  return second_->forward(activate(first_->forward(x), act_));
+}
+
+MlpEncoderImpl::MlpEncoderImpl(int64_t in, int64_t dim, Act act, const Init& init) {
+  linears_ = register_module("linears", TwoLayer(in, dim, act, init));
+}
+
+TimestepEncoderImpl::TimestepEncoderImpl(int64_t dim, Act act, double time_factor, const Init& init)
+    : dim_(dim), time_factor_(time_factor) {
+  blocks_ = register_module("blocks", TwoLayer(dim, dim, act, init));
+}
+
+torch::Tensor TimestepEncoderImpl::forward(const torch::Tensor& t) const {
+  return blocks_->forward(sinusoidal_embedding(t, dim_, time_factor_)).unsqueeze(1);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Positional and time encodings
+
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t dim, double time_factor) {
+  ZEST_CHECK(t.dim() == 1, "timesteps must be 1-D [B], got ", t.sizes());
+  const auto scaled = t * time_factor;
+  const int64_t half = dim / 2;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  // Reference order: (−log(10000) · k) / half, all float32, then exp.
+  const auto log_temp = torch::log(torch::tensor(10000.0f, f32));
+  const auto freqs = torch::exp(-log_temp * torch::arange(0, half, f32) / half).to(t.device());
+  const auto args = scaled.unsqueeze(1).to(torch::kFloat32) * freqs.unsqueeze(0);
+  auto emb = torch::cat({torch::cos(args), torch::sin(args)}, -1);
+  if (dim % 2 != 0) emb = torch::cat({emb, torch::zeros_like(emb.narrow(1, 0, 1))}, -1);
+  return emb;
+}
+
+Rope Rope::make(int64_t length, int64_t head_dim) {
+  ZEST_CHECK(length <= kRopeMaxPositions, "sequence of ", length, " tokens exceeds the ", kRopeMaxPositions,
+             " RoPE positions of the reference");
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const auto dim_t = torch::arange(0, head_dim, 2, f32);
+  const auto exponent = 2 * torch::div(dim_t, 2, "trunc") / head_dim;
+  const auto freqs = torch::reciprocal(torch::pow(10000, exponent));  // Python's 1.0 / tensor
+  const auto angles = torch::outer(torch::arange(length, f32), freqs);  // [length, d/2]
+  return {angles.cos().repeat_interleave(2, 1), angles.sin().repeat_interleave(2, 1)};
+}
+
+namespace {
+// (x0, x1, x2, x3, ...) → (−x1, x0, −x3, x2, ...): the interleaved-pair partner of each element.
+torch::Tensor rotate_pairs(const torch::Tensor& x) {
+  auto sizes = x.sizes().vec();
+  sizes.back() /= 2;
+  sizes.push_back(2);
+  const auto pairs = x.reshape(sizes).unbind(-1);
+  return torch::stack({-pairs[1], pairs[0]}, -1).flatten(-2);
+}
+
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto xf = x.to(torch::kFloat32);
+  const auto c = cos.to(x.device()).unsqueeze(1);  // [S, 1, d] broadcasts over [B, S, H, d]
+  const auto s = sin.to(x.device()).unsqueeze(1);
+  return (xf * c + rotate_pairs(xf) * s).to(x.scalar_type());
+}
+}  // namespace
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rotated = cos.size(0);
+  const int64_t seq = x.size(1);
+  ZEST_CHECK(rotated <= seq, "RoPE table of ", rotated, " positions for a sequence of ", seq);
+  if (rotated == seq) return rotate(x, cos, sin);
+  return torch::cat({rotate(x.narrow(1, 0, rotated), cos, sin), x.narrow(1, rotated, seq - rotated)}, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Attention
+
+std::vector<torch::Tensor> split_qkv(const torch::Tensor& qkv, int64_t num_heads) {
+  const int64_t width = qkv.size(-1) / 3;
+  ZEST_CHECK(qkv.size(-1) == 3 * width && width % num_heads == 0, "qkv width ", qkv.size(-1),
+             " is not 3 × heads ", num_heads, " × head_dim");
+  const auto split = qkv.view({qkv.size(0), qkv.size(1), 3, num_heads, width / num_heads});
+  return {split.select(2, 0), split.select(2, 1), split.select(2, 2)};
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& bias) {
+  const auto out = compat::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                        bias.defined() ? bias.to(q.scalar_type()) : bias);
+  const auto o = out.transpose(1, 2);  // [B, S, H, d]
+  return o.reshape({o.size(0), o.size(1), -1});
+}
+
+}  // namespace zest::hymotion

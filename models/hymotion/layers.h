@@ -1,0 +1,144 @@
+// HY-Motion building blocks shared by the refiner and the MMDiT blocks: Linear with reference init that
+// can live on the meta device, per-head q/k norms, modulation, MLPs, sinusoidal time embedding, RoPE and
+// multi-head attention over [B, S, H, d] tensors (models.md sections 1.4, 1.11).
+#pragma once
+
+#include "models/hymotion/hymotion_config.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace zest::hymotion {
+
+// Parameters are created with these options; on torch::kMeta nothing is allocated (counting, shapes).
+struct Init {
+  torch::TensorOptions options = torch::TensorOptions().dtype(torch::kFloat32);
+  bool is_meta() const { return options.device().is_meta(); }
+};
+
+torch::Tensor activate(const torch::Tensor& x, Act act);
+// LayerNorm over the last axis without affine parameters, eps 1e-6 (blocks and final layer).
+torch::Tensor layer_norm_plain(const torch::Tensor& x);
+// x·(1 + scale) + shift, broadcasting [B, 1, D] over the sequence.
+torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
+
+// nn.Linear: weight [out, in], optional bias; default init U(±1/√in) drawn weight then bias, exactly as
+// PyTorch's reset_parameters (same CPU generator, so torch::manual_seed gives the reference's values).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  // Zeroes weight and bias (ModulateDiT and FinalLayer(zero_init)), after the default draw as in the
+  // reference, so the generator stream stays aligned.
+  void zero_();
+
+  torch::Tensor weight;  // [out, in]
+  torch::Tensor bias;    // [out] or undefined
+};
+TORCH_MODULE(Linear);
+
+// LayerNorm with affine parameters, eps 1e-6, over the last axis (refiner norm1/norm2).
+class AffineLayerNormImpl : public torch::nn::Module {
+ public:
+  AffineLayerNormImpl(int64_t dim, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  torch::Tensor weight, bias;  // [dim]
+};
+TORCH_MODULE(AffineLayerNorm);
+
+// Per-head norm of q or k over the head dim: the reference RMSNorm (normalised in float32, cast back,
+// then times weight), an affine LayerNorm, or identity.
+class HeadNormImpl : public torch::nn::Module {
+ public:
+  HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+ private:
+  QkNorm kind_;
+  torch::Tensor weight_, bias_;
+};
+TORCH_MODULE(HeadNorm);
+
+// ModulateDiT: linear(SiLU(c)), Linear D → factor·D, zero-initialised (parameter prefix "linear").
+class ModulationImpl : public torch::nn::Module {
+ public:
+  ModulationImpl(int64_t dim, int64_t factor, Act act, bool zero_init, const Init& init);
+  // c [B, 1, D] → `factor` chunks of [B, 1, D].
+  std::vector<torch::Tensor> forward(const torch::Tensor& c) const;
+
+ private:
+  Act act_;
+  int64_t factor_;
+  Linear linear_{nullptr};
+};
+TORCH_MODULE(Modulation);
+
+// MLP: fc2(act(fc1(x))).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t dim, int64_t hidden, Act act, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+ private:
+  Act act_;
+  Linear fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Linear → act → Linear, the reference's nn.Sequential: parameters "0.*" and "2.*" (index 1 is the
+// parameter-free activation).
+class TwoLayerImpl : public torch::nn::Module {
+ public:
+  TwoLayerImpl(int64_t in, int64_t dim, Act act, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+ private:
+  Act act_;
+  Linear first_{nullptr}, second_{nullptr};
+};
+TORCH_MODULE(TwoLayer);
+
+// MLPEncoder(num_layers=2): its Sequential is named "linears".
+class MlpEncoderImpl : public torch::nn::Module {
+ public:
+  MlpEncoderImpl(int64_t in, int64_t dim, Act act, const Init& init);
+  torch::Tensor forward(const torch::Tensor& x) const { return linears_->forward(x); }
+
+ private:
+  TwoLayer linears_{nullptr};
+};
+TORCH_MODULE(MlpEncoder);
+
+// TimestepEmbeddingEncoder: sinusoidal E(t·time_factor; dim) → Sequential "blocks" → [B, 1, D].
+class TimestepEncoderImpl : public torch::nn::Module {
+ public:
+  TimestepEncoderImpl(int64_t dim, Act act, double time_factor, const Init& init);
+  torch::Tensor forward(const torch::Tensor& t) const;
+
+ private:
+  int64_t dim_;
+  double time_factor_;
+  TwoLayer blocks_{nullptr};
+};
+TORCH_MODULE(TimestepEncoder);
+
+// [cos(a) | sin(a)] with a = (t·time_factor)·exp(−ln(10000)·k/half), in float32 in the reference's
+// operation order (a zero column is appended for odd dims). t [B] → [B, dim].
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t dim, double time_factor);
+
+// RoPE tables (use_real, theta 10000) for positions 0..length-1, interleaved pairs: [length, head_dim].
+struct Rope {
+  torch::Tensor cos, sin;
+  static Rope make(int64_t length, int64_t head_dim);
+};
+// Rotates the first rope.cos.size(0) tokens of q or k [B, S, H, d] (computed in float32, cast back).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Splits a [B, S, 3·H·d] projection laid out [q | k | v] × heads into three [B, S, H, d] tensors.
+std::vector<torch::Tensor> split_qkv(const torch::Tensor& qkv, int64_t num_heads);
+// SDPA over [B, S, H, d] tensors with an additive bias [B, 1, S, S]; returns [B, S, H·d].
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& bias);
+
+}  // namespace zest::hymotion

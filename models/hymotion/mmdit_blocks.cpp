@@ -1,0 +1,112 @@
+// Double-stream, single-stream and final layers of HunyuanMotionMMDiT, following hymotion_mmdit.py
+// and encoders.py of the reference.
+#include "models/hymotion/mmdit_blocks.h"
+
+namespace zest::hymotion {
+namespace {
+
+struct Qkv {
+  torch::Tensor q, k, v;  // [B, S, H, d]
+};
+
+// Norms q and k per head and casts them to v's dtype, as the reference does.
+Qkv normed_qkv(const torch::Tensor& projection, int64_t num_heads, const HeadNorm& q_norm,
+               const HeadNorm& k_norm) {
+  auto parts = split_qkv(projection, num_heads);
+  const auto dtype = parts[2].scalar_type();
+  return {q_norm->forward(parts[0]).to(dtype), k_norm->forward(parts[1]).to(dtype), parts[2]};
+}
+
+torch::Tensor rope_and_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const AttnContext& ctx) {
+  return attention(apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin), v, ctx.bias);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Double-stream block
+
+DoubleBlockImpl::DoubleBlockImpl(const HyMotionConfig& cfg, const Init& init) : num_heads_(cfg.num_heads) {
+  motion_ = make_stream("motion", cfg, init);
+  text_ = make_stream("text", cfg, init);
+}
+
+StreamWeights DoubleBlockImpl::make_stream(const std::string& prefix, const HyMotionConfig& cfg,
+                                           const Init& init) {
+  const int64_t dim = cfg.feat_dim;
+  StreamWeights s;
+  s.mod = register_module(prefix + "_mod", Modulation(dim, 6, Act::silu, /*zero_init=*/true, init));
+  s.qkv = register_module(prefix + "_qkv", Linear(dim, 3 * dim, cfg.qkv_bias, init));
+  s.q_norm = register_module(prefix + "_q_norm", HeadNorm(cfg.qk_norm, cfg.head_dim(), init));
+  s.k_norm = register_module(prefix + "_k_norm", HeadNorm(cfg.qk_norm, cfg.head_dim(), init));
+  s.out_proj = register_module(prefix + "_out_proj", Linear(dim, dim, cfg.qkv_bias, init));
+  s.mlp = register_module(prefix + "_mlp", Mlp(dim, cfg.mlp_hidden(), cfg.mlp_act, init));
+  return s;
+}
+
+std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Tensor& motion,
+                                                                 const torch::Tensor& text,
+                                                                 const torch::Tensor& c,
+                                                                 const AttnContext& ctx) const {
+  // m[0..5] = shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
+  const auto mm = motion_.mod->forward(c);
+  const auto tm = text_.mod->forward(c);
+  const auto mq = normed_qkv(motion_.qkv->forward(modulate(layer_norm_plain(motion), mm[0], mm[1])), num_heads_,
+                             motion_.q_norm, motion_.k_norm);
+  const auto tq = normed_qkv(text_.qkv->forward(modulate(layer_norm_plain(text), tm[0], tm[1])), num_heads_,
+                             text_.q_norm, text_.k_norm);
+  // Joint attention over [motion ; text].
+  const auto o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1),
+                                 torch::cat({mq.v, tq.v}, 1), ctx);
+  const int64_t motion_len = motion.size(1);
+  const auto mo = o.narrow(1, 0, motion_len);
+  const auto to = o.narrow(1, motion_len, text.size(1));
+
+  auto m = motion + motion_.out_proj->forward(mo) * mm[2];
+  m = m + motion_.mlp->forward(modulate(layer_norm_plain(m), mm[3], mm[4])) * mm[5];
+  auto t = text + text_.out_proj->forward(to) * tm[2];
+  t = t + text_.mlp->forward(modulate(layer_norm_plain(t), tm[3], tm[4])) * tm[5];
+  return {m, t};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Single-stream block
+
+SingleBlockImpl::SingleBlockImpl(const HyMotionConfig& cfg, const Init& init)
+    : dim_(cfg.feat_dim), mlp_hidden_(cfg.mlp_hidden()), num_heads_(cfg.num_heads), act_(cfg.mlp_act) {
+  modulation_ = register_module("modulation", Modulation(dim_, 3, Act::silu, /*zero_init=*/true, init));
+  // linear1: [q | k | v | mlp hidden]; linear2: [attention out | act(mlp hidden)] → D.
+  linear1_ = register_module("linear1", Linear(dim_, 3 * dim_ + mlp_hidden_, cfg.qkv_bias, init));
+  linear2_ = register_module("linear2", Linear(dim_ + mlp_hidden_, dim_, cfg.qkv_bias, init));
+  q_norm_ = register_module("q_norm", HeadNorm(cfg.qk_norm, cfg.head_dim(), init));
+  k_norm_ = register_module("k_norm", HeadNorm(cfg.qk_norm, cfg.head_dim(), init));
+}
+
+torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tensor& c,
+                                       const AttnContext& ctx) const {
+  const auto m = modulation_->forward(c);  // shift, scale, gate
+  const auto h = linear1_->forward(modulate(layer_norm_plain(z), m[0], m[1]));
+  const auto parts = h.split_with_sizes({3 * dim_, mlp_hidden_}, -1);
+  const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
+  const auto o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
+  const auto out = linear2_->forward(torch::cat({o, activate(parts[1], act_)}, 2));
+  return z + out * m[2];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Final layer
+
+FinalLayerImpl::FinalLayerImpl(const HyMotionConfig& cfg, const Init& init) {
+  modulation_ = register_module("adaLN_modulation",
+                                Modulation(cfg.feat_dim, 2, cfg.final_layer.act, /*zero_init=*/true, init));
+  linear_ = register_module("linear", Linear(cfg.feat_dim, cfg.output_dim, true, init));
+  if (cfg.final_layer.zero_init) linear_->zero_();
+}
+
+torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) const {
+  const auto m = modulation_->forward(c);  // shift first, then scale
+  return linear_->forward(modulate(layer_norm_plain(x), m[0], m[1]));
+}
+
+}  // namespace zest::hymotion

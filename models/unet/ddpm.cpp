@@ -1,0 +1,56 @@
+// The scaled-linear DDPM schedule and the epsilon-prediction loss (diffusers' DDPMScheduler.add_noise +
+// the text-to-image training example's MSE).
+#include "models/unet/ddpm.h"
+
+#include "engine/check.h"
+
+#include <cmath>
+
+namespace zest::unet {
+
+NoiseSchedule NoiseSchedule::scaled_linear(int64_t num_train_timesteps, double beta_start,
+                                           double beta_end) {
+  ZEST_CHECK(num_train_timesteps > 1, "NoiseSchedule: need at least 2 timesteps");
+  NoiseSchedule s;
+  const auto roots = torch::linspace(std::sqrt(beta_start), std::sqrt(beta_end), num_train_timesteps,
+                                     torch::TensorOptions().dtype(torch::kFloat32));
+  s.betas = roots * roots;  // diffusers: ** 2, which PyTorch computes as x·x
+  s.alphas_cumprod = torch::cumprod(1.0 - s.betas, 0);
+  return s;
+}
+
+torch::Tensor add_noise(const NoiseSchedule& schedule, const torch::Tensor& x0,
+                        const torch::Tensor& noise, const torch::Tensor& t) {
+  ZEST_CHECK(t.dim() == 1 && t.size(0) == x0.size(0), "add_noise: t must be [", x0.size(0),
+             "], got ", t.sizes());
+  const auto acp = schedule.alphas_cumprod.to(x0.device(), x0.scalar_type())
+                       .index_select(0, t.to(x0.device(), torch::kLong));
+  std::vector<int64_t> shape(static_cast<size_t>(x0.dim()), 1);
+  shape[0] = x0.size(0);
+  const auto sqrt_alpha = torch::sqrt(acp).view(shape);
+  const auto sqrt_one_minus_alpha = torch::sqrt(1.0 - acp).view(shape);
+  return sqrt_alpha * x0 + sqrt_one_minus_alpha * noise;
+}
+
+torch::Tensor epsilon_loss_at(UNet2DConditionModel& model, const NoiseSchedule& schedule,
+                              const torch::Tensor& x0, const UNetConditioning& cond,
+                              const torch::Tensor& t, const torch::Tensor& noise) {
+  ZEST_CHECK(noise.sizes() == x0.sizes(), "epsilon_loss: noise ", noise.sizes(),
+             " must match the latents ", x0.sizes());
+  const auto x_t = add_noise(schedule, x0, noise, t);
+  const auto prediction = model.forward(x_t, t.to(x0.device()), cond);
+  return torch::mse_loss(prediction.to(torch::kFloat32), noise.to(torch::kFloat32));
+}
+
+torch::Tensor epsilon_loss(UNet2DConditionModel& model, const torch::Tensor& x0,
+                           const UNetConditioning& cond, torch::Generator& generator,
+                           const NoiseSchedule& schedule) {
+  const auto on_generator = torch::TensorOptions().device(generator.device());
+  const auto t = torch::randint(0, schedule.num_train_timesteps(), {x0.size(0)}, generator,
+                                on_generator.dtype(torch::kLong));
+  const auto noise = torch::randn(x0.sizes(), generator, on_generator.dtype(torch::kFloat32));
+  return epsilon_loss_at(model, schedule, x0, cond, t.to(x0.device()),
+                         noise.to(x0.device(), x0.scalar_type()));
+}
+
+}  // namespace zest::unet

@@ -1,0 +1,76 @@
+// The UNet port's parameterised primitives (Linear, Conv2d, GroupNorm, LayerNorm) and activations.
+// They initialise exactly like torch.nn's defaults and can be built on the meta device (no memory).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace zest::unet {
+
+// diffusers' get_activation: "silu"/"swish" → SiLU, "mish", "gelu" (exact erf), "relu".
+enum class Act { silu, mish, gelu, relu };
+torch::Tensor activate(Act act, const torch::Tensor& x);
+
+// Parameters are created with `options` (device, dtype). torch.nn initialises weight and bias of
+// Linear/Conv2d uniformly in ±1/√fan_in (kaiming_uniform_(a=√5) for the weight), drawing from the
+// global CPU generator weight first, then bias, in construction order; norms start at 1/0. On the
+// meta device nothing is drawn, so counting SDXL's parameters allocates nothing.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
+             const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+
+  torch::Tensor weight;  // [out, in]
+  torch::Tensor bias;    // [out] or undefined
+};
+TORCH_MODULE(Linear);
+
+class Conv2dImpl : public torch::nn::Module {
+ public:
+  Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
+             int64_t padding, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+  torch::Tensor weight;  // [out, in, k, k]
+  torch::Tensor bias;    // [out]
+
+ private:
+  int64_t stride_;
+  int64_t padding_;
+};
+TORCH_MODULE(Conv2d);
+
+// Affine GroupNorm over [B, C, ...] with `groups` groups.
+class GroupNormImpl : public torch::nn::Module {
+ public:
+  GroupNormImpl(int64_t groups, int64_t channels, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+  torch::Tensor weight;  // [C]
+  torch::Tensor bias;    // [C]
+
+ private:
+  int64_t groups_;
+  double eps_;
+};
+TORCH_MODULE(GroupNorm);
+
+// Affine LayerNorm over the last axis.
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const;
+
+  torch::Tensor weight;  // [dim]
+  torch::Tensor bias;    // [dim]
+
+ private:
+  int64_t dim_;
+  double eps_;
+};
+TORCH_MODULE(LayerNorm);
+
+}  // namespace zest::unet

@@ -1,0 +1,52 @@
+// Registry hook of the UNet: builds, counts and runs the model from reference-named config and inputs.
+#include "models/unet/unet.h"
+
+#include "engine/check.h"
+
+#include <set>
+
+namespace zest::unet {
+namespace {
+
+const std::set<std::string> kInputNames{"sample", "timestep", "encoder_hidden_states", "text_embeds",
+                                        "time_ids"};
+
+torch::Tensor input(const TensorMap& inputs, const std::string& name, bool is_required) {
+  const auto it = inputs.find(name);
+  if (it != inputs.end()) return it->second;
+  if (is_required) {
+    std::string given;
+    for (const auto& [key, value] : inputs) given += (given.empty() ? "" : ", ") + key;
+    ZEST_FAIL("UNet forward: input '", name, "' is missing (given: ", given, ")");
+  }
+  return {};
+}
+
+torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
+  auto* unet = dynamic_cast<UNet2DConditionModel*>(&model);
+  ZEST_CHECK(unet != nullptr, "UNet forward called on a model of another family");
+  for (const auto& [key, value] : inputs) {
+    ZEST_CHECK(kInputNames.count(key) != 0, "UNet forward: unknown input '", key,
+               "' (expected sample, timestep, encoder_hidden_states, text_embeds, time_ids)");
+  }
+  const bool is_text_time = unet->config().text_time_embedding;
+  UNetConditioning cond{input(inputs, "encoder_hidden_states", true),
+                        input(inputs, "text_embeds", is_text_time),
+                        input(inputs, "time_ids", is_text_time)};
+  return unet->forward(input(inputs, "sample", true), input(inputs, "timestep", true), cond);
+}
+
+}  // namespace
+
+ModelFamily family() {
+  ModelFamily f;
+  f.name = "unet";
+  f.build = [](ConfigTable& table) -> std::shared_ptr<UnitModule> {
+    return std::make_shared<UNet2DConditionModel>(UNetConfig::from_toml(table));
+  };
+  f.count_parameters = [](ConfigTable& table) { return count_parameters(UNetConfig::from_toml(table)); };
+  f.forward = forward_named;
+  return f;
+}
+
+}  // namespace zest::unet
