@@ -2,6 +2,7 @@
 // gradient reductions, and the optimizer step (norm, skip/clip, update, parameter allgather).
 #include "engine/engine.h"
 
+#include "engine/activation_checkpoint.h"
 #include "engine/check.h"
 #include "engine/unit_partition.h"
 #include "optim/lr_schedule.h"
@@ -60,7 +61,10 @@ std::vector<ElementRange> owned_decay_ranges(const UnitLayout& layout, ElementSp
 
 Engine::Engine(std::shared_ptr<UnitModule> model, const EngineConfig& engine, const OptimConfig& optim,
                const SchedulerConfig& schedule, std::shared_ptr<Communicator> comm)
-    : Engine(model, model->unit_decls(), engine, optim, schedule, std::move(comm)) {}
+    : Engine(model, model->unit_decls(), engine, optim, schedule, std::move(comm)) {
+  // Activation checkpointing wraps the model's units per engine.activation_checkpointing.
+  model->set_unit_runner(make_checkpoint_runner(engine, *model, model->unit_runner()));
+}
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> units,
                const EngineConfig& engine, const OptimConfig& optim, const SchedulerConfig& schedule,

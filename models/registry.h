@@ -29,6 +29,12 @@ struct ModelFamily {
   // Runs the forward pass on reference-named inputs (golden files' "input.*" keys without the prefix)
   // and returns the model output.
   std::function<torch::Tensor(UnitModule& model, const TensorMap& inputs)> forward;
+  // The training objective on one batch from the data loader (see docs/data_formats.md for the keys:
+  // HY-Motion x, x_mask_temporal, ctxt_input, ctxt_mask_temporal, vtxt_input; UNet sample,
+  // encoder_hidden_states[, text_embeds, time_ids]). Floating inputs are cast to the parameters' dtype;
+  // the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
+  std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>
+      training_loss;
 };
 
 // Every registered family, and lookup by name (error lists the known names).

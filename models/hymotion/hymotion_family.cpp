@@ -2,6 +2,7 @@
 #include "models/hymotion/hymotion.h"
 
 #include "engine/check.h"
+#include "models/hymotion/flow_matching.h"
 
 #include <set>
 
@@ -31,6 +32,16 @@ torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
                       input(inputs, "ctxt_mask_temporal")});
 }
 
+// Flow-matching loss on a loader batch: `x` holds the clean (normalised) motion, padded frames masked.
+torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+  auto* hy = dynamic_cast<HyMotionModel*>(&model);
+  ZEST_CHECK(hy != nullptr, "HY-Motion training loss called on a model of another family");
+  const auto dtype = hy->parameters().front().scalar_type();
+  const auto as_param = [&](const char* name) { return input(batch, name).to(dtype); };
+  return flow_matching_loss(*hy, as_param("x"), as_param("ctxt_input"), as_param("vtxt_input"),
+                            input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator);
+}
+
 }  // namespace
 
 ModelFamily family() {
@@ -41,6 +52,7 @@ ModelFamily family() {
   };
   f.count_parameters = [](ConfigTable& table) { return count_parameters(HyMotionConfig::from_toml(table)); };
   f.forward = forward_named;
+  f.training_loss = training_loss;
   return f;
 }
 

@@ -75,6 +75,7 @@ struct Case {
   int accumulation;
   double clip;
   bool sgd = false;
+  CheckpointPolicy activation_checkpointing = CheckpointPolicy::none;
 };
 
 std::map<std::string, torch::Tensor> engine_run(const Case& c) {
@@ -86,6 +87,7 @@ std::map<std::string, torch::Tensor> engine_run(const Case& c) {
   ec.reduce_dtype = Precision::fp32;
   ec.accumulation_steps = c.accumulation;
   ec.clip_norm = c.clip;
+  ec.activation_checkpointing = c.activation_checkpointing;
   Engine engine(model, ec, optim_config(c.sgd), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -135,6 +137,10 @@ std::vector<Case> all_cases() {
   // near scale-invariance would hide.
   for (int stage : {0, 1, 2})
     for (int acc : {1, 3}) cases.push_back({stage, acc, 0.05, /*sgd=*/true});
+  // Activation checkpointing (every unit, and every 2nd) recomputes units inside backward; the
+  // gradient hooks must still fire and reduce exactly as without it.
+  for (int stage : {0, 1, 2}) cases.push_back({stage, 3, 0.05, /*sgd=*/true, CheckpointPolicy::all});
+  cases.push_back({2, 1, 0.0, /*sgd=*/false, CheckpointPolicy::every_k});
   return cases;
 }
 
@@ -143,7 +149,10 @@ INSTANTIATE_TEST_SUITE_P(StagesAccumulationClipping, DistEquivalence, ::testing:
                            return std::string(info.param.sgd ? "sgd_" : "adamw_") + "stage" +
                                   std::to_string(info.param.stage) + "_acc" +
                                   std::to_string(info.param.accumulation) +
-                                  (info.param.clip > 0 ? "_clip" : "_noclip");
+                                  (info.param.clip > 0 ? "_clip" : "_noclip") +
+                                  (info.param.activation_checkpointing == CheckpointPolicy::none ? ""
+                                   : info.param.activation_checkpointing == CheckpointPolicy::all ? "_ac_all"
+                                                                                                  : "_ac_every2");
                          });
 
 // Clipping must actually engage in the clip cases, or the test above proves nothing about it.

@@ -1,0 +1,67 @@
+// [model] resolution (see model_resolve.h).
+#include "models/model_resolve.h"
+
+#include "engine/check.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace zest {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  ZEST_CHECK(in.good(), "cannot read model configuration file ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const ModelFamily& family_for_file(const ModelSelection& selection, const std::string& path) {
+  if (!selection.family.empty()) return model_family(selection.family);
+  const std::string stem = std::filesystem::path(path).stem().string();
+  for (const auto& family : model_families()) {
+    if (stem.rfind(family.name, 0) == 0) return family;
+  }
+  ZEST_FAIL("cannot tell the model family of ", path, ": set model.family (e.g. \"hymotion\" or \"unet\") "
+            "or name the file <family>_*.toml");
+}
+
+}  // namespace
+
+ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file) {
+  ResolvedModel model;
+  if (selection.is_builtin()) {
+    const BuiltinModelConfig& builtin = builtin_model_config(selection.name);
+    model.family = &model_family(builtin.family);
+    model.name = builtin.name;
+    model.toml_text = builtin.toml_text;
+    model.source = "built-in model configuration " + builtin.name;
+  } else {
+    std::filesystem::path path = selection.config_path;
+    if (path.is_relative() && !run_file.empty()) path = std::filesystem::path(run_file).parent_path() / path;
+    model.family = &family_for_file(selection, path.string());
+    model.name = path.stem().string();
+    model.toml_text = read_text(path.string());
+    model.source = path.string();
+  }
+  model.description = model.name + " (" + model.family->name + ")";
+  return model;
+}
+
+ConfigTable model_config_table(const ResolvedModel& model) {
+  return ConfigTable::parse_string(model.toml_text, model.source);
+}
+
+std::shared_ptr<UnitModule> build_model(const ResolvedModel& model) {
+  auto table = model_config_table(model);
+  return model.family->build(table);
+}
+
+int64_t count_model_parameters(const ResolvedModel& model) {
+  auto table = model_config_table(model);
+  return model.family->count_parameters(table);
+}
+
+}  // namespace zest

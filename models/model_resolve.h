@@ -1,0 +1,32 @@
+// Resolves a run file's [model] selection to its family and configuration text (a built-in flavor or
+// a model TOML file), the one place that turns "which model" into something a family can build.
+#pragma once
+
+#include "engine/config_reader.h"
+#include "engine/unit_module.h"
+#include "models/model_selection.h"
+#include "models/registry.h"
+
+#include <memory>
+#include <string>
+
+namespace zest {
+
+struct ResolvedModel {
+  const ModelFamily* family = nullptr;
+  std::string name;         // flavor name, or the file's stem
+  std::string toml_text;    // the model configuration (reference field names)
+  std::string source;       // where the text came from, for messages ("built-in hymotion_tiny" / a path)
+  std::string description;  // "hymotion_tiny (hymotion)"
+};
+
+// A file's family is model.family when given, else the family whose name prefixes the file name
+// (hymotion_*.toml, unet_*.toml); anything else is an error asking for model.family.
+ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file);
+
+// The configuration as a ConfigTable (errors name the configuration's source).
+ConfigTable model_config_table(const ResolvedModel& model);
+std::shared_ptr<UnitModule> build_model(const ResolvedModel& model);
+int64_t count_model_parameters(const ResolvedModel& model);
+
+}  // namespace zest
