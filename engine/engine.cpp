@@ -122,6 +122,9 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
     master_.narrow(0, master_spans_[u].begin, owned.numel).copy_(initial.narrow(0, owned.begin, owned.numel));
   }
   if (policy_.shard_grads) grad_shard_ = torch::zeros({master_numel}, reduce_dtype_);
+  std::vector<int64_t> unit_bytes;
+  for (const auto& unit : units_) unit_bytes.push_back(unit.param_flat().nbytes());
+  buckets_ = plan_buckets(unit_bytes, static_cast<int64_t>(config_.bucket_mb * 1024 * 1024));
   optimizer_ = make_optimizer(optim_config_, master_numel);
   grads_ready_.assign(units_.size(), 0);
   unit_reduced_.assign(units_.size(), 0);
@@ -156,7 +159,7 @@ void Engine::backward(const torch::Tensor& loss) {
   reduce_this_micro_step_ = policy_.shard_grads || is_boundary_micro_step();
   std::fill(grads_ready_.begin(), grads_ready_.end(), 0);
   std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
-  next_to_reduce_ = static_cast<int>(units_.size()) - 1;
+  next_bucket_ = static_cast<int>(buckets_.size()) - 1;
 
   const double factor = scaler_.scale() / config_.accumulation_steps;
   (loss.to(torch::kFloat32) * factor).backward();
@@ -169,19 +172,70 @@ void Engine::backward(const torch::Tensor& loss) {
 void Engine::on_param_grad_ready(size_t unit_idx) {
   if (!reduce_this_micro_step_) return;
   ++grads_ready_[unit_idx];
-  if (grads_ready_[unit_idx] == static_cast<int>(units_[unit_idx].params().size())) {
-    launch_ready_reductions(/*flush=*/false);
+  if (is_unit_complete(unit_idx)) launch_ready_reductions(/*flush=*/false);
+}
+
+bool Engine::is_unit_complete(size_t u) const {
+  return grads_ready_[u] == static_cast<int>(units_[u].params().size());
+}
+
+// Buckets go out strictly from the last to the first, on every rank, so collectives match across ranks
+// even when units finish in a different order; a bucket waits for all of its units (flush: end of
+// backward, where units whose parameters got no gradient are reduced as they are).
+void Engine::launch_ready_reductions(bool flush) {
+  while (next_bucket_ >= 0) {
+    const Bucket& bucket = buckets_[static_cast<size_t>(next_bucket_)];
+    if (!flush) {
+      for (size_t u = bucket.first; u <= bucket.last; ++u) {
+        if (!is_unit_complete(u)) return;
+      }
+    }
+    reduce_bucket(bucket);
+    --next_bucket_;
   }
 }
 
-void Engine::launch_ready_reductions(bool flush) {
-  while (next_to_reduce_ >= 0) {
-    const auto u = static_cast<size_t>(next_to_reduce_);
-    const bool complete = grads_ready_[u] == static_cast<int>(units_[u].params().size());
-    if (!flush && !complete) return;
-    reduce_unit(u);
-    --next_to_reduce_;
+void Engine::reduce_bucket(const Bucket& bucket) {
+  if (bucket.first == bucket.last) {
+    reduce_unit(bucket.first);
+    return;
   }
+  const int world = comm_->size();
+  std::vector<torch::Tensor> grads;
+  for (size_t u = bucket.first; u <= bucket.last; ++u) {
+    ZEST_CHECK(!unit_reduced_[u], "unit ", units_[u].name(), " reduced twice in one micro-step");
+    unit_reduced_[u] = 1;
+    grads.push_back(policy_.shard_grads ? units_[u].take_grads_into_bucket() : units_[u].grad_flat());
+  }
+  // Fused: world rows of [slice of each unit], so rank r's result row holds each unit's slice r.
+  auto packed = pack_rank_major(grads, world);
+  if (!policy_.shard_optimizer) {  // stage 0: allreduce the fused buffer, then copy back
+    pending_.push_back({comm_->allreduce(packed, ReduceOp::sum),
+                        [packed, grads, world] { unpack_rank_major(packed, grads, world); }});
+    return;
+  }
+  const torch::Dtype out_dtype = policy_.shard_grads ? reduce_dtype_ : compute_dtype_;
+  auto reduced = torch::empty({packed.numel() / world}, packed.options().dtype(out_dtype));
+  auto work = comm_->reduce_scatter(packed, reduced, ReduceOp::sum);
+  if (policy_.shard_grads) {
+    // The bucket's units have consecutive spans in the gradient shard, in the same order as a row.
+    const int64_t begin = master_spans_[bucket.first].begin;
+    pending_.push_back({std::move(work), [this, begin, reduced] {
+                          grad_shard_.narrow(0, begin, reduced.numel()).add_(reduced);
+                        }});
+    return;
+  }
+  std::vector<torch::Tensor> owned;  // stage 1: each unit's own slice of its full gradient buffer
+  for (size_t u = bucket.first; u <= bucket.last; ++u) {
+    owned.push_back(units_[u].grad_flat().narrow(0, units_[u].owned().begin, units_[u].owned().numel));
+  }
+  pending_.push_back({std::move(work), [reduced, owned] {
+                        int64_t offset = 0;
+                        for (const auto& slice : owned) {
+                          slice.copy_(reduced.narrow(0, offset, slice.numel()));
+                          offset += slice.numel();
+                        }
+                      }});
 }
 
 void Engine::reduce_unit(size_t u) {
@@ -297,7 +351,25 @@ void Engine::refresh_params_from_master() {
     units_[u].param_owned().copy_(master_.narrow(0, master_spans_[u].begin, master_spans_[u].numel));
   }
   if (!policy_.shard_optimizer) return;
-  for (auto& unit : units_) pending_.push_back({comm_->allgather(unit.param_owned(), unit.param_flat()), nullptr});
+  const int world = comm_->size();
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.first == bucket.last) {  // in place: the own slice already sits in the full buffer
+      const FlatUnit& unit = units_[bucket.first];
+      pending_.push_back({comm_->allgather(unit.param_owned(), unit.param_flat()), nullptr});
+      continue;
+    }
+    std::vector<torch::Tensor> params;
+    int64_t row = 0;
+    for (size_t u = bucket.first; u <= bucket.last; ++u) {
+      params.push_back(units_[u].param_flat());
+      row += units_[u].owned().numel;
+    }
+    auto packed = torch::empty({world, row}, params.front().options());
+    const int64_t begin = master_spans_[bucket.first].begin;
+    packed[comm_->rank()].copy_(master_.narrow(0, begin, row));
+    pending_.push_back({comm_->allgather(packed[comm_->rank()], packed.view({-1})),
+                        [packed, params, world] { unpack_rank_major(packed.view({-1}), params, world); }});
+  }
   wait_pending();
 }
 

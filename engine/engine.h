@@ -7,6 +7,7 @@
 //   zest::StepStats stats = engine.step();
 #pragma once
 
+#include "engine/bucket_plan.h"
 #include "engine/communicator.h"
 #include "engine/engine_config.h"
 #include "engine/flat_unit.h"
@@ -57,6 +58,7 @@ class Engine {
   const ShardingPolicy& policy() const { return policy_; }
   Communicator& comm() const { return *comm_; }
   const std::vector<FlatUnit>& units() const { return units_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
   ElementSpan master_span(size_t unit_idx) const { return master_spans_[unit_idx]; }
   torch::Tensor master_shard() const { return master_; }  // [Σ owned] fp32
   Optimizer& optimizer() { return *optimizer_; }
@@ -64,6 +66,8 @@ class Engine {
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t step) { step_count_ = step; }
   int64_t skipped_total() const { return skipped_total_; }
+  void set_skipped_total(int64_t count) { skipped_total_ = count; }  // restored by checkpoint::load
+  const SchedulerConfig& schedule_config() const { return schedule_; }
   double current_lr() const;
   // Recomputes the compute-dtype parameters from the master shard (after loading a checkpoint).
   void refresh_params_from_master();
@@ -82,7 +86,9 @@ class Engine {
   void register_grad_hooks();
   void on_param_grad_ready(size_t unit_idx);
   void launch_ready_reductions(bool flush);
+  void reduce_bucket(const Bucket& bucket);
   void reduce_unit(size_t unit_idx);
+  bool is_unit_complete(size_t unit_idx) const;
   void wait_pending();
   torch::Tensor owned_grad(size_t unit_idx) const;
   std::string first_nonfinite_param();
@@ -101,6 +107,7 @@ class Engine {
   std::vector<FlatUnit> units_;
   std::vector<ElementSpan> master_spans_;  // unit's span in master_/grad_shard_/optimizer state
   std::vector<std::vector<ElementRange>> decay_ranges_;  // per unit, relative to its master span
+  std::vector<Bucket> buckets_;            // units fused into one collective (engine.bucket_mb)
   torch::Tensor master_;                   // [Σ owned] fp32
   torch::Tensor grad_shard_;               // [Σ owned] reduce dtype (stage 2 only)
   std::unique_ptr<Optimizer> optimizer_;
@@ -110,7 +117,7 @@ class Engine {
   // every rank, so collectives match across ranks even if units finish in a different order.
   std::vector<int> grads_ready_;     // per unit: parameters whose gradient has been accumulated
   std::vector<char> unit_reduced_;   // per unit: reduction launched this micro-step
-  int next_to_reduce_ = -1;
+  int next_bucket_ = -1;             // buckets are launched from the last to the first
   bool reduce_this_micro_step_ = false;
   std::vector<Pending> pending_;
   std::shared_ptr<HookTarget> hook_target_;

@@ -81,22 +81,23 @@ class ToyStack : public UnitModule {
           return Tensors{embed_->forward(in[0])};
         },
         {x, torch::Tensor()})[0];
-    const auto c = run_unit("cond", [this](const Tensors& in) { return Tensors{torch::silu(cond_->forward(in[0]))}; },
-                            {t})[0];
+    const UnitFn cond = [this](const Tensors& in) { return Tensors{torch::silu(cond_->forward(in[0]))}; };
+    const auto c = run_unit("cond", cond, {t})[0];
     Tensors state{h0, c, mask, torch::Tensor()};
     for (int64_t i = 0; i < kBlocks; ++i) {
       state = run_unit(
           "blocks." + std::to_string(i),
           [this, i](const Tensors& in) {
             EXPECT_FALSE(in[3].defined());
-            return Tensors{blocks_[i]->as<BlockImpl>()->forward(in[0], in[1], in[2]), in[1], in[2], torch::Tensor()};
+            const auto h = blocks_[i]->as<BlockImpl>()->forward(in[0], in[1], in[2]);
+            return Tensors{h, in[1], in[2], torch::Tensor()};
           },
           state);
       EXPECT_EQ(state[2].scalar_type(), torch::kBool);
       EXPECT_FALSE(state[3].defined());
     }
-    return run_unit("final", [this](const Tensors& in) { return Tensors{out_->forward(norm_->forward(in[0]))}; },
-                    {state[0]})[0];
+    const UnitFn head = [this](const Tensors& in) { return Tensors{out_->forward(norm_->forward(in[0]))}; };
+    return run_unit("final", head, {state[0]})[0];
   }
 
  private:

@@ -76,6 +76,7 @@ struct Case {
   double clip;
   bool sgd = false;
   CheckpointPolicy activation_checkpointing = CheckpointPolicy::none;
+  double bucket_mb = 25.0;  // the default fuses all of ToyNet's units into one bucket
 };
 
 std::map<std::string, torch::Tensor> engine_run(const Case& c) {
@@ -88,6 +89,7 @@ std::map<std::string, torch::Tensor> engine_run(const Case& c) {
   ec.accumulation_steps = c.accumulation;
   ec.clip_norm = c.clip;
   ec.activation_checkpointing = c.activation_checkpointing;
+  ec.bucket_mb = c.bucket_mb;
   Engine engine(model, ec, optim_config(c.sgd), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -141,6 +143,11 @@ std::vector<Case> all_cases() {
   // gradient hooks must still fire and reduce exactly as without it.
   for (int stage : {0, 1, 2}) cases.push_back({stage, 3, 0.05, /*sgd=*/true, CheckpointPolicy::all});
   cases.push_back({2, 1, 0.0, /*sgd=*/false, CheckpointPolicy::every_k});
+  // One unit per collective (tiny buckets), and a mix of fused and single-unit buckets.
+  for (int stage : {0, 1, 2}) {
+    cases.push_back({stage, 3, 0.05, /*sgd=*/true, CheckpointPolicy::none, 1e-6});
+    cases.push_back({stage, 1, 0.05, /*sgd=*/true, CheckpointPolicy::none, 0.001});
+  }
   return cases;
 }
 
@@ -152,7 +159,9 @@ INSTANTIATE_TEST_SUITE_P(StagesAccumulationClipping, DistEquivalence, ::testing:
                                   (info.param.clip > 0 ? "_clip" : "_noclip") +
                                   (info.param.activation_checkpointing == CheckpointPolicy::none ? ""
                                    : info.param.activation_checkpointing == CheckpointPolicy::all ? "_ac_all"
-                                                                                                  : "_ac_every2");
+                                                                                                  : "_ac_every2") +
+                                  (info.param.bucket_mb >= 1.0 ? "" : info.param.bucket_mb > 1e-5 ? "_mixedbuckets"
+                                                                                                  : "_unitbuckets");
                          });
 
 // Clipping must actually engage in the clip cases, or the test above proves nothing about it.

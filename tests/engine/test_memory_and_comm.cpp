@@ -99,6 +99,7 @@ TEST(DistCommPattern, NonBoundaryMicroStepsByStage) {
     ec.stage = stage;
     ec.precision = Precision::fp32;
     ec.accumulation_steps = 3;
+    ec.bucket_mb = 0.01;  // 10 KiB: each 16 KiB unit is a bucket of its own
     Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, counting);
     auto x = torch::randn({4, 64});
     for (int m = 0; m < 3; ++m) {
@@ -121,6 +122,50 @@ TEST(DistCommPattern, NonBoundaryMicroStepsByStage) {
     EXPECT_EQ(counting->allgathers, stage == 0 ? 0 : 4) << "stage " << stage;
     EXPECT_EQ(counting->allreduces, stage == 0 ? 0 : 1) << "stage " << stage;  // the grad-norm allreduce
   }
+}
+
+TEST(DistCommPattern, SmallUnitsAreFusedIntoBuckets) {
+  auto counting = std::make_shared<CountingCommunicator>(world_communicator());
+  for (int stage : {0, 1, 2}) {
+    for (double bucket_mb : {1.0, 0.04}) {  // all four 16 KiB units in one bucket; or two per bucket
+      auto model = std::make_shared<SquareNet>();
+      EngineConfig ec;
+      ec.stage = stage;
+      ec.precision = Precision::fp32;
+      ec.bucket_mb = bucket_mb;
+      Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, counting);
+      const int buckets = bucket_mb >= 1.0 ? 1 : 2;
+      EXPECT_EQ(static_cast<int>(engine.buckets().size()), buckets);
+      counting->reset();
+      engine.backward(model->forward(torch::randn({4, 64})).pow(2).mean());
+      EXPECT_EQ(stage == 0 ? counting->allreduces : counting->reduce_scatters, buckets) << "stage " << stage;
+      counting->reset();
+      engine.step();
+      EXPECT_EQ(counting->allgathers, stage == 0 ? 0 : buckets) << "stage " << stage;
+    }
+  }
+}
+
+TEST(BucketPlan, GroupsNeighboursUpToTheLimit) {
+  const auto buckets = plan_buckets({10, 10, 30, 5, 5, 5}, 20);
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].first, 0u);
+  EXPECT_EQ(buckets[0].last, 1u);
+  EXPECT_EQ(buckets[1].first, 2u);  // larger than the limit: alone
+  EXPECT_EQ(buckets[1].last, 2u);
+  EXPECT_EQ(buckets[2].first, 3u);
+  EXPECT_EQ(buckets[2].last, 5u);
+}
+
+TEST(BucketPlan, RankMajorPackingRoundTrips) {
+  auto a = torch::arange(8, torch::kFloat32), b = torch::arange(100, 104, torch::kFloat32);
+  auto packed = pack_rank_major({a, b}, /*world_size=*/2);
+  // Row r = [a's slice r | b's slice r].
+  EXPECT_TRUE(packed.equal(torch::tensor({0, 1, 2, 3, 100, 101, 4, 5, 6, 7, 102, 103}, torch::kFloat32)));
+  auto a2 = torch::zeros(8), b2 = torch::zeros(4);
+  unpack_rank_major(packed, {a2, b2}, 2);
+  EXPECT_TRUE(a2.equal(a));
+  EXPECT_TRUE(b2.equal(b));
 }
 
 }  // namespace
