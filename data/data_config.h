@@ -1,0 +1,23 @@
+// DataConfig: the [data] table (dataset folder, per-rank micro-batch size, loader threads, sequence
+// length), with its strict TOML reader and writer.
+#pragma once
+
+#include <string>
+
+namespace zest {
+
+class ConfigTable;   // engine/config_reader.h
+class ConfigWriter;  // engine/config_writer.h
+
+struct DataConfig {
+  std::string dir;       // dataset folder (required; relative to the working directory)
+  int batch_size = 1;    // samples per rank per micro-batch (global batch = batch_size · ranks · accumulation)
+  int num_workers = 2;   // background loader threads per rank; 0 = load on the training thread
+  int seq_len = 0;       // frames per sample for sequence models; 0 = the dataset's own length
+
+  static DataConfig from_toml(ConfigTable& table);
+};
+
+void to_toml(const DataConfig& config, ConfigWriter& out);
+
+}  // namespace zest

@@ -1,0 +1,147 @@
+// EngineConfig: enums ↔ dtypes and names, and the [engine] / [engine.loss_scale] TOML reader (strict,
+// with cross-field rules) and writer.
+#include "engine/engine_config.h"
+
+#include "engine/check.h"
+#include "engine/config_reader.h"
+#include "engine/config_writer.h"
+
+#include <cmath>
+
+namespace zest {
+
+torch::Dtype to_dtype(Precision p) {
+  switch (p) {
+    case Precision::fp32: return torch::kFloat32;
+    case Precision::bf16: return torch::kBFloat16;
+    case Precision::fp16: return torch::kFloat16;
+  }
+  ZEST_FAIL("unknown precision");
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+const char* to_string(AtMinScale a) { return a == AtMinScale::warn ? "warn" : "error"; }
+
+const char* to_string(CheckpointPolicy p) {
+  switch (p) {
+    case CheckpointPolicy::none: return "none";
+    case CheckpointPolicy::all: return "all";
+    case CheckpointPolicy::every_k: return "every_k";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision::fp16};
+constexpr CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPolicy::all, CheckpointPolicy::every_k};
+constexpr AtMinScale kAtMin[] = {AtMinScale::warn, AtMinScale::error};
+
+// DeepSpeed spellings people bring along, with the zest key to use instead.
+const std::map<std::string, std::string> kEngineHints = {
+    {"gradient_accumulation_steps", "zest calls it accumulation_steps"},
+    {"gradient_clipping", "zest calls it clip_norm"},
+    {"reduce_bucket_size", "zest calls it bucket_mb, in MiB"},
+    {"communication_data_type", "zest calls it reduce_dtype"},
+    {"zero_optimization", "the ZeRO stage is engine.stage"},
+};
+const std::map<std::string, std::string> kLossScaleHints = {
+    {"initial_scale_power", "zest takes the scale itself: initial = 65536.0 for 2^16"},
+    {"loss_scale_window", "zest calls it window"},
+    {"min_loss_scale", "zest calls it min"},
+};
+
+void check(ConfigTable& table, bool ok, const std::string& key, const std::string& message) {
+  if (!ok) table.fail(key, message);
+}
+
+LossScaleConfig read_loss_scale(ConfigTable& table) {
+  LossScaleConfig c;
+  c.initial = table.get("initial", c.initial);
+  c.window = table.get("window", c.window);
+  c.hysteresis = table.get("hysteresis", c.hysteresis);
+  c.min = table.get("min", c.min);
+  c.at_min = table.get_enum("at_min", c.at_min, kAtMin);
+  table.reject_unknown_keys(kLossScaleHints);
+
+  check(table, std::isfinite(c.initial) && c.initial > 0, "initial", "must be a positive finite number");
+  check(table, c.window >= 1, "window", "must be >= 1 (clean steps before the scale doubles)");
+  check(table, c.hysteresis >= 1, "hysteresis", "must be >= 1 (1 = halve on every overflow)");
+  check(table, std::isfinite(c.min) && c.min > 0, "min", "must be a positive finite number");
+  check(table, c.min <= c.initial, "min",
+        "must be <= initial (" + toml_float(c.min) + " > " + toml_float(c.initial) + ")");
+  return c;
+}
+
+void check_ranges(ConfigTable& table, const EngineConfig& c) {
+  check(table, c.stage != 3, "stage", "stage 3 is not implemented yet; use 0, 1 or 2");
+  check(table, c.stage >= 0 && c.stage <= 2, "stage", "must be 0, 1 or 2 (got " + std::to_string(c.stage) + ")");
+  check(table, c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
+  check(table, std::isfinite(c.clip_norm) && c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 = no clipping)");
+  check(table, std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "must be > 0");
+  check(table, c.checkpoint_every >= 1, "checkpoint_every", "must be >= 1");
+  check(table, c.activation_checkpointing == CheckpointPolicy::every_k || !table.has("checkpoint_every"),
+        "checkpoint_every",
+        std::string("is only used with activation_checkpointing = \"every_k\" (it is \"") +
+            to_string(c.activation_checkpointing) + "\")");
+  check(table, c.max_nonfinite_steps >= 1, "max_nonfinite_steps", "must be >= 1");
+  check(table, c.threads >= 0, "threads", "must be >= 0 (0 = cores / local ranks)");
+}
+
+}  // namespace
+
+EngineConfig EngineConfig::from_toml(ConfigTable& table) {
+  EngineConfig c;
+  c.stage = table.get("stage", c.stage);
+  c.precision = table.get_enum("precision", c.precision, kPrecisions);
+  c.reduce_dtype = table.get_enum("reduce_dtype", c.reduce_dtype, kPrecisions);
+  c.accumulation_steps = table.get("accumulation_steps", c.accumulation_steps);
+  c.clip_norm = table.get("clip_norm", c.clip_norm);
+  c.bucket_mb = table.get("bucket_mb", c.bucket_mb);
+  c.activation_checkpointing = table.get_enum("activation_checkpointing", c.activation_checkpointing, kPolicies);
+  c.checkpoint_every = table.get("checkpoint_every", c.checkpoint_every);
+  c.max_nonfinite_steps = table.get("max_nonfinite_steps", c.max_nonfinite_steps);
+  c.threads = table.get("threads", c.threads);
+  ConfigTable loss_scale = table.table("loss_scale");
+  if (c.precision == Precision::fp16) c.loss_scale = read_loss_scale(loss_scale);
+  table.reject_unknown_keys(kEngineHints);
+
+  // A loss scaler only exists for fp16; accepting its settings otherwise would silently ignore them.
+  if (c.precision != Precision::fp16 && table.has("loss_scale"))
+    table.fail("loss_scale", std::string("[engine.loss_scale] is only used with precision = \"fp16\" (precision is \"") +
+                                 to_string(c.precision) + "\"); remove it or set engine.precision = \"fp16\"");
+  check_ranges(table, c);
+  return c;
+}
+
+void to_toml(const EngineConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("engine", "ZeRO engine: sharding stage, precision, accumulation, clipping");
+  t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded");
+  t.set("precision", to_string(c.precision), "compute dtype of parameters and activations: fp32|bf16|fp16");
+  t.set("reduce_dtype", to_string(c.reduce_dtype), "dtype gradients are reduced in: fp32|bf16|fp16");
+  t.set("accumulation_steps", c.accumulation_steps, "micro-batches per optimizer step");
+  t.set("clip_norm", c.clip_norm, "global gradient-norm clip; 0 = off");
+  t.set("bucket_mb", c.bucket_mb, "small neighbouring units are fused up to this size (MiB)");
+  t.set("activation_checkpointing", to_string(c.activation_checkpointing), "none|all|every_k");
+  if (c.activation_checkpointing == CheckpointPolicy::every_k)  // refused with the other policies
+    t.set("checkpoint_every", c.checkpoint_every, "checkpoint every k-th unit");
+  t.set("max_nonfinite_steps", c.max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops");
+  t.set("threads", c.threads, "intra-op threads per rank; 0 = cores / local ranks");
+  if (c.precision != Precision::fp16) return;
+  ConfigWriter& ls = t.table("loss_scale", "fp16 dynamic loss scaling");
+  ls.set("initial", c.loss_scale.initial, "starting scale (65536 = 2^16)");
+  ls.set("window", c.loss_scale.window, "clean steps before the scale doubles");
+  ls.set("hysteresis", c.loss_scale.hysteresis, "overflows tolerated before the scale halves");
+  ls.set("min", c.loss_scale.min, "floor of the scale");
+  ls.set("at_min", to_string(c.loss_scale.at_min), "overflow at the floor: warn|error");
+}
+
+}  // namespace zest

@@ -1,0 +1,143 @@
+// OptimConfig / SchedulerConfig: enum names, the weight-decay exclusion rule, and the [optimizer] and
+// [scheduler] TOML readers (strict) and writers.
+#include "optim/optim_config.h"
+
+#include "engine/config_reader.h"
+#include "engine/config_writer.h"
+
+#include <cmath>
+#include <map>
+
+namespace zest {
+
+const char* to_string(OptimizerKind k) { return k == OptimizerKind::adamw ? "adamw" : "sgd"; }
+
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::constant: return "constant";
+    case ScheduleKind::cosine: return "cosine";
+    case ScheduleKind::linear: return "linear";
+  }
+  return "?";
+}
+
+bool no_decay_matches(const std::vector<std::string>& patterns, const std::string& param_name) {
+  size_t start = 0;
+  while (start <= param_name.size()) {
+    const size_t dot = param_name.find('.', start);
+    const std::string component = param_name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    for (const auto& pattern : patterns) {
+      if (!pattern.empty() && component.find(pattern) != std::string::npos) return true;
+    }
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return false;
+}
+
+namespace {
+
+constexpr OptimizerKind kOptimizers[] = {OptimizerKind::adamw, OptimizerKind::sgd};
+constexpr ScheduleKind kSchedules[] = {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::linear};
+
+// DeepSpeed's layout ({"type": ..., "params": {...}}) and names, with the zest spelling.
+const std::map<std::string, std::string> kOptimizerHints = {
+    {"type", "zest calls it name"},
+    {"params", "zest reads lr, betas, ... directly in [optimizer], not in [optimizer.params]"},
+    {"beta1", "write betas = [beta1, beta2]"},
+    {"beta2", "write betas = [beta1, beta2]"},
+};
+const std::map<std::string, std::string> kSchedulerHints = {
+    {"type", "zest calls it name"},
+    {"params", "zest reads warmup_steps, ... directly in [scheduler], not in [scheduler.params]"},
+    {"warmup_num_steps", "zest calls it warmup_steps"},
+    {"total_num_steps", "zest counts decay_steps after warm-up"},
+};
+
+void check(ConfigTable& table, bool ok, const std::string& key, const std::string& message) {
+  if (!ok) table.fail(key, message);
+}
+
+// Keys of one optimizer given to the other are refused: silently ignoring them hides a mistake.
+void reject_foreign_keys(ConfigTable& table, OptimizerKind name, const std::vector<std::string>& keys,
+                         const char* owner) {
+  for (const std::string& key : keys)
+    check(table, !table.has(key), key,
+          std::string("is only used by optimizer \"") + owner + "\" (name is \"" + to_string(name) + "\")");
+}
+
+}  // namespace
+
+OptimConfig OptimConfig::from_toml(ConfigTable& table) {
+  OptimConfig c;
+  c.name = table.get_enum("name", c.name, kOptimizers);
+  c.lr = table.get("lr", c.lr);
+  const std::vector<double> betas = table.get("betas", std::vector<double>{c.beta1, c.beta2});
+  c.eps = table.get("eps", c.eps);
+  c.weight_decay = table.get("weight_decay", c.weight_decay);
+  c.momentum = table.get("momentum", c.momentum);
+  c.nesterov = table.get("nesterov", c.nesterov);
+  c.no_decay = table.get("no_decay", c.no_decay);
+  table.reject_unknown_keys(kOptimizerHints);
+
+  if (c.name == OptimizerKind::adamw) reject_foreign_keys(table, c.name, {"momentum", "nesterov"}, "sgd");
+  if (c.name == OptimizerKind::sgd) reject_foreign_keys(table, c.name, {"betas", "eps"}, "adamw");
+  check(table, std::isfinite(c.lr) && c.lr > 0, "lr", "must be > 0");
+  check(table, betas.size() == 2, "betas",
+        "must have exactly 2 values [beta1, beta2] (got " + std::to_string(betas.size()) + ")");
+  for (const double beta : betas)
+    check(table, beta >= 0 && beta < 1, "betas", "each beta must be in [0, 1) (got " + toml_float(beta) + ")");
+  c.beta1 = betas[0];
+  c.beta2 = betas[1];
+  check(table, std::isfinite(c.eps) && c.eps > 0, "eps", "must be > 0");
+  check(table, std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay", "must be >= 0");
+  check(table, c.momentum >= 0 && c.momentum < 1, "momentum", "must be in [0, 1)");
+  check(table, !c.nesterov || c.momentum > 0, "nesterov", "needs momentum > 0");
+  for (const std::string& pattern : c.no_decay)
+    check(table, !pattern.empty(), "no_decay", "patterns must not be empty (an empty one would match nothing)");
+  return c;
+}
+
+SchedulerConfig SchedulerConfig::from_toml(ConfigTable& table) {
+  SchedulerConfig c;
+  c.name = table.get_enum("name", c.name, kSchedules);
+  c.warmup_steps = table.get("warmup_steps", c.warmup_steps);
+  c.decay_steps = table.get("decay_steps", c.decay_steps);
+  c.min_lr = table.get("min_lr", c.min_lr);
+  table.reject_unknown_keys(kSchedulerHints);
+
+  check(table, c.warmup_steps >= 0, "warmup_steps", "must be >= 0");
+  check(table, c.decay_steps >= 0, "decay_steps", "must be >= 0");
+  check(table, std::isfinite(c.min_lr) && c.min_lr >= 0, "min_lr", "must be >= 0");
+  for (const char* key : {"decay_steps", "min_lr"})
+    check(table, c.name != ScheduleKind::constant || !table.has(key), key,
+          "is only used by the cosine and linear schedules (name is \"constant\")");
+  return c;
+}
+
+void to_toml(const OptimConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("optimizer", "optimizer of the fp32 master shards");
+  t.set("name", to_string(c.name), "adamw|sgd");
+  t.set("lr", c.lr, "peak learning rate");
+  if (c.name == OptimizerKind::adamw) {
+    t.set("betas", std::vector<double>{c.beta1, c.beta2}, "Adam moment decay rates [beta1, beta2]");
+    t.set("eps", c.eps, "Adam denominator epsilon");
+  }
+  t.set("weight_decay", c.weight_decay, "decoupled weight decay (AdamW) / L2 (SGD)");
+  if (c.name == OptimizerKind::sgd) {
+    t.set("momentum", c.momentum, "SGD momentum");
+    t.set("nesterov", c.nesterov, "Nesterov momentum");
+  }
+  t.set("no_decay", c.no_decay, "name patterns excluded from weight decay");
+}
+
+void to_toml(const SchedulerConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("scheduler", "learning-rate schedule");
+  t.set("name", to_string(c.name), "constant|cosine|linear");
+  t.set("warmup_steps", c.warmup_steps, "linear warm-up steps from 0 to lr");
+  if (c.name == ScheduleKind::constant) return;
+  t.set("decay_steps", c.decay_steps, "steps of decay after warm-up");
+  t.set("min_lr", c.min_lr, "learning rate at the end of decay");
+}
+
+}  // namespace zest

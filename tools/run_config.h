@@ -1,0 +1,52 @@
+// RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
+// [train], [checkpoint]), layered defaults < file < --set overrides, with the cross-table checks.
+#pragma once
+
+#include "checkpoint/checkpoint_config.h"
+#include "data/data_config.h"
+#include "engine/engine_config.h"
+#include "models/model_selection.h"
+#include "optim/optim_config.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+class ConfigTable;   // engine/config_reader.h
+class ConfigWriter;  // engine/config_writer.h
+
+// The [train] table: how long, which seed, how often to log, where the run's outputs go.
+struct TrainConfig {
+  int64_t max_steps = 1000;        // optimizer steps
+  int64_t seed = 0;                // seeds parameter init, data order and dropout (rank-aware)
+  int log_every = 10;              // optimizer steps between log lines
+  std::string run_dir = "runs/zest";  // logs, the resolved config and (by default) checkpoints
+
+  static TrainConfig from_toml(ConfigTable& table);
+};
+
+void to_toml(const TrainConfig& config, ConfigWriter& out);
+
+struct RunConfig {
+  std::string source;  // the run file it was read from ("" when built in code)
+  ModelSelection model;
+  DataConfig data;
+  EngineConfig engine;
+  OptimConfig optimizer;
+  SchedulerConfig scheduler;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+};
+
+// Reads a run file, applies `overrides` ("section.key=value", TOML values) on top, validates every
+// table and the cross-table rules, and resolves derived defaults (checkpoint.dir, scheduler.decay_steps).
+RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from an already parsed (and overridden) document, e.g. ConfigTable::parse_string in tests.
+RunConfig run_config_from_toml(ConfigTable& root);
+
+// The resolved config as TOML, every default written out, each key with its one-line doc.
+std::string to_toml(const RunConfig& config);
+
+}  // namespace zest
