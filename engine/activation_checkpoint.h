@@ -1,0 +1,56 @@
+// Activation checkpointing: a UnitRunner decorator that keeps only a unit's inputs during forward and
+// recomputes the unit during backward (the "reentrant" scheme), for the units a CheckpointPolicy selects.
+#pragma once
+
+#include "engine/engine_config.h"
+#include "engine/unit_module.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+// Whether the unit at `unit_idx` (its position in unit_decls() order) is checkpointed: none → never,
+// all → always, every_k → units 0, k, 2k, … (the first unit included, so k = 1 equals all).
+bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx);
+
+// Runs one unit checkpointed. Forward: `fn` (through `inner` when given) runs under no-grad, so only
+// the inputs are kept. Backward: the unit is re-run with grad enabled under the CPU/CUDA RNG state and
+// autocast state of the forward, and the incoming gradients are backpropagated through the recomputed
+// graph, so parameter gradients accumulate into .grad (their AccumulateGrad nodes fire) as without
+// checkpointing; the inputs' gradients are returned to the outer graph. Results are bitwise equal to a
+// plain run except that an input used several times inside the unit and also elsewhere gets its
+// gradient summed per unit rather than per use (fp32 rounding-level differences upstream of it).
+//
+// Lifetime contract: `fn` is copied and called again during backward, after the model's forward has
+// returned, so it must not capture locals of the forward by reference (capture `this` and values).
+// Inputs may be undefined or non-floating (masks); outputs may be undefined, non-floating or inputs.
+// Without grad mode (evaluation) the unit simply runs.
+Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs,
+                        const std::shared_ptr<UnitRunner>& inner = nullptr);
+
+// The decorator: checkpoints the units the policy selects and runs the others plainly, both through
+// `inner` when given (e.g. a parameter-gathering runner), so runners nest.
+class CheckpointRunner : public UnitRunner {
+ public:
+  // `unit_names`: every unit in unit_decls() order (a unit is selected by its position).
+  CheckpointRunner(CheckpointPolicy policy, int every, const std::vector<std::string>& unit_names,
+                   std::shared_ptr<UnitRunner> inner = nullptr);
+
+  Tensors run(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs) override;
+  bool is_checkpointed(const std::string& unit_name) const;
+
+ private:
+  std::set<std::string> known_units_;
+  std::set<std::string> checkpointed_units_;
+  std::shared_ptr<UnitRunner> inner_;
+};
+
+// The runner for `config.activation_checkpointing` over `model`'s units, wrapping `inner`. With the
+// policy `none` no decorator is needed and `inner` itself is returned (possibly null).
+std::shared_ptr<UnitRunner> make_checkpoint_runner(const EngineConfig& config, const UnitModule& model,
+                                                   std::shared_ptr<UnitRunner> inner = nullptr);
+
+}  // namespace zest

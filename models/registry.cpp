@@ -1,0 +1,90 @@
+// The model registry (see registry.h): the families listed explicitly, one line each, and the built-in
+// configurations embedded from configs/models/*.toml.
+#include "models/registry.h"
+
+#include "engine/check.h"
+#include "models/builtin_configs.h"
+#include "models/hymotion/hymotion.h"
+#include "models/unet/unet.h"
+
+#include <set>
+
+namespace zest {
+namespace {
+
+std::vector<ModelFamily> make_families() {
+  // Adding a model family: one folder under models/ and one line here.
+  std::vector<ModelFamily> families{
+      hymotion::family(),
+      unet::family(),
+  };
+  std::set<std::string> names;
+  for (const ModelFamily& family : families) {
+    const bool complete = !family.name.empty() && family.build && family.count_parameters &&
+                          family.forward && family.training_loss;
+    ZEST_CHECK(complete, "model family '", family.name, "' is registered incompletely");
+    ZEST_CHECK(names.insert(family.name).second, "model family '", family.name, "' is registered twice");
+  }
+  return families;
+}
+
+std::string family_names() {
+  std::string names;
+  for (const ModelFamily& family : model_families()) names += (names.empty() ? "" : ", ") + family.name;
+  return names;
+}
+
+std::vector<BuiltinModelConfig> make_builtin_configs() {
+  std::vector<BuiltinModelConfig> configs;
+  for (const detail::EmbeddedConfigFile& file : detail::embedded_model_config_files()) {
+    const std::string file_name(file.file_name);
+    const std::string name = file_name.substr(0, file_name.size() - std::string(".toml").size());
+    // The family is the file name up to the first '_': hymotion_1b → hymotion.
+    const std::string family = name.substr(0, name.find('_'));
+    bool is_known = false;
+    for (const ModelFamily& f : model_families()) is_known = is_known || f.name == family;
+    ZEST_CHECK(is_known, "built-in configuration configs/models/", file_name, ": its name must start with a ",
+               "model family and '_' (known families: ", family_names(), ")");
+    configs.push_back({name, family, std::string(file.text)});
+  }
+  return configs;
+}
+
+}  // namespace
+
+const std::vector<ModelFamily>& model_families() {
+  static const std::vector<ModelFamily> families = make_families();
+  return families;
+}
+
+const ModelFamily& model_family(const std::string& name) {
+  for (const ModelFamily& family : model_families()) {
+    if (family.name == name) return family;
+  }
+  ZEST_FAIL("unknown model family '", name, "' (known: ", family_names(), ")");
+}
+
+const std::vector<BuiltinModelConfig>& builtin_model_configs() {
+  static const std::vector<BuiltinModelConfig> configs = make_builtin_configs();
+  return configs;
+}
+
+const BuiltinModelConfig& builtin_model_config(const std::string& name) {
+  std::string known;
+  const BuiltinModelConfig* closest = nullptr;
+  size_t closest_distance = 0;
+  for (const BuiltinModelConfig& config : builtin_model_configs()) {
+    if (config.name == name) return config;
+    known += (known.empty() ? "" : ", ") + config.name;
+    const size_t distance = edit_distance(name, config.name);
+    if (!closest || distance < closest_distance) {
+      closest = &config;
+      closest_distance = distance;
+    }
+  }
+  const std::string hint =
+      closest && closest_distance <= 3 ? "; did you mean '" + closest->name + "'?" : "";
+  ZEST_FAIL("unknown built-in model configuration '", name, "' (known: ", known, ")", hint);
+}
+
+}  // namespace zest
