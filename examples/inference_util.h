@@ -1,0 +1,148 @@
+// What the inference examples share: the model from a configuration plus merged weights (strict load),
+// one sample's cached features from a dataset (docs/data_formats.md), and the result as .npy or safetensors.
+#pragma once
+
+#include "checkpoint/safetensors.h"
+#include "data/dataset_manifest.h"
+#include "engine/check.h"
+#include "engine/unit_module.h"
+#include "examples/npy.h"
+#include "models/model_resolve.h"
+#include "models/state_dict.h"
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace zest::examples {
+
+struct ModelArgs {
+  std::string name;          // built-in configuration, e.g. "hymotion_1b"
+  std::string config;        // or a model TOML file
+  std::string weights;       // merged safetensors file (`zest merge`, checkpoint.merge_at_end)
+  std::string device = "cpu";
+  std::string dtype = "fp32";
+};
+
+inline void add_model_options(CLI::App& app, ModelArgs& args) {
+  auto* name = app.add_option("--model", args.name, "built-in model configuration (see `zest models list`)");
+  auto* config = app.add_option("--model-config", args.config, "model configuration TOML file")
+                     ->check(CLI::ExistingFile);
+  name->excludes(config);
+  app.add_option("--weights", args.weights, "merged model weights (safetensors, state-dict names)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--device", args.device, "cpu, cuda, cuda:1, ...")->capture_default_str();
+  app.add_option("--dtype", args.dtype, "compute dtype")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+}
+
+inline torch::Dtype parse_dtype(const std::string& name) {
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kHalf;
+  return torch::kFloat32;
+}
+
+struct LoadedModel {
+  ResolvedModel resolved;
+  std::shared_ptr<UnitModule> module;
+};
+
+// Builds the configured model of `family` and loads the weights strictly: every state-dict name must be
+// in the file with its shape, and the file must hold nothing else.
+inline LoadedModel load_model(const ModelArgs& args, const std::string& family) {
+  ZEST_CHECK(args.name.empty() != args.config.empty(), "give exactly one of --model NAME and --model-config FILE");
+  ModelSelection selection;
+  selection.name = args.name;
+  selection.config_path = args.config;
+  if (!args.config.empty()) selection.family = family;  // any file name will do
+  LoadedModel loaded{resolve_model(selection, ""), nullptr};
+  ZEST_CHECK(loaded.resolved.family->name == family, loaded.resolved.source, " is a ",
+             loaded.resolved.family->name, " configuration; this example needs a ", family, " one");
+  loaded.module = build_model(loaded.resolved);
+  const safetensors::Reader reader(args.weights);
+  LoadOptions strict;
+  strict.strict = true;
+  const LoadReport report = load_state_dict(*loaded.module, reader, strict);
+  std::fprintf(stderr, "loaded %zu tensors from %s into %s\n", report.loaded.size(), args.weights.c_str(),
+               loaded.resolved.description.c_str());
+  loaded.module->to(torch::Device(args.device), parse_dtype(args.dtype));
+  loaded.module->eval();
+  return loaded;
+}
+
+// Where a sample's cached features are: --text names a shard (the index is within it) or a dataset
+// folder (the index is global, shards in dataset.json order; the folder's statistics file comes along).
+struct SampleLocation {
+  std::string shard;
+  int64_t index = 0;
+  std::string stats;  // motion datasets: per-feature mean/std file, else ""
+};
+
+inline SampleLocation locate_sample(const std::string& path, int64_t index) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return {path, index, ""};
+  const DatasetManifest manifest = read_manifest(path);
+  const std::string stats = manifest.stats_file.empty() ? "" : (fs::path(path) / manifest.stats_file).string();
+  int64_t local = index;
+  for (const ShardEntry& shard : manifest.shards) {
+    if (local >= 0 && local < shard.samples) return {(fs::path(path) / shard.file).string(), local, stats};
+    local -= shard.samples;
+  }
+  ZEST_FAIL(path, ": sample ", index, " is out of range (the dataset holds ", manifest.total_samples(), ")");
+}
+
+// Tensor `key` of sample `index`: a file of one sample stores it with `sample_dims` dimensions, a dataset
+// shard stacks its samples along a new leading dimension.
+inline torch::Tensor read_sample(const safetensors::Reader& file, const std::string& key, int64_t index,
+                                 int64_t sample_dims) {
+  if (!file.contains(key)) {
+    std::string names;
+    for (const auto& info : file.tensors()) names += (names.empty() ? "" : ", ") + info.name;
+    ZEST_FAIL(file.path(), " has no tensor '", key, "' (it has: ", names, ")");
+  }
+  torch::Tensor t = file.read(key);
+  if (t.dim() > sample_dims) {
+    ZEST_CHECK(index >= 0 && index < t.size(0), file.path(), ": sample ", index, " is out of range for '", key,
+               "' of shape ", t.sizes());
+    t = t[index];
+  }
+  return t;
+}
+
+// `t` reshaped to `shape`, or an error naming the tensor when the element counts differ.
+inline torch::Tensor reshape_checked(const torch::Tensor& t, torch::IntArrayRef shape, const std::string& what) {
+  int64_t numel = 1;
+  for (const int64_t d : shape) numel *= d;
+  ZEST_CHECK(t.numel() == numel, what, " has shape ", t.sizes(), "; the model expects ", shape);
+  return t.reshape(shape);
+}
+
+inline bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Checked before any work, so that a typo does not cost a whole sampling run.
+inline void check_output_path(const std::string& path) {
+  ZEST_CHECK(ends_with(path, ".npy") || ends_with(path, ".safetensors"), "--out ", path,
+             ": the file name must end in .npy or .safetensors");
+}
+
+// Writes `result` (as float32) to PATH.npy or to PATH.safetensors under `key`.
+inline void write_result(const std::string& path, const std::string& key, const torch::Tensor& result) {
+  check_output_path(path);
+  const torch::Tensor out = result.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  if (ends_with(path, ".safetensors")) {
+    safetensors::save_file(path, {{key, out}});
+  } else {
+    npy::write(path, out);
+  }
+  std::fprintf(stderr, "wrote %s %s to %s\n", key.c_str(), c10::str(out.sizes()).c_str(), path.c_str());
+}
+
+}  // namespace zest::examples

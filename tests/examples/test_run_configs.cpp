@@ -1,0 +1,85 @@
+// The shipped run files configs/*.toml: every one passes the same validation as `zest train`, the big
+// ones carry the realistic settings the docs promise, and the tiny ones stay CPU-sized.
+#include "models/model_resolve.h"
+#include "tools/run_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, RunConfig> parse_all_configs() {
+  std::map<std::string, RunConfig> configs;
+  for (const auto& entry : fs::directory_iterator(fs::path(ZEST_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    configs[entry.path().stem().string()] = parse_run_config(entry.path().string());
+  }
+  return configs;
+}
+
+TEST(RunConfigs, EveryShippedFileParses) {
+  std::map<std::string, RunConfig> configs;
+  ASSERT_NO_THROW(configs = parse_all_configs());
+  for (const char* name : {"hymotion_1b", "hymotion_lite", "hymotion_tiny", "unet_sd15", "unet_sdxl", "unet_tiny"})
+    EXPECT_EQ(configs.count(name), 1u) << "configs/" << name << ".toml is missing";
+  for (const auto& [name, config] : configs) {
+    // The model named by each run file is a built-in configuration of the family its file name says.
+    const ResolvedModel model = resolve_model(config.model, config.source);
+    EXPECT_EQ(name.substr(0, model.family->name.size()), model.family->name) << name;
+    EXPECT_EQ(config.train.run_dir, "runs/" + name) << name;
+  }
+}
+
+TEST(RunConfigs, BigRunsUseRealisticSettings) {
+  const auto configs = parse_all_configs();
+  const std::map<std::string, std::pair<int, int>> batch_and_seq = {
+      {"hymotion_1b", {32, 360}}, {"hymotion_lite", {32, 360}}, {"unet_sd15", {32, 0}}, {"unet_sdxl", {8, 0}}};
+  for (const auto& [name, expected] : batch_and_seq) {
+    SCOPED_TRACE(name);
+    const RunConfig& c = configs.at(name);
+    EXPECT_EQ(c.model.name, name);
+    EXPECT_EQ(c.data.batch_size, expected.first);
+    EXPECT_EQ(c.data.seq_len, expected.second);
+    EXPECT_EQ(c.engine.stage, 2);
+    EXPECT_EQ(c.engine.precision, Precision::bf16);
+    EXPECT_EQ(c.engine.reduce_dtype, Precision::fp32);
+    EXPECT_EQ(c.engine.activation_checkpointing, CheckpointPolicy::all);
+    EXPECT_DOUBLE_EQ(c.engine.clip_norm, 1.0);
+    EXPECT_EQ(c.optimizer.name, OptimizerKind::adamw);
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-4);
+    EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+    EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+    EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.01);
+    EXPECT_EQ(c.scheduler.name, ScheduleKind::cosine);
+    EXPECT_GT(c.scheduler.warmup_steps, 0);
+    EXPECT_EQ(c.scheduler.decay_steps, c.train.max_steps - c.scheduler.warmup_steps);
+    EXPECT_GT(c.checkpoint.every_steps, 0);
+  }
+}
+
+TEST(RunConfigs, TinyRunsAreCpuSized) {
+  const auto configs = parse_all_configs();
+  for (const char* name : {"hymotion_tiny", "unet_tiny"}) {
+    SCOPED_TRACE(name);
+    const RunConfig& c = configs.at(name);
+    EXPECT_EQ(c.model.name, name);
+    EXPECT_EQ(c.data.dir, std::string("datasets/") + name);
+    EXPECT_EQ(c.engine.stage, 2);
+    EXPECT_LE(c.train.max_steps, 100);
+    EXPECT_GE(c.optimizer.lr, 1e-4);
+    // A mid-run checkpoint to resume from, before the final one.
+    EXPECT_GT(c.checkpoint.every_steps, 0);
+    EXPECT_LT(c.checkpoint.every_steps, c.train.max_steps);
+    EXPECT_EQ(c.checkpoint.dir, c.train.run_dir + "/checkpoints");
+    EXPECT_LT(count_model_parameters(resolve_model(c.model, c.source)), 1'000'000);
+  }
+}
+
+}  // namespace
+}  // namespace zest
