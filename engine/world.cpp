@@ -1,12 +1,15 @@
-// World discovery from the launcher's environment, MPI start-up/shutdown, and the world communicator.
+// World discovery from the launcher's environment, MPI start-up/shutdown, and the world communicator
+// (MPI under mpirun, Gloo under a torchrun-style environment, else the world of one).
 #include "engine/world.h"
 
 #include "engine/check.h"
+#include "engine/gloo_communicator.h"
 #include "engine/mpi_communicator.h"
 #include "engine/self_communicator.h"
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -89,11 +92,9 @@ WorldGuard::WorldGuard() : info_(discover_world()) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     ZEST_CHECK(size == info_.size, "MPI world size ", size, " differs from OMPI_COMM_WORLD_SIZE ",
                info_.size);
-  } else if (info_.launcher == Launcher::torchrun && info_.size > 1) {
-    ZEST_FAIL("torchrun-style environment detected (RANK=", info_.rank, ", WORLD_SIZE=", info_.size,
-              ") but this build's CPU transport is MPI: launch with `mpirun -np ", info_.size,
-              "` instead");
   }
+  // A torchrun-style world (RANK/WORLD_SIZE, e.g. from `zest launch`) rendezvouses over TCP when its
+  // communicator is first needed (world_communicator()).
   if (info_.size > 1) error_rank() = info_.rank;
   current_world() = info_;
   world_alive() = true;
@@ -109,6 +110,16 @@ WorldGuard::~WorldGuard() {
   }
 }
 
+void abort_world(const std::string& message) {
+  std::fprintf(stderr, "zest: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized && current_world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
 std::shared_ptr<Communicator> world_communicator() {
   ZEST_CHECK(world_alive(), "world_communicator() needs a live zest::WorldGuard (create one in main)");
   auto& comm = world_comm_slot();
@@ -116,6 +127,10 @@ std::shared_ptr<Communicator> world_communicator() {
     const WorldInfo& w = current_world();
     if (w.launcher == Launcher::mpi) {
       comm = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, w.local_rank, w.local_size);
+    } else if (w.launcher == Launcher::torchrun && w.size > 1) {
+      comm = std::make_shared<GlooCommunicator>(GlooOptions{w.rank, w.size, w.local_rank, w.local_size,
+                                                            w.master_addr, w.master_port,
+                                                            comm_timeout_from_env()});
     } else {
       comm = std::make_shared<SelfCommunicator>();
     }

@@ -44,4 +44,8 @@ class WorldGuard {
 // The communicator over all ranks of the world (created on first use; needs a live WorldGuard).
 std::shared_ptr<Communicator> world_communicator();
 
+// Prints "zest: error: [rank R] MESSAGE" and ends the whole job: MPI_Abort under mpirun (so no rank is
+// left waiting in a collective), exit(1) otherwise (zest launch then stops the other ranks).
+[[noreturn]] void abort_world(const std::string& message);
+
 }  // namespace zest

@@ -8,9 +8,14 @@ class App;
 
 namespace zest::cli {
 
+void add_train_command(CLI::App& app);     // zest train         (cmd_train.cpp)
 void add_estimate_command(CLI::App& app);  // zest estimate      (cmd_estimate.cpp)
 void add_config_command(CLI::App& app);    // zest config check  (cmd_config.cpp)
 void add_models_command(CLI::App& app);    // zest models list|parity (cmd_models.cpp)
+void add_merge_command(CLI::App& app);     // zest merge         (cmd_merge.cpp)
+void add_ckpt_command(CLI::App& app);      // zest ckpt inspect  (cmd_ckpt.cpp)
+void add_launch_command(CLI::App& app);    // zest launch        (cmd_launch.cpp)
+void add_data_command(CLI::App& app);      // zest data synth|stats (cmd_data.cpp)
 
 // Exit status set by a subcommand's callback (0 unless it failed without throwing).
 int& exit_code();

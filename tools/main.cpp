@@ -10,9 +10,14 @@
 int main(int argc, char** argv) {
   CLI::App app{"zest: ZeRO-style memory-sharding training engine"};
   app.require_subcommand(1);
+  zest::cli::add_train_command(app);
   zest::cli::add_estimate_command(app);
   zest::cli::add_config_command(app);
   zest::cli::add_models_command(app);
+  zest::cli::add_merge_command(app);
+  zest::cli::add_ckpt_command(app);
+  zest::cli::add_launch_command(app);
+  zest::cli::add_data_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,110 @@
+// Dataset base: shard files opened and indexed, tensor checks against dataset.json, the format
+// dispatch of open_dataset, and collation of samples into batches.
+#include "data/dataset.h"
+
+#include "data/latent_dataset.h"
+#include "data/model_features.h"
+#include "data/motion_dataset.h"
+#include "engine/check.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+namespace zest {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+std::string dtype_list(const std::vector<torch::Dtype>& dtypes) {
+  std::string names;
+  for (torch::Dtype d : dtypes) names += (names.empty() ? "" : " or ") + safetensors::dtype_name(d);
+  return names;
+}
+
+}  // namespace
+
+const std::vector<torch::Dtype>& float_dtypes() {
+  static const std::vector<torch::Dtype> dtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
+  return dtypes;
+}
+
+Dataset::Dataset(std::string dir, DatasetManifest manifest) : dir_(std::move(dir)), manifest_(std::move(manifest)) {
+  for (size_t i = 0; i < manifest_.shards.size(); ++i) {
+    const std::string path = shard_path(i);
+    ZEST_CHECK(std::filesystem::is_regular_file(path), path, ": shard listed in ", dir_,
+               "/dataset.json does not exist");
+    readers_.emplace_back(path);  // validates the header against the file size (truncation)
+    starts_.push_back(total_);
+    total_ += manifest_.shards[i].samples;
+  }
+}
+
+std::string Dataset::shard_path(size_t shard) const {
+  return (std::filesystem::path(dir_) / manifest_.shards.at(shard).file).string();
+}
+
+Dataset::Location Dataset::locate(int64_t index) const {
+  ZEST_CHECK(index >= 0 && index < total_, "dataset ", dir_, ": sample index ", index, " outside [0, ", total_,
+             ")");
+  const auto it = std::upper_bound(starts_.begin(), starts_.end(), index);
+  const size_t shard = static_cast<size_t>(it - starts_.begin()) - 1;
+  return {shard, index - starts_[shard]};
+}
+
+std::string Dataset::where(int64_t index) const {
+  const Location at = locate(index);
+  return str(shard_path(at.shard), " (sample ", at.local, " of the shard)");
+}
+
+void Dataset::expect_tensor(size_t shard, const std::string& name, const std::vector<torch::Dtype>& dtypes,
+                            const std::vector<int64_t>& shape) const {
+  const safetensors::Reader& r = readers_.at(shard);
+  ZEST_CHECK(r.contains(name), r.path(), ": missing tensor '", name, "' (", format_name(manifest_.format),
+             " shards need it; expected shape ", shape_text(shape), ")");
+  const safetensors::TensorInfo& info = r.info(name);
+  ZEST_CHECK(std::find(dtypes.begin(), dtypes.end(), info.dtype) != dtypes.end(), r.path(), ": tensor '", name,
+             "' has dtype ", safetensors::dtype_name(info.dtype), ", expected ", dtype_list(dtypes));
+  if (info.shape == shape) return;
+  ZEST_CHECK(info.shape.size() == shape.size(), r.path(), ": tensor '", name, "' has shape ",
+             shape_text(info.shape), ", expected ", shape_text(shape));
+  ZEST_CHECK(info.shape[0] == shape[0], r.path(), ": tensor '", name, "' holds ", info.shape[0],
+             " entries but dataset.json lists ", shape[0], " for this shard (sample count mismatch)");
+  ZEST_FAIL(r.path(), ": wrong feature width: tensor '", name, "' has shape ", shape_text(info.shape),
+            " but dataset.json's features give ", shape_text(shape));
+}
+
+std::shared_ptr<const Dataset> open_dataset(const std::string& dir, const DatasetOptions& options,
+                                            const ExpectedFeatures* expected) {
+  DatasetManifest manifest = read_manifest(dir);
+  if (expected != nullptr) check_features(dir, manifest, *expected);
+  if (manifest.format == DatasetFormat::motion)
+    return std::make_shared<MotionDataset>(dir, std::move(manifest), options);
+  return std::make_shared<LatentDataset>(dir, std::move(manifest));
+}
+
+Sample collate(const std::vector<Sample>& samples) {
+  ZEST_CHECK(!samples.empty(), "collate: no samples");
+  Sample batch;
+  for (const auto& [name, first] : samples.front()) {
+    std::vector<torch::Tensor> parts;
+    parts.reserve(samples.size());
+    for (const Sample& s : samples) {
+      const auto it = s.find(name);
+      ZEST_CHECK(it != s.end(), "collate: a sample lacks '", name, "'");
+      ZEST_CHECK(it->second.sizes() == first.sizes(), "collate: '", name, "' has shape ", it->second.sizes(),
+                 " in one sample and ", first.sizes(), " in another");
+      parts.push_back(it->second);
+    }
+    batch[name] = torch::stack(parts);
+  }
+  return batch;
+}
+
+}  // namespace zest

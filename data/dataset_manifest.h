@@ -1,0 +1,42 @@
+// DatasetManifest: a dataset folder's dataset.json (format, shard list with sample counts, feature
+// widths, normalisation statistics file), read with validation and written atomically.
+// The formats are specified in docs/data_formats.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+enum class DatasetFormat { motion, latents };
+
+const char* format_name(DatasetFormat format);  // "zest.motion.v1", "zest.latents.v1"
+
+struct ShardEntry {
+  std::string file;     // relative to the dataset folder
+  int64_t samples = 0;  // sample count the shard must hold
+};
+
+struct DatasetManifest {
+  DatasetFormat format = DatasetFormat::motion;
+  std::vector<ShardEntry> shards;
+  // Widths by name. motion: motion_dim, text_tokens, text_dim, pooled_dim.
+  // latents: channels, height, width, text_tokens, text_dim, pooled_dim (0 = none), time_ids (0 or 1).
+  std::map<std::string, int64_t> features;
+  std::string stats_file;  // motion: per-feature mean/std (relative to the folder); latents: ""
+  std::string source;      // free text: who wrote the dataset (e.g. "zest data synth --model ...")
+
+  int64_t total_samples() const;
+  // A width; error naming dataset.json when absent.
+  int64_t feature(const std::string& name) const;
+};
+
+// `dir`/dataset.json, parsed and validated (known format, every required width present and positive,
+// shard files named once, counts > 0). Errors name the file and the offending field.
+DatasetManifest read_manifest(const std::string& dir);
+// Writes `dir`/dataset.json (through a temporary file and a rename).
+void write_manifest(const std::string& dir, const DatasetManifest& manifest);
+
+}  // namespace zest

@@ -1,0 +1,79 @@
+// DistributedSampler: seeded per-epoch permutation, rank split with drop-last or padding, and the
+// resumable position.
+#include "data/sampler.h"
+
+#include "data/seed.h"
+#include "engine/check.h"
+
+#include <numeric>
+#include <random>
+
+namespace zest {
+namespace {
+
+// Uniform integer in [0, n) from raw mt19937_64 output by rejection (std::uniform_int_distribution's
+// algorithm is implementation-defined, and ranks built with different standard libraries must agree).
+uint64_t uniform_below(std::mt19937_64& gen, uint64_t n) {
+  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n: the low values that would bias the modulo
+  for (;;) {
+    const uint64_t r = gen();
+    if (r >= threshold) return r % n;
+  }
+}
+
+}  // namespace
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, int rank, int world_size, const SamplerOptions& options)
+    : dataset_size_(dataset_size), rank_(rank), world_size_(world_size), options_(options) {
+  ZEST_CHECK(dataset_size > 0, "sampler: the dataset is empty");
+  ZEST_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "sampler: rank ", rank, " outside world of size ",
+             world_size);
+  per_rank_ = options.drop_last ? dataset_size / world_size : (dataset_size + world_size - 1) / world_size;
+  ZEST_CHECK(per_rank_ > 0, "sampler: drop_last with ", dataset_size, " samples and ", world_size,
+             " ranks leaves no sample per rank; use more data or drop_last = false");
+}
+
+std::vector<int64_t> DistributedSampler::epoch_indices(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(dataset_size_));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (options_.shuffle) {
+    std::mt19937_64 gen(mix_seed(options_.seed, static_cast<uint64_t>(epoch)));
+    for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[uniform_below(gen, i + 1)]);
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t k = 0; k < per_rank_; ++k) {
+    // Padding positions past the end wrap around to the epoch's first samples.
+    const int64_t position = (k * world_size_ + rank_) % dataset_size_;
+    mine.push_back(order[static_cast<size_t>(position)]);
+  }
+  return mine;
+}
+
+int64_t DistributedSampler::next() {
+  if (cached_epoch_ != position_.epoch) {
+    cached_ = epoch_indices(position_.epoch);
+    cached_epoch_ = position_.epoch;
+  }
+  const int64_t index = cached_[static_cast<size_t>(position_.index)];
+  if (++position_.index == per_rank_) position_ = {position_.epoch + 1, 0};
+  return index;
+}
+
+std::vector<int64_t> DistributedSampler::next_n(int64_t count) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out.push_back(next());
+  return out;
+}
+
+SamplerPosition DistributedSampler::state() const { return position_; }
+
+void DistributedSampler::load_state(const SamplerPosition& position) {
+  ZEST_CHECK(position.epoch >= 0 && position.index >= 0 && position.index < per_rank_, "sampler: position {epoch ",
+             position.epoch, ", index ", position.index, "} is outside an epoch of ", per_rank_,
+             " samples per rank (was the checkpoint made with another dataset, world size or drop_last?)");
+  position_ = position;
+}
+
+}  // namespace zest

@@ -1,0 +1,61 @@
+// DistributedSampler: which dataset samples a rank reads, in which order: a per-epoch seeded shuffle
+// that every rank computes identically, split so that ranks are disjoint and together complete, and a
+// position {epoch, index} that can be saved and restored mid-epoch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace zest {
+
+struct SamplerPosition {
+  int64_t epoch = 0;
+  int64_t index = 0;  // samples of this rank's epoch list already consumed
+  bool operator==(const SamplerPosition& other) const { return epoch == other.epoch && index == other.index; }
+};
+
+struct SamplerOptions {
+  uint64_t seed = 0;
+  bool shuffle = true;
+  // true: the last size % world samples of each (shuffled) epoch are dropped so every rank gets the
+  // same count; false: the epoch is padded to a multiple of the world size by repeating its first
+  // samples (so a few samples are seen twice per epoch).
+  bool drop_last = false;
+};
+
+// Epoch e's global order is a Fisher–Yates shuffle of 0..size−1 driven by mt19937_64 seeded with
+// (seed, e) (both fully specified by the standard, so every rank and platform agrees); rank r takes
+// positions r, r + W, r + 2W, ... of the (dropped or padded) order.
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int rank, int world_size, const SamplerOptions& options = {});
+
+  int64_t dataset_size() const { return dataset_size_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int64_t samples_per_rank() const { return per_rank_; }  // per epoch
+
+  // This rank's sample indices of epoch `epoch`, in order (a pure function of the constructor's arguments).
+  std::vector<int64_t> epoch_indices(int64_t epoch) const;
+
+  // The sample at the current position, then advance (rolling over into the next epoch).
+  int64_t next();
+  // The next `count` samples (may span epochs).
+  std::vector<int64_t> next_n(int64_t count);
+
+  SamplerPosition state() const;
+  void load_state(const SamplerPosition& position);  // checked: index within the epoch
+
+ private:
+  int64_t dataset_size_;
+  int rank_;
+  int world_size_;
+  SamplerOptions options_;
+  int64_t per_rank_ = 0;
+  SamplerPosition position_;
+  // The current epoch's list, cached: rebuilt when the epoch changes.
+  std::vector<int64_t> cached_;
+  int64_t cached_epoch_ = -1;
+};
+
+}  // namespace zest

@@ -1,0 +1,108 @@
+// DataLoader: batches independent of the worker count and timing, exact mid-epoch resume, a worker's
+// error reaching next() with the file name, and clean shutdown with a full queue.
+#include "data/loader.h"
+#include "dataio_test_util.h"
+#include "engine/check.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace zest::testing {
+namespace {
+
+std::vector<Sample> take(DataLoader& loader, int n) {
+  std::vector<Sample> batches;
+  for (int i = 0; i < n; ++i) batches.push_back(loader.next());
+  return batches;
+}
+
+void expect_same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    for (const auto& [name, tensor] : a[i])
+      EXPECT_TRUE(torch::equal(tensor, b[i].at(name))) << "batch " << i << " tensor " << name;
+  }
+}
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<ScratchDir>("loader");
+    synth_small(dir_->path(), "hymotion_tiny", 11, 4);
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  std::unique_ptr<DataLoader> make(int workers, int rank = 0, int world = 2, uint64_t seed = 4) const {
+    auto dataset = open_dataset(dir_->path(), {.seq_len = 16});
+    DistributedSampler sampler(dataset->size(), rank, world, SamplerOptions{.seed = seed});
+    const LoaderOptions options{.batch_size = 3, .num_workers = workers, .seed = seed};
+    return std::make_unique<DataLoader>(dataset, sampler, options);
+  }
+  static std::unique_ptr<ScratchDir> dir_;
+};
+std::unique_ptr<ScratchDir> LoaderTest::dir_;
+
+TEST_F(LoaderTest, BatchesDoNotDependOnWorkers) {
+  const auto sync = take(*make(0), 7);  // 21 samples: crosses three epochs of 6 per rank
+  expect_same(sync, take(*make(1), 7));
+  expect_same(sync, take(*make(3), 7));
+  EXPECT_EQ(sync[0].at("x").sizes(), (std::vector<int64_t>{3, 16, 12}));
+  EXPECT_EQ(sync[0].at("vtxt_input").sizes(), (std::vector<int64_t>{3, 1, 16}));
+  const auto other_rank = take(*make(2, 1), 1);
+  EXPECT_FALSE(torch::equal(sync[0].at("vtxt_input"), other_rank[0].at("vtxt_input")));
+}
+
+TEST_F(LoaderTest, ResumeMidEpochGivesTheSameFollowingBatches) {
+  auto uninterrupted = make(2);
+  take(*uninterrupted, 3);
+  const SamplerPosition saved = uninterrupted->state();
+  EXPECT_EQ(saved, (SamplerPosition{1, 3}));  // 9 samples of 6 per epoch
+  const auto expected = take(*uninterrupted, 4);
+
+  auto resumed = make(2);
+  take(*resumed, 1);  // a different position, and a queue full of prefetched batches to discard
+  resumed->load_state(saved);
+  EXPECT_EQ(resumed->state(), saved);
+  expect_same(expected, take(*resumed, 4));
+  EXPECT_EQ(resumed->state(), uninterrupted->state());
+}
+
+TEST_F(LoaderTest, CropsDependOnTheSeed) {
+  const auto a = take(*make(0, 0, 1, 4), 8);  // one rank: 11 per epoch
+  const auto b = take(*make(0, 0, 1, 5), 8);
+  EXPECT_FALSE(torch::equal(a[0].at("x"), b[0].at("x")));
+}
+
+TEST_F(LoaderTest, DestroyingWithAFullQueueJoinsTheWorkers) {
+  for (int i = 0; i < 3; ++i) {
+    auto loader = make(3);
+    loader->next();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the workers fill the queue
+  }
+  SUCCEED();
+}
+
+TEST(LoaderErrors, AWorkersErrorNamesTheShardFile) {
+  ScratchDir dir("loader-error");
+  synth_small(dir.path(), "unet_tiny", 8, 4);
+  auto dataset = open_dataset(dir.path());
+  DistributedSampler sampler(dataset->size(), 0, 1, SamplerOptions{.shuffle = false});
+  // Truncate the second shard after it was opened (and validated): reads of its samples then fail.
+  const std::string shard = dir / "shard-00001.safetensors";
+  std::filesystem::resize_file(shard, 200);
+  DataLoader loader(dataset, sampler, LoaderOptions{.batch_size = 2, .num_workers = 2});
+  EXPECT_NO_THROW(loader.next());
+  EXPECT_NO_THROW(loader.next());
+  try {
+    loader.next();  // samples 4 and 5: in the truncated shard
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(shard), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sample 4"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zest::testing

@@ -1,0 +1,131 @@
+// DistributedSampler: ranks disjoint and complete for N ∈ {1, 2, 3, 4} with drop-last and padding,
+// per-epoch reshuffles that every rank agrees on, and mid-epoch resume; plus a real multi-rank check.
+#include "data/sampler.h"
+#include "engine/world.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace zest::testing {
+namespace {
+
+// Every rank's epoch list, simulated in one process.
+std::vector<std::vector<int64_t>> all_ranks(int64_t size, int world, const SamplerOptions& o, int64_t epoch) {
+  std::vector<std::vector<int64_t>> lists;
+  for (int r = 0; r < world; ++r) lists.push_back(DistributedSampler(size, r, world, o).epoch_indices(epoch));
+  return lists;
+}
+
+TEST(Sampler, DropLastIsDisjointAndCoversAllButTheRemainder) {
+  for (int world : {1, 2, 3, 4}) {
+    for (int64_t size : {1, 7, 10, 12, 13}) {
+      if (size < world) continue;
+      SamplerOptions o{.seed = 5, .shuffle = true, .drop_last = true};
+      const auto lists = all_ranks(size, world, o, 2);
+      std::multiset<int64_t> seen;
+      for (const auto& l : lists) {
+        EXPECT_EQ(static_cast<int64_t>(l.size()), size / world) << "world " << world << " size " << size;
+        seen.insert(l.begin(), l.end());
+      }
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), size / world * world);
+      EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample on two ranks";
+      for (int64_t i : seen) EXPECT_TRUE(i >= 0 && i < size);
+    }
+  }
+}
+
+TEST(Sampler, PaddingCoversEverySampleAndRepeatsOnlyTheFirst) {
+  for (int world : {1, 2, 3, 4}) {
+    for (int64_t size : {1, 2, 7, 10, 12, 13}) {
+      SamplerOptions o{.seed = 9, .shuffle = true, .drop_last = false};
+      const auto lists = all_ranks(size, world, o, 0);
+      std::map<int64_t, int> count;
+      for (const auto& l : lists) {
+        EXPECT_EQ(static_cast<int64_t>(l.size()), (size + world - 1) / world);
+        for (int64_t i : l) ++count[i];
+      }
+      EXPECT_EQ(static_cast<int64_t>(count.size()), size) << "world " << world << " size " << size;
+      int64_t extra = 0;
+      for (const auto& [i, c] : count) extra += c - 1;
+      const int64_t padded = (size + world - 1) / world * world;
+      EXPECT_EQ(extra, padded - size);
+      // The repeats are the first samples of the epoch's order (rank 0's first ones, etc.).
+      const std::vector<int64_t> order = DistributedSampler(size, 0, 1, o).epoch_indices(0);
+      for (int64_t k = 0; k < padded - size; ++k) EXPECT_GE(count[order[static_cast<size_t>(k % size)]], 2);
+    }
+  }
+}
+
+TEST(Sampler, EpochsReshuffleDeterministically) {
+  SamplerOptions o{.seed = 1};
+  DistributedSampler a(100, 0, 1, o), b(100, 0, 1, o);
+  EXPECT_EQ(a.epoch_indices(3), b.epoch_indices(3));
+  EXPECT_NE(a.epoch_indices(0), a.epoch_indices(1));
+  DistributedSampler other_seed(100, 0, 1, SamplerOptions{.seed = 2});
+  EXPECT_NE(a.epoch_indices(0), other_seed.epoch_indices(0));
+  auto sorted = a.epoch_indices(0);
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+  DistributedSampler ordered(10, 1, 3, SamplerOptions{.shuffle = false});
+  EXPECT_EQ(ordered.epoch_indices(0), (std::vector<int64_t>{1, 4, 7, 0}));  // padding wraps to the start
+}
+
+TEST(Sampler, StreamCrossesEpochsAndResumesMidEpoch) {
+  SamplerOptions o{.seed = 3};
+  DistributedSampler s(10, 1, 3, o);  // 4 per rank (padded)
+  std::vector<int64_t> expected = s.epoch_indices(0);
+  const auto e1 = s.epoch_indices(1);
+  expected.insert(expected.end(), e1.begin(), e1.end());
+  std::vector<int64_t> got;
+  for (int i = 0; i < 3; ++i) got.push_back(s.next());
+  const SamplerPosition saved = s.state();
+  EXPECT_EQ(saved, (SamplerPosition{0, 3}));
+  const auto rest = s.next_n(5);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(s.state(), (SamplerPosition{2, 0}));
+
+  DistributedSampler resumed(10, 1, 3, o);
+  resumed.load_state(saved);
+  EXPECT_EQ(resumed.next_n(5), rest);
+  EXPECT_THROW(resumed.load_state({0, 4}), std::exception);  // index past the epoch
+}
+
+TEST(Sampler, DropLastWithTooFewSamplesIsAnError) {
+  EXPECT_THROW(DistributedSampler(3, 0, 4, SamplerOptions{.drop_last = true}), std::exception);
+  EXPECT_NO_THROW(DistributedSampler(3, 3, 4, SamplerOptions{.drop_last = false}));
+}
+
+// Under mpirun / zest launch: the ranks' real lists, gathered, are disjoint and complete.
+TEST(DistSampler, RanksAgreeAndPartitionTheDataset) {
+  auto comm = world_communicator();
+  const int world = comm->size();
+  for (bool drop_last : {false, true}) {
+    DistributedSampler s(23, comm->rank(), world, SamplerOptions{.seed = 11, .drop_last = drop_last});
+    const auto mine = torch::tensor(s.epoch_indices(4), torch::kInt64);
+    auto all = torch::empty({mine.numel() * world}, torch::kInt64);
+    comm->allgather(mine, all)->wait();
+    std::vector<int64_t> gathered(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+    const std::set<int64_t> unique(gathered.begin(), gathered.end());
+    if (drop_last) {
+      EXPECT_EQ(unique.size(), gathered.size());
+      EXPECT_EQ(static_cast<int64_t>(gathered.size()), 23 / world * world);
+    } else {
+      EXPECT_EQ(static_cast<int64_t>(unique.size()), 23);
+    }
+    // Every rank computed the same order: rank r's list is positions r, r+W, ... of rank 0's view.
+    std::vector<std::vector<int64_t>> simulated;
+    for (int r = 0; r < world; ++r)
+      simulated.push_back(DistributedSampler(23, r, world, SamplerOptions{.seed = 11, .drop_last = drop_last})
+                              .epoch_indices(4));
+    for (int r = 0; r < world; ++r)
+      for (size_t k = 0; k < simulated[r].size(); ++k)
+        EXPECT_EQ(gathered[r * simulated[r].size() + k], simulated[r][k]);
+  }
+}
+
+}  // namespace
+}  // namespace zest::testing

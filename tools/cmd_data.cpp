@@ -1,0 +1,136 @@
+// `zest data synth|check|stats`: write a synthetic dataset shaped for a model, validate a dataset
+// folder (optionally against a model), and (re)compute a motion dataset's normalisation statistics.
+#include "tools/commands.h"
+
+#include "data/dataset.h"
+#include "data/motion_dataset.h"
+#include "data/motion_stats.h"
+#include "data/synth.h"
+#include "engine/check.h"
+#include "models/model_resolve.h"
+#include "tools/run_config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zest::cli {
+namespace {
+
+struct ModelChoice {
+  std::string model;   // built-in flavor
+  std::string config;  // or a run file
+};
+
+// The model's features, and the run file's data.dir when the model came from a run file.
+ExpectedFeatures features_of(const ModelChoice& choice, std::string* data_dir) {
+  ZEST_CHECK(choice.model.empty() != choice.config.empty(),
+             "give either --model FLAVOR (e.g. hymotion_tiny) or --config RUN.toml");
+  if (!choice.model.empty()) return builtin_model_features(choice.model);
+  const RunConfig run = parse_run_config(choice.config);
+  if (data_dir != nullptr) *data_dir = run.data.dir;
+  return model_features(resolve_model(run.model, run.source));
+}
+
+std::map<std::string, int64_t> parse_widths(const std::vector<std::string>& assignments) {
+  std::map<std::string, int64_t> widths;
+  for (const std::string& a : assignments) {
+    const size_t eq = a.find('=');
+    ZEST_CHECK(eq != std::string::npos && eq > 0, "--feature '", a, "' must be NAME=INTEGER");
+    try {
+      widths[a.substr(0, eq)] = std::stoll(a.substr(eq + 1));
+    } catch (const std::exception&) {
+      ZEST_FAIL("--feature '", a, "': the value is not an integer");
+    }
+  }
+  return widths;
+}
+
+void add_synth(CLI::App& data) {
+  struct Options {
+    ModelChoice choice;
+    std::string out;
+    std::vector<std::string> widths;
+    SynthOptions synth;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* synth =
+      data.add_subcommand("synth", "Write a synthetic dataset with learnable structure, shaped for a model");
+  synth->add_option("--model", o->choice.model, "built-in model configuration (e.g. hymotion_tiny, unet_sdxl)");
+  synth->add_option("--config", o->choice.config, "or a run file: its [model], and [data] dir as the default --out");
+  synth->add_option("--out", o->out, "dataset folder to write");
+  synth->add_option("--samples", o->synth.samples, "number of samples")->capture_default_str();
+  synth->add_option("--seed", o->synth.seed, "seed of the whole dataset")->capture_default_str();
+  synth->add_option("--shard-size", o->synth.samples_per_shard, "samples per shard (default: ~128 MB shards)");
+  synth->add_option("--feature", o->widths,
+                    "an open width NAME=VALUE: text_tokens, min_frames, max_frames (motion), height, width (latents)")
+      ->allow_extra_args(false);
+  synth->add_flag("--overwrite", o->synth.overwrite, "replace a dataset already in --out");
+  synth->callback([o] {
+    std::string run_dir;
+    const ExpectedFeatures model = features_of(o->choice, &run_dir);
+    const std::string out = !o->out.empty() ? o->out : run_dir;
+    ZEST_CHECK(!out.empty(), "zest data synth: --out DIR is required (with --model)");
+    o->synth.widths = parse_widths(o->widths);
+    o->synth.source = str("zest data synth ", o->choice.model.empty() ? "--config " + o->choice.config
+                                                                      : "--model " + o->choice.model,
+                          " --samples ", o->synth.samples, " --seed ", o->synth.seed);
+    const DatasetManifest m = synthesize_dataset(out, model, o->synth);
+    std::cout << "wrote " << m.total_samples() << " samples in " << m.shards.size() << " shard(s) of "
+              << format_name(m.format) << " to " << out << " (" << model.model << ")\n";
+  });
+}
+
+void add_check(CLI::App& data) {
+  struct Options {
+    std::string dir;
+    ModelChoice choice;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* check = data.add_subcommand("check", "Validate a dataset folder (every shard), optionally against a model");
+  check->add_option("dir", o->dir, "dataset folder")->required();
+  check->add_option("--model", o->choice.model, "built-in model configuration whose widths the data must have");
+  check->add_option("--config", o->choice.config, "or a run file naming the model");
+  check->callback([o] {
+    std::optional<ExpectedFeatures> expected;
+    if (!o->choice.model.empty() || !o->choice.config.empty()) expected = features_of(o->choice, nullptr);
+    const auto dataset = open_dataset(o->dir, {}, expected ? &*expected : nullptr);
+    const DatasetManifest& m = dataset->manifest();
+    std::cout << o->dir << ": " << format_name(m.format) << ", " << dataset->size() << " samples in "
+              << m.shards.size() << " shard(s); features";
+    for (const auto& [name, value] : m.features) std::cout << " " << name << "=" << value;
+    if (const auto* motion = dynamic_cast<const MotionDataset*>(dataset.get()))
+      std::cout << "; longest clip " << motion->max_clip_frames() << " frames";
+    std::cout << (expected ? "; matches " + expected->model : std::string()) << "\n";
+  });
+}
+
+void add_stats(CLI::App& data) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* stats = data.add_subcommand("stats", "Compute a motion dataset's per-feature mean/std (stats.safetensors)");
+  stats->add_option("dir", *dir, "motion dataset folder")->required();
+  stats->callback([dir] {
+    DatasetManifest m = read_manifest(*dir);
+    if (m.stats_file.empty()) m.stats_file = "stats.safetensors";
+    const MotionStats s = compute_motion_stats(*dir, m);
+    write_motion_stats((std::filesystem::path(*dir) / m.stats_file).string(), s);
+    write_manifest(*dir, m);
+    std::cout << "wrote " << m.stats_file << " from " << s.frames << " frames\n";
+  });
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Dataset tools: synth, check, stats");
+  data->require_subcommand(1);
+  add_synth(*data);
+  add_check(*data);
+  add_stats(*data);
+}
+
+}  // namespace zest::cli

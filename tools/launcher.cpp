@@ -1,0 +1,405 @@
+// `zest launch`'s process logic: fork/exec of the ranks, one poll loop over their output pipes and a
+// signalfd (so signals, exits and output are handled in order on one thread, with no async handlers),
+// line prefixing, signal forwarding and fail-fast shutdown.
+#include "tools/launcher.h"
+
+#include "engine/check.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace zest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes all of `text` to `fd`; a closed reader (EPIPE) drops the output rather than failing the run.
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void say(const std::string& message) { write_all(STDERR_FILENO, "zest launch: " + message + "\n"); }
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGPIPE: return "SIGPIPE";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by " + signal_name(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// One output stream of one rank: the pipe's read end and the bytes of a line not yet complete.
+struct Stream {
+  int fd = -1;
+  int target = STDOUT_FILENO;
+  std::string prefix;
+  std::string pending;
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream out;
+  Stream err;
+};
+
+// argv/envp as owned strings plus the pointer arrays execvpe wants, built before fork (the child of a
+// multi-threaded process may only call async-signal-safe functions).
+struct ExecArgs {
+  std::vector<std::string> storage;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+std::string self_executable() {
+  std::vector<char> path(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  ZEST_CHECK(n > 0, "zest launch: cannot resolve its own executable: ", std::strerror(errno));
+  return std::string(path.data(), static_cast<size_t>(n));
+}
+
+bool is_overridden(const std::string& entry, const std::vector<std::string>& names) {
+  for (const std::string& name : names)
+    if (entry.rfind(name + "=", 0) == 0) return true;
+  // A stale MPI environment would make the rank believe it runs under mpirun.
+  return entry.rfind("OMPI_COMM_WORLD_", 0) == 0;
+}
+
+ExecArgs make_exec_args(const LaunchOptions& o, int rank, int port) {
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"RANK", std::to_string(rank)},           {"WORLD_SIZE", std::to_string(o.nprocs)},
+      {"LOCAL_RANK", std::to_string(rank)},     {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)},
+      {"MASTER_ADDR", o.master_addr},           {"MASTER_PORT", std::to_string(port)}};
+  // N ranks each using every core would oversubscribe the machine many times over.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    vars.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(o.nprocs))));
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, value] : vars) names.push_back(name);
+
+  ExecArgs a;
+  a.storage.reserve(o.command.size() + vars.size() + 256);
+  std::vector<size_t> argv_at, envp_at;
+  for (size_t i = 0; i < o.command.size(); ++i) {
+    argv_at.push_back(a.storage.size());
+    a.storage.push_back(i == 0 && o.command[0] == "zest" ? self_executable() : o.command[i]);
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (is_overridden(*e, names)) continue;
+    envp_at.push_back(a.storage.size());
+    a.storage.emplace_back(*e);
+  }
+  for (const auto& [name, value] : vars) {
+    envp_at.push_back(a.storage.size());
+    a.storage.push_back(name + "=" + value);
+  }
+  for (size_t i : argv_at) a.argv.push_back(a.storage[i].data());
+  for (size_t i : envp_at) a.envp.push_back(a.storage[i].data());
+  a.argv.push_back(nullptr);
+  a.envp.push_back(nullptr);
+  return a;
+}
+
+class Launch {
+ public:
+  explicit Launch(const LaunchOptions& options) : options_(options), ranks_(options.nprocs) {}
+  ~Launch();
+  int run();
+
+ private:
+  void block_signals();
+  void spawn(int rank, int port);
+  void pump(Stream& s);
+  void emit_lines(Stream& s, bool at_eof);
+  void handle_signals();
+  void reap();
+  void signal_running(int sig);
+  int running_count() const;
+  int poll_once(Clock::time_point now);
+  int result() const;
+
+  LaunchOptions options_;
+  std::vector<Rank> ranks_;
+  sigset_t handled_{};
+  sigset_t original_mask_{};
+  int signal_fd_ = -1;
+  int dev_null_ = -1;
+  int user_signals_ = 0;
+  int first_user_signal_ = 0;
+  std::optional<int> failed_rank_;
+  std::optional<Clock::time_point> kill_at_;   // SIGKILL the survivors of a failure then
+  std::optional<Clock::time_point> drain_until_;  // stop waiting for output of exited ranks then
+};
+
+Launch::~Launch() {
+  for (Rank& r : ranks_) {
+    if (r.out.fd >= 0) ::close(r.out.fd);
+    if (r.err.fd >= 0) ::close(r.err.fd);
+  }
+  if (signal_fd_ >= 0) ::close(signal_fd_);
+  if (dev_null_ >= 0) ::close(dev_null_);
+  ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+}
+
+// Signals arrive through a signalfd, read in the poll loop; children get the original mask back.
+void Launch::block_signals() {
+  sigemptyset(&handled_);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&handled_, sig);
+  sigset_t block = handled_;
+  sigaddset(&block, SIGPIPE);  // a closed stdout gives EPIPE from write instead of killing us
+  ZEST_CHECK(::sigprocmask(SIG_BLOCK, &block, &original_mask_) == 0, "zest launch: sigprocmask failed");
+  signal_fd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
+  ZEST_CHECK(signal_fd_ >= 0, "zest launch: signalfd failed: ", std::strerror(errno));
+}
+
+void Launch::spawn(int rank, int port) {
+  ExecArgs args = make_exec_args(options_, rank, port);
+  int out_pipe[2], err_pipe[2];
+  ZEST_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
+             "zest launch: pipe failed: ", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  ZEST_CHECK(pid >= 0, "zest launch: fork failed for rank ", rank, ": ", std::strerror(errno));
+  if (pid == 0) {  // child: async-signal-safe calls only
+    ::setpgid(0, 0);  // terminal signals reach the launcher only; it forwards them once
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    ::dup2(dev_null_, STDIN_FILENO);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+    ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
+    const char message[] = "zest launch: cannot execute the command\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so that the group exists before we ever signal it
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  Rank& r = ranks_[rank];
+  r.pid = pid;
+  r.running = true;
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  r.out = Stream{out_pipe[0], STDOUT_FILENO, prefix, {}};
+  r.err = Stream{err_pipe[0], STDERR_FILENO, prefix, {}};
+  ::fcntl(r.out.fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(r.err.fd, F_SETFL, O_NONBLOCK);
+}
+
+// Writes every complete line with its prefix (and, at EOF, the unterminated rest). A line is written
+// with one write() so that lines of different ranks never interleave mid-line.
+void Launch::emit_lines(Stream& s, bool at_eof) {
+  size_t start = 0;
+  for (size_t nl = s.pending.find('\n'); nl != std::string::npos; nl = s.pending.find('\n', start)) {
+    write_all(s.target, s.prefix + s.pending.substr(start, nl + 1 - start));
+    start = nl + 1;
+  }
+  s.pending.erase(0, start);
+  constexpr size_t kMaxLine = 1 << 20;  // a runaway line without '\n' is cut rather than buffered forever
+  if ((at_eof && !s.pending.empty()) || s.pending.size() > kMaxLine) {
+    write_all(s.target, s.prefix + s.pending + "\n");
+    s.pending.clear();
+  }
+}
+
+void Launch::pump(Stream& s) {
+  char buffer[65536];
+  while (s.fd >= 0) {
+    const ssize_t n = ::read(s.fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      s.pending.append(buffer, static_cast<size_t>(n));
+      emit_lines(s, false);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    emit_lines(s, true);  // EOF (or a read error): the stream is done
+    ::close(s.fd);
+    s.fd = -1;
+  }
+}
+
+void Launch::signal_running(int sig) {
+  for (const Rank& r : ranks_)
+    if (r.running) ::kill(-r.pid, sig);  // the rank's whole process group (e.g. a shell and its child)
+}
+
+int Launch::running_count() const {
+  int n = 0;
+  for (const Rank& r : ranks_) n += r.running ? 1 : 0;
+  return n;
+}
+
+void Launch::handle_signals() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) continue;  // reap() runs every iteration
+    if (++user_signals_ == 1) {
+      first_user_signal_ = sig;
+      say("got " + signal_name(sig) + ", forwarding it to the ranks (send it again to kill them)");
+      signal_running(sig);
+    } else {
+      say("got " + signal_name(sig) + " again, killing the ranks");
+      signal_running(SIGKILL);
+    }
+  }
+}
+
+void Launch::reap() {
+  int status = 0;
+  for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = ranks_[i];
+      if (r.pid != pid || !r.running) continue;
+      r.running = false;
+      r.status = status;
+      ::kill(-r.pid, SIGKILL);  // leftovers in the rank's group (it is gone; they would hold its pipes)
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok || failed_rank_ || user_signals_ > 0) continue;
+      failed_rank_ = static_cast<int>(i);
+      say("rank " + std::to_string(i) + " failed (" + describe_status(status) +
+          "); stopping the other ranks");
+      signal_running(SIGTERM);
+      kill_at_ = Clock::now() + options_.grace;
+    }
+  }
+}
+
+int Launch::poll_once(Clock::time_point now) {
+  std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+  std::vector<Stream*> streams;
+  for (Rank& r : ranks_) {
+    for (Stream* s : {&r.out, &r.err}) {
+      if (s->fd < 0) continue;
+      fds.push_back({s->fd, POLLIN, 0});
+      streams.push_back(s);
+    }
+  }
+  int timeout_ms = 100;  // also bounds the delay of reaping and of the kill deadline
+  if (kill_at_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at_ - now).count();
+    timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
+  }
+  if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
+    ZEST_FAIL("zest launch: poll failed: ", std::strerror(errno));
+  if (fds[0].revents != 0) handle_signals();
+  for (size_t i = 0; i < streams.size(); ++i)
+    if (fds[i + 1].revents != 0) pump(*streams[i]);
+  return static_cast<int>(streams.size());
+}
+
+int Launch::result() const {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const int status = ranks_[i].status;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (!failed_rank_ && user_signals_ > 0)
+      say("rank " + std::to_string(i) + " ended with " + describe_status(status) + " after " +
+          signal_name(first_user_signal_));
+  }
+  if (failed_rank_) {
+    const int status = ranks_[*failed_rank_].status;
+    say("rank " + std::to_string(*failed_rank_) + " failed with " + describe_status(status));
+    return exit_code_of(status);
+  }
+  for (const Rank& r : ranks_)
+    if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return exit_code_of(r.status);
+  return 0;
+}
+
+int Launch::run() {
+  ZEST_CHECK(options_.nprocs >= 1, "zest launch: -n must be >= 1, got ", options_.nprocs);
+  ZEST_CHECK(!options_.command.empty(), "zest launch: no command to run (zest launch -n N [--] CMD ARGS...)");
+  const int port = options_.master_port > 0 ? options_.master_port : find_free_port(options_.master_addr);
+  dev_null_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ZEST_CHECK(dev_null_ >= 0, "zest launch: cannot open /dev/null");
+  block_signals();
+  for (int rank = 0; rank < options_.nprocs; ++rank) spawn(rank, port);
+  for (;;) {
+    reap();
+    const auto now = Clock::now();
+    if (kill_at_ && now >= *kill_at_) {
+      say("killing the ranks still running after " + std::to_string(options_.grace.count()) + " ms");
+      signal_running(SIGKILL);
+      kill_at_.reset();
+    }
+    if (running_count() == 0) {
+      if (!drain_until_) drain_until_ = now + std::chrono::seconds(2);
+      if (now >= *drain_until_) break;
+    }
+    const int open_streams = poll_once(now);
+    if (running_count() == 0 && open_streams == 0) break;
+  }
+  reap();
+  return result();
+}
+
+}  // namespace
+
+int run_ranks(const LaunchOptions& options) {
+  Launch launch(options);
+  return launch.run();
+}
+
+int find_free_port(const std::string& addr) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ZEST_CHECK(fd >= 0, "zest launch: socket failed: ", std::strerror(errno));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(sa);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  ::close(fd);
+  ZEST_CHECK(ok, "zest launch: cannot find a free TCP port on ", addr, ": ", std::strerror(errno));
+  return ntohs(sa.sin_port);
+}
+
+}  // namespace zest
