@@ -1,0 +1,46 @@
+// xxHash64 over files and byte ranges (header-only xxhash, inlined into this TU only).
+#include "checkpoint/checksum.h"
+
+#include "engine/check.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace zest::checkpoint {
+
+uint64_t xxh64_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  ZEST_CHECK(file != nullptr, path, ": cannot open to compute its checksum: ", std::strerror(errno));
+  XXH64_state_t state;
+  XXH64_reset(&state, 0);
+  std::vector<char> buffer(8 << 20);  // fixed: hashing never holds more than this of the file
+  while (true) {
+    const size_t got = std::fread(buffer.data(), 1, buffer.size(), file.get());
+    XXH64_update(&state, buffer.data(), got);
+    if (got < buffer.size()) break;
+  }
+  ZEST_CHECK(!std::ferror(file.get()), path, ": read failed while computing its checksum");
+  return XXH64_digest(&state);
+}
+
+uint64_t xxh64_bytes(const void* data, size_t nbytes) { return XXH64(data, nbytes, 0); }
+
+std::string to_hex(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+uint64_t from_hex(const std::string& text, const std::string& what) {
+  ZEST_CHECK(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos, what,
+             ": expected 16 lowercase hex digits, got '", text, "'");
+  return std::stoull(text, nullptr, 16);
+}
+
+}  // namespace zest::checkpoint

@@ -1,0 +1,45 @@
+// Loading checkpoints into an engine of any world size and stage: the manifest is checked against the
+// model (differences listed), rank files against their sizes and checksums, then every rank reads just
+// the byte ranges of its own slices (re-sliced by parameter name from the manifest's offsets) into
+// staging buffers, and only when all ranks succeeded is the engine's state replaced.
+#pragma once
+
+#include "checkpoint/manifest.h"
+#include "engine/engine.h"
+
+#include <string>
+#include <vector>
+
+namespace zest::checkpoint {
+
+struct LoadRequest {
+  std::string path;          // a step folder, or a checkpoint root (then its latest checkpoint)
+  std::string model_name;    // expected identity: must equal the manifest's
+  std::string model_config;  // expected configuration text: must be equivalent to the manifest's
+  bool verify_checksums = true;  // hash every rank file (each rank hashes a share) before loading
+};
+
+struct LoadedState {
+  std::string path;        // the step folder loaded
+  int64_t step = 0;
+  int saved_world_size = 1;
+  int saved_stage = 0;
+  std::string extra_json;       // the caller's object saved with the checkpoint (data position, ...)
+  std::string rank_extra_json;  // this rank's object; "" when the world size changed
+  std::vector<std::string> notes;  // differences that do not prevent loading (hyper-parameters)
+};
+
+// Collective. Throws zest::Error on every rank, with the engine untouched, when the checkpoint does not
+// fit (model, parameters, optimizer kind), a file is missing, truncated or corrupt, or the format
+// version is unknown.
+LoadedState load(Engine& engine, const LoadRequest& request);
+
+// The mismatches that make `manifest` unloadable into `engine` given the expected identity (empty when
+// it fits), and the differences that do not (notes). Pure: no collective, no I/O.
+struct Compatibility {
+  std::vector<std::string> errors;
+  std::vector<std::string> notes;
+};
+Compatibility check_compatibility(const Manifest& manifest, Engine& engine, const LoadRequest& request);
+
+}  // namespace zest::checkpoint

@@ -1,0 +1,69 @@
+// Manifest: everything a checkpoint folder says about itself besides the tensor bytes (manifest.json):
+// format version, model identity, step, world size, stage, precision, every unit's parameter layout,
+// optimizer, loss scaler, LR schedule, caller state (data position, RNG per rank) and the checksum of
+// every rank file. docs/checkpoint_format.md is the field-by-field reference.
+#pragma once
+
+#include "engine/loss_scaler.h"
+#include "engine/unit_layout.h"
+#include "optim/optim_config.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zest::checkpoint {
+
+inline constexpr const char* kFormatName = "zest-checkpoint";
+inline constexpr int kFormatVersion = 1;
+
+struct FileRecord {
+  std::string name;    // relative to the step folder, e.g. rank_00003.safetensors
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;  // of the whole file
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::string model_name;
+  std::string model_config;  // the model's configuration text (TOML), compared on load
+  std::string config_hash;   // xxh64 hex of model_name + '\n' + model_config
+  int64_t step = 0;          // optimizer updates applied (Engine::step_count)
+  int world_size = 1;
+  int stage = 0;
+  std::string precision;     // compute dtype of the run ("fp32", "bf16", "fp16"); tensors are fp32
+  // One layout per unit, laid out for world_size: rank r's file holds [r·S, (r+1)·S) of each unit.
+  std::vector<UnitLayout> units;
+  // Tensor kinds in every rank file, "<kind>.<unit>": "master" then the optimizer's state names.
+  std::vector<std::string> kinds;
+
+  OptimConfig optimizer;
+  int64_t optimizer_step = 0;  // the optimizer's own update count (Adam bias correction)
+  SchedulerConfig scheduler;
+  double lr = 0.0;             // learning rate of the next update
+  bool loss_scale_enabled = false;
+  LossScalerState loss_scaler;
+  int64_t skipped_total = 0;   // steps skipped for non-finite gradients so far
+
+  std::string extra_json = "{}";             // caller's JSON object (data position, ...)
+  std::vector<std::string> rank_extra_json;  // per rank: the caller's JSON object (RNG state, ...)
+  std::vector<FileRecord> files;             // one per rank, in rank order
+  std::string created_utc;                   // ISO 8601, informational only
+
+  int64_t num_parameters() const;  // Σ unit numel (tied parameters counted once)
+};
+
+std::string config_hash(const std::string& model_name, const std::string& model_config);
+// The tensor name of one unit's slice of a kind in a rank file.
+inline std::string tensor_name(const std::string& kind, const std::string& unit) { return kind + "." + unit; }
+
+std::string to_json_text(const Manifest& manifest);  // pretty-printed
+// Parses and checks a manifest: format name, version (an unknown one is refused with the versions this
+// build reads), required fields, layout arithmetic. `source` names the file in errors.
+Manifest parse_manifest(const std::string& text, const std::string& source);
+std::string read_manifest_text(const std::string& step_dir);
+Manifest read_manifest(const std::string& step_dir);
+// Writes manifest.json into `step_dir` and fsyncs it.
+void write_manifest(const std::string& step_dir, const Manifest& manifest);
+
+}  // namespace zest::checkpoint

@@ -1,0 +1,159 @@
+// Offline and online merges into consolidated safetensors (see merge.h).
+#include "checkpoint/merge.h"
+
+#include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/merged_writer.h"
+#include "checkpoint/rank_agreement.h"
+#include "checkpoint/shard_reader.h"
+#include "checkpoint/verify.h"
+#include "engine/check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cmath>
+
+namespace zest::checkpoint {
+namespace {
+
+// Every output tensor of a set of unit layouts: each parameter, then its aliases (same data).
+struct Source {
+  size_t unit = 0;
+  const ParamSlot* slot = nullptr;
+};
+
+void list_outputs(const std::vector<UnitLayout>& units, std::vector<MergedTensor>& tensors,
+                  std::vector<Source>& sources, nlohmann::json& aliases) {
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const ParamSlot& slot : units[u].slots) {
+      tensors.push_back({slot.name, slot.shape});
+      sources.push_back({u, &slot});
+      for (const std::string& alias : slot.aliases) {
+        tensors.push_back({alias, slot.shape});
+        sources.push_back({u, &slot});
+        aliases[alias] = slot.name;
+      }
+    }
+  }
+}
+
+void check_dtype(torch::Dtype dtype) {
+  ZEST_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
+             "merge: output dtype must be fp32, bf16 or fp16, got ", dtype);
+}
+
+MergeResult result_of(MergedWriter& writer, std::vector<std::string> files, size_t tensors) {
+  return {std::move(files), writer.index_path(), writer.total_bytes(), static_cast<int64_t>(tensors)};
+}
+
+}  // namespace
+
+MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options) {
+  check_dtype(options.dtype);
+  ZEST_CHECK(options.chunk_numel > 0, "merge: chunk_numel must be > 0");
+  const std::string dir = resolve_checkpoint(ckpt);
+  const Manifest manifest = read_manifest(dir);
+  for (const FileRecord& file : manifest.files) {
+    const FileStatus status = check_file(dir, file, /*hash=*/false);
+    ZEST_CHECK(status.ok(), status.problem(file));
+  }
+  std::vector<MergedTensor> tensors;
+  std::vector<Source> sources;
+  nlohmann::json aliases = nlohmann::json::object();
+  list_outputs(manifest.units, tensors, sources, aliases);
+  const safetensors::Metadata metadata = {{"format", "pt"},
+                                          {"zest.model", manifest.model_name},
+                                          {"zest.step", std::to_string(manifest.step)},
+                                          {"zest.aliases", aliases.dump()}};
+  MergedWriter writer(out_path, tensors, options.dtype, options.shard_size_bytes, metadata);
+  ShardReader reader(dir, manifest);
+  // One fixed buffer for the whole merge: memory stays at chunk_numel fp32 (+ its converted copy).
+  auto buffer = torch::empty({options.chunk_numel}, torch::kFloat32);
+  for (const Source& s : sources) {
+    for (int64_t done = 0; done < s.slot->numel; done += options.chunk_numel) {
+      const int64_t n = std::min(options.chunk_numel, s.slot->numel - done);
+      reader.read("master", s.unit, s.slot->offset + done, n, buffer.data_ptr<float>());
+      writer.append(buffer.narrow(0, 0, n));
+    }
+  }
+  return result_of(writer, writer.finish(), tensors.size());
+}
+
+MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options) {
+  check_dtype(options.dtype);
+  Communicator& comm = engine.comm();
+  const bool writes = comm.rank() == 0;
+  std::vector<UnitLayout> layouts;
+  for (const FlatUnit& unit : engine.units()) layouts.push_back(unit.layout());
+  std::vector<MergedTensor> tensors;
+  std::vector<Source> sources;
+  nlohmann::json aliases = nlohmann::json::object();
+  list_outputs(layouts, tensors, sources, aliases);
+
+  // Rank 0's write errors are held until the gathers are over, so no rank is left waiting in one.
+  std::unique_ptr<MergedWriter> writer;
+  std::string error;
+  auto attempt = [&](const std::function<void()>& fn) {
+    if (writes && error.empty()) error = capture_error(fn);
+  };
+  attempt([&] {
+    const safetensors::Metadata metadata = {{"format", "pt"},
+                                            {"zest.model", options.model_name},
+                                            {"zest.step", std::to_string(engine.step_count())},
+                                            {"zest.aliases", aliases.dump()}};
+    writer = std::make_unique<MergedWriter>(out_path, tensors, options.dtype, options.shard_size_bytes, metadata);
+  });
+  torch::NoGradGuard no_grad;
+  size_t next = 0;  // first output tensor of the current unit
+  for (size_t u = 0; u < engine.units().size(); ++u) {
+    const FlatUnit& unit = engine.units()[u];
+    const ElementSpan span = engine.master_span(u);
+    torch::Tensor full = engine.master_shard().narrow(0, span.begin, span.numel);  // stage 0: whole unit
+    if (engine.policy().shard_optimizer) {  // one unit at a time: never the whole model twice
+      const torch::Tensor gathered = torch::empty({unit.layout().padded_numel}, full.options());
+      comm.allgather(full.contiguous(), gathered)->wait();
+      full = gathered;
+    }
+    for (; next < sources.size() && sources[next].unit == u; ++next) {
+      const ParamSlot& slot = *sources[next].slot;
+      attempt([&] { writer->append(full.narrow(0, slot.offset, slot.numel)); });
+    }
+  }
+  MergeResult result;
+  attempt([&] { result = result_of(*writer, writer->finish(), tensors.size()); });
+  raise_if_any(comm, error);
+  return result;
+}
+
+torch::Dtype parse_merge_dtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kFloat16;
+  ZEST_FAIL("unknown dtype '", name, "' (expected fp32, bf16 or fp16)");
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+  size_t digits_end = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &digits_end);
+  } catch (const std::exception&) {
+    ZEST_FAIL("size '", text, "' does not start with a number (examples: 5GB, 500MB, 2GiB, 1048576)");
+  }
+  std::string unit = text.substr(digits_end);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {
+      {"", 1.0},     {"B", 1.0},     {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},
+      {"TB", 1e12},  {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) {
+      ZEST_CHECK(std::isfinite(value) && value >= 0, "size '", text, "' must be >= 0");
+      return static_cast<uint64_t>(std::llround(value * factor));
+    }
+  }
+  ZEST_FAIL("size '", text, "' has an unknown unit '", text.substr(digits_end),
+            "' (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)");
+}
+
+}  // namespace zest::checkpoint

@@ -1,0 +1,45 @@
+// Merging a checkpoint into one consolidated model file (the inference path), with the model's own
+// state-dict names: offline from a checkpoint folder (streaming fixed-size pieces of each parameter
+// from whichever rank files hold them, so memory does not grow with the model), or online at the end
+// of training (rank 0 writes while the ranks gather one unit at a time). A tied parameter is written
+// under each of its names, as PyTorch's state_dict() lists it; metadata "zest.aliases" records the ties.
+#pragma once
+
+#include "engine/engine.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zest::checkpoint {
+
+struct MergeOptions {
+  torch::Dtype dtype = torch::kFloat32;  // fp32, bf16 or fp16
+  uint64_t shard_size_bytes = 0;         // 0: one file; else hub-style shards + index json
+  int64_t chunk_numel = int64_t{16} << 20;  // offline: fp32 elements read per piece (64 MiB)
+  std::string model_name;                // online only (offline takes it from the manifest)
+};
+
+struct MergeResult {
+  std::vector<std::string> files;
+  std::string index_path;  // "" for a single file
+  uint64_t total_bytes = 0;
+  int64_t tensors = 0;
+};
+
+// Offline: `ckpt` is a step folder or a checkpoint root (its latest). Rank files are checked against
+// the manifest's sizes first (checksums: `zest ckpt inspect --verify`).
+MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options);
+
+// Online, collective: every rank takes part in the gathers; rank 0 writes. Returns rank 0's result
+// (empty on the others).
+MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options);
+
+// "fp32" | "bf16" | "fp16" → dtype (error lists the choices).
+torch::Dtype parse_merge_dtype(const std::string& name);
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "64KiB", "1024" (bytes) → bytes; "0" = no sharding.
+uint64_t parse_byte_size(const std::string& text);
+
+}  // namespace zest::checkpoint

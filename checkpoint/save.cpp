@@ -1,0 +1,152 @@
+// Checkpoint saving: snapshot, write (inline or on a background thread), and the collective commit
+// (see save.h; the folder protocol is in directory.cpp).
+#include "checkpoint/save.h"
+
+#include "checkpoint/directory.h"
+#include "checkpoint/rank_agreement.h"
+#include "checkpoint/snapshot.h"
+#include "engine/check.h"
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+namespace zest::checkpoint {
+
+struct Saver::Pending {
+  Manifest manifest;  // everything but the files (rank 0 completes it at commit)
+  std::string root;
+  int keep_last = 0;
+  std::string path;   // the committed folder name
+  std::thread worker; // asynchronous write, if any
+  std::atomic<bool> written{false};
+  FileRecord record;  // this rank's file, valid once written
+  std::string error;  // this rank's write error, valid once written
+
+  void join() {
+    if (worker.joinable()) worker.join();
+  }
+};
+
+SaveRequest SaveRequest::from_config(const CheckpointConfig& config) {
+  SaveRequest request;
+  request.dir = config.dir;
+  request.keep_last = config.keep_last;
+  request.async = config.async;
+  return request;
+}
+
+Manifest describe_engine(Engine& engine, const SaveRequest& request) {
+  Manifest m;
+  m.model_name = request.model_name;
+  m.model_config = request.model_config;
+  m.config_hash = config_hash(request.model_name, request.model_config);
+  m.step = request.step >= 0 ? request.step : engine.step_count();
+  m.world_size = engine.comm().size();
+  m.stage = engine.config().stage;
+  m.precision = to_string(engine.config().precision);
+  for (const auto& unit : engine.units()) m.units.push_back(unit.layout());
+  m.kinds = {"master"};
+  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) m.kinds.push_back(name);
+  m.optimizer = engine.optimizer().config();
+  m.optimizer_step = engine.optimizer().step_count();
+  m.scheduler = engine.schedule_config();
+  m.lr = engine.current_lr();
+  m.loss_scale_enabled = engine.loss_scaler().enabled();
+  m.loss_scaler = engine.loss_scaler().state();
+  m.skipped_total = engine.skipped_total();
+  m.extra_json = request.extra_json;
+  return m;
+}
+
+Saver::Saver() = default;
+
+Saver::~Saver() {
+  if (pending_) pending_->join();
+}
+
+std::string Saver::save(Engine& engine, const SaveRequest& request) {
+  Communicator& comm = engine.comm();
+  wait(comm);
+  ZEST_CHECK(!request.dir.empty(), "checkpoint save: no folder given (checkpoint.dir)");
+  auto pending = std::make_unique<Pending>();
+  pending->root = request.dir;
+  pending->keep_last = request.keep_last;
+  // Validates the caller's JSON on every rank before anything touches the disk.
+  raise_if_any(comm, capture_error([&] {
+    pending->manifest = describe_engine(engine, request);
+    Manifest probe = pending->manifest;
+    probe.rank_extra_json = {request.rank_extra_json};
+    to_json_text(probe);
+  }));
+  pending->manifest.rank_extra_json = allgather_strings(comm, request.rank_extra_json);
+  const int64_t step = pending->manifest.step;
+  pending->path = (std::filesystem::path(request.dir) / step_dir_name(step)).string();
+  std::string tmp = (std::filesystem::path(request.dir) / (step_dir_name(step) + ".tmp")).string();
+  raise_if_any(comm, comm.rank() == 0 ? capture_error([&] { tmp = prepare_tmp_dir(request.dir, step); }) : "");
+
+  const safetensors::Metadata metadata = {
+      {"format", kFormatName}, {"format_version", std::to_string(kFormatVersion)},
+      {"rank", std::to_string(comm.rank())}, {"world_size", std::to_string(comm.size())},
+      {"step", std::to_string(step)}};
+  const std::string file = (std::filesystem::path(tmp) / rank_file_name(comm.rank())).string();
+  auto snapshot = std::make_shared<RankSnapshot>(snapshot_engine(engine, request.async));
+  Pending* p = pending.get();
+  auto write = [p, snapshot, file, metadata] {
+    p->error = capture_error([&] { p->record = write_rank_file(*snapshot, file, metadata); });
+    p->written.store(true);
+  };
+  pending_ = std::move(pending);
+  if (request.async) {
+    p->worker = std::thread(write);
+    return p->path;
+  }
+  write();
+  const std::string path = p->path;  // commit() releases the pending record
+  commit(comm);
+  return path;
+}
+
+bool Saver::poll(Communicator& comm) {
+  if (!pending_) return false;
+  const bool everyone_written = !comm.any(!pending_->written.load());
+  if (everyone_written) commit(comm);
+  return everyone_written;
+}
+
+void Saver::wait(Communicator& comm) {
+  if (!pending_) return;
+  pending_->join();
+  commit(comm);
+}
+
+void Saver::commit(Communicator& comm) {
+  pending_->join();
+  const std::unique_ptr<Pending> p = std::move(pending_);  // a failed commit is not retried
+  raise_if_any(comm, p->error);
+  const auto records = allgather_int64(comm, {static_cast<int64_t>(p->record.bytes),
+                                              static_cast<int64_t>(p->record.xxh64)});
+  std::string error;
+  if (comm.rank() == 0) {
+    error = capture_error([&] {
+      Manifest& m = p->manifest;
+      for (int r = 0; r < comm.size(); ++r)
+        m.files.push_back({rank_file_name(r), static_cast<uint64_t>(records[2 * r]),
+                           static_cast<uint64_t>(records[2 * r + 1])});
+      const std::string tmp = p->path + ".tmp";
+      write_manifest(tmp, m);
+      commit_tmp_dir(p->root, m.step);
+      apply_retention(p->root, p->keep_last);
+    });
+  }
+  raise_if_any(comm, error);  // also the barrier: no rank returns before the commit
+}
+
+std::string save(Engine& engine, const SaveRequest& request) {
+  SaveRequest sync = request;
+  sync.async = false;
+  Saver saver;
+  return saver.save(engine, sync);
+}
+
+}  // namespace zest::checkpoint

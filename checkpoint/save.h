@@ -1,0 +1,65 @@
+// Saving checkpoints: every rank writes its slices into DIR/step_N.tmp/, all ranks confirm, then rank 0
+// writes the manifest, renames the folder to step_N/, replaces DIR/latest atomically and applies
+// keep-last-K retention. Optionally asynchronous: slices are copied to host memory and written by a
+// background thread while training continues; the commit happens at a later collective point.
+//
+//   checkpoint::Saver saver;
+//   for (step...) { ...; saver.poll(engine.comm());                       // commits a finished async save
+//                   if (step % every == 0) saver.save(engine, request); }  // waits for the previous one
+//   saver.wait(engine.comm());
+#pragma once
+
+#include "checkpoint/checkpoint_config.h"
+#include "checkpoint/manifest.h"
+#include "engine/engine.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace zest::checkpoint {
+
+struct SaveRequest {
+  std::string dir;                    // checkpoint root: DIR/step_N/ and DIR/latest
+  int64_t step = -1;                  // -1: engine.step_count()
+  std::string model_name;             // identity checked by load()
+  std::string model_config;           // the model's configuration text (TOML), checked by load()
+  std::string extra_json = "{}";      // JSON object from rank 0 (data position, ...), returned by load()
+  std::string rank_extra_json = "{}"; // this rank's JSON object (its RNG state, ...), returned by load()
+  int keep_last = 0;                  // committed checkpoints kept (0 = all)
+  bool async = false;
+
+  // dir, keep_last and async from the [checkpoint] table.
+  static SaveRequest from_config(const CheckpointConfig& config);
+};
+
+class Saver {
+ public:
+  Saver();
+  ~Saver();  // joins a running write; an uncommitted save stays step_N.tmp/ and is removed by the next save
+  Saver(const Saver&) = delete;
+  Saver& operator=(const Saver&) = delete;
+
+  // Collective. Finishes a pending save first. Synchronous requests return after the commit;
+  // asynchronous ones once the slices are copied. Returns the step folder's final path.
+  std::string save(Engine& engine, const SaveRequest& request);
+  // Collective, cheap (one small allreduce while a save is pending, nothing otherwise): commits the
+  // pending asynchronous save when every rank has finished writing. True if it committed.
+  bool poll(Communicator& comm);
+  // Collective: waits for the pending save's writes and commits it.
+  void wait(Communicator& comm);
+  bool has_pending() const { return pending_ != nullptr; }
+
+ private:
+  struct Pending;
+  void commit(Communicator& comm);
+  std::unique_ptr<Pending> pending_;
+};
+
+// Synchronous save (a Saver of one call). Collective; returns the committed step folder.
+std::string save(Engine& engine, const SaveRequest& request);
+
+// The manifest describing the engine's current state (files are filled in at commit).
+Manifest describe_engine(Engine& engine, const SaveRequest& request);
+
+}  // namespace zest::checkpoint

@@ -1,0 +1,36 @@
+// RankSnapshot: one rank's share of a checkpoint — for each kind (fp32 master, optimizer states) and
+// unit, the slice [rank·S, (rank+1)·S) of the unit's flat buffer — and writing it as the rank's
+// safetensors file. Stage 0 ranks hold whole units but write only their slice, so every stage has
+// the same files.
+#pragma once
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "engine/engine.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace zest::checkpoint {
+
+struct RankSnapshot {
+  int rank = 0;
+  std::vector<std::string> kinds;                   // "master", then the optimizer's state names
+  std::vector<std::string> units;                   // unit names
+  std::vector<std::vector<torch::Tensor>> slices;   // [kind][unit] fp32 [shard_numel]
+
+  int64_t nbytes() const;
+};
+
+// The engine's slices. copy = false: views into the live buffers (write before the next step);
+// copy = true: host copies that later training does not touch (asynchronous saves).
+RankSnapshot snapshot_engine(Engine& engine, bool copy);
+
+// Writes `snapshot` to `path` (tensors "<kind>.<unit>", kinds outermost), fsyncs it, and returns its size
+// and checksum. A failed write leaves no file behind.
+FileRecord write_rank_file(const RankSnapshot& snapshot, const std::string& path,
+                           const safetensors::Metadata& metadata);
+
+}  // namespace zest::checkpoint

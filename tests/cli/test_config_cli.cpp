@@ -1,0 +1,189 @@
+// Run files end to end: RunConfig resolution with defaults, cross-table rules, --set overrides, and
+// the built `zest config check` binary (exit status and output).
+#include "engine/check.h"
+#include "engine/config_reader.h"
+#include "tools/run_config.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kMinimal = R"(
+[model]
+name = "hymotion_tiny"
+
+[data]
+dir = "data/motion"
+)";
+
+class RunConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("zest_cfg_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  RunConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) const {
+    return parse_run_config(write("run.toml", text), overrides);
+  }
+  // Expects parse(text, overrides) to fail with a message holding every part; returns the message.
+  std::string expect_error(const std::string& text, const std::vector<std::string>& parts,
+                           const std::vector<std::string>& overrides = {}) const {
+    try {
+      parse(text, overrides);
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      for (const std::string& part : parts)
+        EXPECT_NE(message.find(part), std::string::npos) << "message lacks '" << part << "':\n  " << message;
+      return message;
+    }
+    ADD_FAILURE() << "expected an error mentioning '" << parts.front() << "'";
+    return "";
+  }
+  std::string run_file() const { return (dir_ / "run.toml").string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(RunConfigTest, MinimalFileResolvesWithDefaults) {
+  const RunConfig c = parse(kMinimal);
+  EXPECT_EQ(c.source, run_file());
+  EXPECT_EQ(c.model.name, "hymotion_tiny");
+  EXPECT_TRUE(c.model.is_builtin());
+  EXPECT_EQ(c.data.dir, "data/motion");
+  EXPECT_EQ(c.data.batch_size, 1);
+  EXPECT_EQ(c.engine.stage, 2);
+  EXPECT_EQ(c.engine.precision, Precision::bf16);
+  EXPECT_EQ(c.optimizer.name, OptimizerKind::adamw);
+  EXPECT_EQ(c.scheduler.name, ScheduleKind::constant);
+  EXPECT_EQ(c.train.max_steps, 1000);
+  EXPECT_EQ(c.train.run_dir, "runs/zest");
+  EXPECT_EQ(c.checkpoint.dir, "runs/zest/checkpoints");  // derived from train.run_dir
+  EXPECT_TRUE(c.checkpoint.merge_at_end);
+}
+
+TEST_F(RunConfigTest, PrintedConfigHasEveryDefaultAndReadsBackTheSame) {
+  const RunConfig c = parse(kMinimal + "[engine]\nprecision = \"fp16\"\n[scheduler]\nname = \"cosine\"\nwarmup_steps = 100\n");
+  EXPECT_EQ(c.scheduler.decay_steps, 900);  // resolved: max_steps - warmup_steps
+  const std::string text = to_toml(c);
+  for (const char* expected : {"[model]\nname = \"hymotion_tiny\"", "stage = 2", "precision = \"fp16\"",
+                               "[engine.loss_scale]", "initial = 65536.0", "betas = [0.9, 0.999]",
+                               "decay_steps = 900", "keep_last = 3", "dir = \"runs/zest/checkpoints\""})
+    EXPECT_NE(text.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << text;
+  const RunConfig back = parse(text);
+  EXPECT_EQ(to_toml(back).substr(text.find("\n\n")), text.substr(text.find("\n\n")));
+}
+
+TEST_F(RunConfigTest, ModelConfigPathIsRelativeToTheRunFile) {
+  write("models/m.toml", "num_layers = 2\n");
+  const RunConfig c = parse("[model]\nconfig = \"models/m.toml\"\n[data]\ndir = \"d\"\n");
+  EXPECT_FALSE(c.model.is_builtin());
+  EXPECT_EQ(c.model.config_path, (dir_ / "models/m.toml").string());
+  expect_error("[model]\nconfig = \"models/absent.toml\"\n[data]\ndir = \"d\"\n",
+               {"run.toml:2:10: model.config: model configuration file not found", "models/absent.toml"});
+}
+
+TEST_F(RunConfigTest, ModelNeedsExactlyOneOfNameAndConfig) {
+  write("m.toml", "");
+  expect_error("[model]\nname = \"hymotion_tiny\"\nconfig = \"m.toml\"\n[data]\ndir = \"d\"\n",
+               {"model.config: give either model.name (a built-in configuration) or model.config (a file), not both"});
+  expect_error("[data]\ndir = \"d\"\n", {"[model]: needs name = \"<built-in configuration>\""});
+  expect_error("[model]\nname = \"hymotion_tiyn\"\n[data]\ndir = \"d\"\n",
+               {"run.toml:2:8: model.name: unknown built-in model configuration \"hymotion_tiyn\" (did you mean "
+                "\"hymotion_tiny\"?)"});
+}
+
+TEST_F(RunConfigTest, UnknownSectionsAreErrorsWithSuggestions) {
+  expect_error(kMinimal + "[optimiser]\nlr = 1e-3\n", {"run.toml:7:1: [optimiser]: unknown section (did you mean [optimizer]?)"});
+  expect_error(kMinimal + "[zero_optimization]\nstage = 2\n",
+               {"[zero_optimization]: unknown section (the ZeRO stage is [engine] stage)"});
+  expect_error("gradient_clipping = 1.0\n" + kMinimal,
+               {"run.toml:1:1: gradient_clipping: unknown key (zest calls it [engine] clip_norm)"});
+  expect_error(kMinimal + "[train]\nmax_step = 10\n", {"train.max_step: unknown key (did you mean 'max_steps'?)"});
+}
+
+TEST_F(RunConfigTest, SectionErrors) {
+  expect_error("[model]\nname = \"hymotion_tiny\"\n", {"run.toml: data.dir: required key is missing"});
+  expect_error(kMinimal + "[data]\n", {"TOML syntax error"});  // [data] twice
+  expect_error(kMinimal + "[train]\nmax_steps = 0\n", {"train.max_steps: must be >= 1"});
+  expect_error(kMinimal + "[checkpoint]\nkeep_last = -1\n", {"checkpoint.keep_last: must be >= 0"});
+  expect_error(kMinimal + "[checkpoint]\nasync = \"yes\"\n", {"checkpoint.async: expected a boolean (true/false), got a string"});
+}
+
+TEST_F(RunConfigTest, CrossTableRules) {
+  expect_error(kMinimal + "[optimizer]\nlr = 1e-4\n[scheduler]\nname = \"cosine\"\nmin_lr = 1e-3\n",
+               {"run.toml:11:10: scheduler.min_lr: must be <= optimizer.lr (0.001 > 1e-04)"});
+  expect_error(kMinimal + "[train]\nmax_steps = 10\n[scheduler]\nwarmup_steps = 20\n",
+               {"scheduler.warmup_steps: must be <= train.max_steps (10)"});
+  expect_error(kMinimal + "[train]\nmax_steps = 10\n[scheduler]\nname = \"linear\"\nwarmup_steps = 10\n",
+               {"a linear schedule needs train.max_steps > warmup_steps"});
+}
+
+TEST_F(RunConfigTest, OverridesAreValidatedLikeTheFile) {
+  const RunConfig c = parse(kMinimal, {"engine.stage=1", "optimizer.betas=[0.9,0.95]", "engine.precision=fp16",
+                                       "train.max_steps=20", "data.batch_size=4"});
+  EXPECT_EQ(c.engine.stage, 1);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_EQ(c.engine.precision, Precision::fp16);
+  EXPECT_EQ(c.train.max_steps, 20);
+  EXPECT_EQ(c.data.batch_size, 4);
+  expect_error(kMinimal, {"--set engine.stage=5: engine.stage: must be 0, 1 or 2 (got 5)"}, {"engine.stage=5"});
+  expect_error(kMinimal, {"--set optimizer.betas=[0.9]: optimizer.betas: must have exactly 2 values"},
+               {"optimizer.betas=[0.9]"});
+  expect_error(kMinimal, {"[optimiser]: unknown section (did you mean [optimizer]?)"}, {"optimiser.lr=0.1"});
+  expect_error(kMinimal, {"--set engine.stage: expected section.key=value"}, {"engine.stage"});
+  expect_error(kMinimal, {"engine.loss_scale: [engine.loss_scale] is only used with precision = \"fp16\""},
+               {"engine.loss_scale.window=10"});
+}
+
+// Runs `command` through the shell; returns its exit status and combined output.
+std::pair<int, std::string> run_command(const std::string& command) {
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST_F(RunConfigTest, ZestConfigCheckBinary) {
+  const std::string zest = std::string(ZEST_BINARY_DIR) + "/zest";
+  ASSERT_TRUE(fs::exists(zest)) << zest << " is missing: build the `zest` target";
+  const std::string good = write("good.toml", kMinimal);
+  const auto [good_status, good_out] = run_command(zest + " config check " + good + " --set engine.stage=1");
+  EXPECT_EQ(good_status, 0) << good_out;
+  EXPECT_NE(good_out.find("stage = 1"), std::string::npos) << good_out;
+  EXPECT_NE(good_out.find("accumulation_steps = 1"), std::string::npos) << good_out;
+
+  const std::string bad = write("bad.toml", kMinimal + "[engine]\nstage = 3\n");
+  const auto [bad_status, bad_out] = run_command(zest + " config check " + bad);
+  EXPECT_NE(bad_status, 0) << bad_out;
+  EXPECT_NE(bad_out.find(bad + ":8:9: engine.stage: stage 3 is not implemented yet"), std::string::npos) << bad_out;
+
+  const auto [set_status, set_out] = run_command(zest + " config check --set engine.stgae=1 " + good);
+  EXPECT_NE(set_status, 0) << set_out;
+  EXPECT_NE(set_out.find("engine.stgae: unknown key (did you mean 'stage'?)"), std::string::npos) << set_out;
+}
+
+}  // namespace
+}  // namespace zest

@@ -1,0 +1,78 @@
+// `zest ckpt inspect DIR [--verify]`: the manifest summary of a checkpoint (step, world size, stage,
+// model, optimizer, size per rank) and, with --verify, every rank file's size and xxh64 checksum.
+#include "tools/commands.h"
+
+#include "checkpoint/checksum.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/verify.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace zest::cli {
+namespace {
+
+struct InspectArgs {
+  std::string dir;
+  bool verify = false;
+};
+
+void print_summary(const std::string& step_dir, const checkpoint::Manifest& m) {
+  int64_t aliases = 0;
+  for (const auto& unit : m.units)
+    for (const auto& slot : unit.slots) aliases += static_cast<int64_t>(slot.aliases.size());
+  std::printf("checkpoint   %s\n", step_dir.c_str());
+  std::printf("format       %s v%d, created %s\n", checkpoint::kFormatName, m.format_version, m.created_utc.c_str());
+  std::printf("model        %s (config hash %s)\n", m.model_name.empty() ? "(unnamed)" : m.model_name.c_str(),
+              m.config_hash.c_str());
+  std::printf("step         %lld (lr of the next step %.6g, %lld skipped so far)\n", static_cast<long long>(m.step),
+              m.lr, static_cast<long long>(m.skipped_total));
+  std::printf("world size   %d, stage %d, precision %s\n", m.world_size, m.stage, m.precision.c_str());
+  std::printf("parameters   %lld in %zu units (%lld tied alias names)\n",
+              static_cast<long long>(m.num_parameters()), m.units.size(), static_cast<long long>(aliases));
+  std::printf("optimizer    %s (%lld updates), tensors per unit: ", to_string(m.optimizer.name),
+              static_cast<long long>(m.optimizer_step));
+  for (size_t k = 0; k < m.kinds.size(); ++k) std::printf("%s%s", k ? ", " : "", m.kinds[k].c_str());
+  std::printf("\nloss scale   %g%s\n", m.loss_scaler.scale, m.loss_scale_enabled ? " (dynamic, fp16)" : " (off)");
+}
+
+void run_inspect(const InspectArgs& args) {
+  const std::string step_dir = checkpoint::resolve_checkpoint(args.dir);
+  const checkpoint::Manifest m = checkpoint::read_manifest(step_dir);
+  print_summary(step_dir, m);
+  std::printf("%-26s %14s  %-16s  %s\n", "file", "bytes", "xxh64", args.verify ? "status" : "");
+  uint64_t total = 0;
+  int bad = 0;
+  for (const auto& file : m.files) {
+    total += file.bytes;
+    std::string status;
+    if (args.verify) {
+      const checkpoint::FileStatus s = checkpoint::check_file(step_dir, file, /*hash=*/true);
+      status = s.ok() ? "ok" : "BAD: " + s.problem(file);
+      bad += s.ok() ? 0 : 1;
+    }
+    std::printf("%-26s %14llu  %-16s  %s\n", file.name.c_str(), static_cast<unsigned long long>(file.bytes),
+                checkpoint::to_hex(file.xxh64).c_str(), status.c_str());
+  }
+  std::printf("total        %.1f MB in %zu file(s)%s\n", total / 1e6, m.files.size(),
+              args.verify ? (bad ? (", " + std::to_string(bad) + " BAD").c_str() : ", all verified") : "");
+  if (bad > 0) exit_code() = 1;
+}
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "Checkpoint tools");
+  ckpt->require_subcommand(1);
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* inspect = ckpt->add_subcommand("inspect", "Summary of a checkpoint's manifest and files");
+  inspect->add_option("dir", args->dir, "checkpoint folder (a step_N/ folder, or a root: its latest)")->required();
+  inspect->add_flag("--verify", args->verify, "check every rank file's size and xxh64 checksum (exit 1 if bad)");
+  inspect->callback([args] { run_inspect(*args); });
+}
+
+}  // namespace zest::cli

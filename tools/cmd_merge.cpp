@@ -1,0 +1,61 @@
+// `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB]`: one consolidated
+// model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece.
+#include "tools/commands.h"
+
+#include "checkpoint/merge.h"
+
+#include <CLI/CLI.hpp>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace zest::cli {
+namespace {
+
+struct MergeArgs {
+  std::string checkpoint;
+  std::string output;
+  std::string dtype = "fp32";
+  std::string shard_size = "0";
+};
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+void run_merge(const MergeArgs& args) {
+  checkpoint::MergeOptions options;
+  options.dtype = checkpoint::parse_merge_dtype(args.dtype);
+  options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
+  const auto start = std::chrono::steady_clock::now();
+  const checkpoint::MergeResult result = checkpoint::merge_offline(args.checkpoint, args.output, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const std::string& file : result.files) std::printf("wrote %s\n", file.c_str());
+  if (!result.index_path.empty()) std::printf("wrote %s\n", result.index_path.c_str());
+  std::printf("%lld tensors, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",
+              static_cast<long long>(result.tensors), result.total_bytes / 1e6, args.dtype.c_str(), seconds,
+              result.total_bytes / 1e6 / std::max(seconds, 1e-9), peak_rss_mib());
+}
+
+}  // namespace
+
+void add_merge_command(CLI::App& app) {
+  auto args = std::make_shared<MergeArgs>();
+  CLI::App* cmd = app.add_subcommand("merge", "Merge a sharded checkpoint into one model safetensors file");
+  cmd->add_option("checkpoint", args->checkpoint, "checkpoint folder (a step_N/ folder, or a root: its latest)")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "output file, e.g. model.safetensors")->required();
+  cmd->add_option("--dtype", args->dtype, "output dtype: fp32 | bf16 | fp16")->capture_default_str();
+  cmd->add_option("--shard-size", args->shard_size,
+                  "split into files of at most this size with an index json (e.g. 5GB, 2GiB; 0 = one file)")
+      ->capture_default_str();
+  cmd->callback([args] { run_merge(*args); });
+}
+
+}  // namespace zest::cli
