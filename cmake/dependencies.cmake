@@ -9,6 +9,12 @@ find_package(MPI REQUIRED COMPONENTS C)
 find_package(Threads REQUIRED)
 
 add_library(zest_deps INTERFACE)
+# The LibTorch 2.x wheels export their own copies of libstdc++ symbols (std::filesystem among them,
+# built against another libstdc++): listing libstdc++ first makes the dynamic linker bind ours, else
+# e.g. std::filesystem::remove_all jumps into libtorch.so and crashes.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.0)
+  target_link_libraries(zest_deps INTERFACE -Wl,--push-state,--no-as-needed stdc++ -Wl,--pop-state)
+endif()
 target_link_libraries(zest_deps INTERFACE ${TORCH_LIBRARIES} MPI::MPI_C Threads::Threads)
 target_compile_options(zest_deps INTERFACE ${TORCH_CXX_FLAGS} -Wall -Wextra -Wno-unused-parameter)
 # Open MPI's (deprecated) C++ bindings need libmpi_cxx, which MPI::MPI_C does not link; zest uses the C API.
