@@ -2,6 +2,8 @@
 // global batch), state capture for bitwise comparisons, and "error mentions all of these".
 #pragma once
 
+#include "common/temp_dir.h"
+
 #include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/toy_models.h"
@@ -20,28 +22,6 @@
 #include <vector>
 
 namespace zest::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("zest_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path() const { return path_.string(); }
-  std::string sub(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline constexpr int64_t kGlobalBatch = 12;  // divisible by world sizes 1, 2, 3, 4
 inline const char* kModelName = "toynet";

@@ -2,6 +2,8 @@
 // grads, debug activations) and strict by-name parameter loading.
 #pragma once
 
+#include "common/golden_file.h"
+
 #include "checkpoint/safetensors.h"
 #include "engine/check.h"
 #include "engine/config_reader.h"
@@ -36,24 +38,9 @@ inline HyMotionConfig load_config(const std::string& flavor) {
   return HyMotionConfig::from_toml(table);
 }
 
-// The golden file split by key prefix ("param.", "input.", "grad.", "debug.", "output.").
-struct Golden {
-  std::map<std::string, std::map<std::string, torch::Tensor>> groups;
-
-  static Golden load() {
-    Golden g;
-    const safetensors::Reader reader(data_path("hymotion_tiny.safetensors"));
-    for (const auto& info : reader.tensors()) {
-      const auto dot = info.name.find('.');
-      g.groups[info.name.substr(0, dot)][info.name.substr(dot + 1)] = reader.read(info.name);
-    }
-    return g;
-  }
-  const std::map<std::string, torch::Tensor>& params() const { return groups.at("param"); }
-  const std::map<std::string, torch::Tensor>& grads() const { return groups.at("grad"); }
-  const std::map<std::string, torch::Tensor>& debug() const { return groups.at("debug"); }
-  const torch::Tensor& input(const std::string& name) const { return groups.at("input").at(name); }
-  const torch::Tensor& output(const std::string& name) const { return groups.at("output").at(name); }
+// The golden file (split by key prefix) with this model's input bundles.
+struct Golden : ::zest::testing::GoldenFile {
+  static Golden load() { return Golden{::zest::testing::GoldenFile::load(data_path("hymotion_tiny.safetensors"))}; }
 
   HyMotionInputs inputs() const {
     return {input("x"),         input("ctxt_input"),      input("vtxt_input"),

@@ -2,6 +2,7 @@
 // merged model are written, and a run stopped by SIGTERM mid-way and resumed ends with parameters
 // identical to an uninterrupted run.
 #include "checkpoint/safetensors.h"
+#include "common/temp_dir.h"
 #include "launch_test_util.h"
 
 #include <gtest/gtest.h>
@@ -14,13 +15,6 @@ namespace zest::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path make_workdir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("zest_e2e_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 void write_run_file(const fs::path& path, const std::string& model, const fs::path& data, int max_steps) {
   std::ofstream(path) << "[model]\nname = \"" << model << "\"\n"
@@ -59,7 +53,8 @@ class TrainEndToEnd : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainEndToEnd, LossFallsAndStopResumeIsExact) {
   const std::string model = GetParam();
-  const fs::path work = make_workdir(model);
+  const TempDir workdir("e2e_" + model);
+  const fs::path work = workdir.path();
   const fs::path data = work / "data", run = work / "run.toml";
   run_ok({zest_binary(), "data", "synth", "--model", model, "--out", data.string(), "--samples", "48"});
   constexpr int kSteps = 14;
@@ -92,7 +87,6 @@ TEST_P(TrainEndToEnd, LossFallsAndStopResumeIsExact) {
   EXPECT_FALSE(fs::exists(split / "model.safetensors"));  // preempted: no merge yet
   run_ok(argv);
   expect_same_weights(full / "model.safetensors", split / "model.safetensors");
-  fs::remove_all(work);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TrainEndToEnd, ::testing::Values("hymotion_tiny", "unet_tiny"));

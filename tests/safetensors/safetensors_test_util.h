@@ -2,6 +2,8 @@
 // "error mentions all of these" assertion.
 #pragma once
 
+#include "common/temp_dir.h"
+
 #include "engine/check.h"
 
 #include <gtest/gtest.h>
@@ -18,25 +20,7 @@
 
 namespace zest::safetensors::test {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("zest_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ::zest::testing::TempDir;
 
 // Writes `length` (little-endian u64) + `header` + `data` verbatim, for corrupt-file tests.
 inline void write_raw(const std::string& path, uint64_t length, const std::string& header,

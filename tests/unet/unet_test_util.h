@@ -2,6 +2,8 @@
 // debug activations), strict by-name parameter loading and a unit runner that records every unit.
 #pragma once
 
+#include "common/golden_file.h"
+
 #include "checkpoint/safetensors.h"
 #include "engine/check.h"
 #include "engine/config_reader.h"
@@ -62,24 +64,9 @@ inline std::vector<std::pair<std::string, std::vector<int64_t>>> read_state_dict
   return entries;
 }
 
-// The golden file split by key prefix ("param.", "input.", "grad.", "debug.", "output.").
-struct Golden {
-  std::map<std::string, std::map<std::string, torch::Tensor>> groups;
-
-  static Golden load() {
-    Golden g;
-    const safetensors::Reader reader(data_path("unet_tiny.safetensors"));
-    for (const auto& info : reader.tensors()) {
-      const auto dot = info.name.find('.');
-      g.groups[info.name.substr(0, dot)][info.name.substr(dot + 1)] = reader.read(info.name);
-    }
-    return g;
-  }
-  const std::map<std::string, torch::Tensor>& params() const { return groups.at("param"); }
-  const std::map<std::string, torch::Tensor>& grads() const { return groups.at("grad"); }
-  const std::map<std::string, torch::Tensor>& debug() const { return groups.at("debug"); }
-  const torch::Tensor& input(const std::string& name) const { return groups.at("input").at(name); }
-  const torch::Tensor& output(const std::string& name) const { return groups.at("output").at(name); }
+// The golden file (split by key prefix) with this model's input bundles.
+struct Golden : ::zest::testing::GoldenFile {
+  static Golden load() { return Golden{::zest::testing::GoldenFile::load(data_path("unet_tiny.safetensors"))}; }
   UNetConditioning cond() const {
     return {input("encoder_hidden_states"), input("text_embeds"), input("time_ids")};
   }
