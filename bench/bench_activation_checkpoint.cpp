@@ -4,8 +4,8 @@
 //   bench_activation_checkpoint [--blocks 8] [--width 512] [--heads 8] [--seq 512] [--batch 8]
 // runs the variants none / every_2 / all as child processes (--policy P runs one variant).
 #include "engine/activation_checkpoint.h"
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <torch/torch.h>
 

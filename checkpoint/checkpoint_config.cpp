@@ -1,8 +1,8 @@
 // CheckpointConfig: [checkpoint] TOML reader (strict) and writer.
 #include "checkpoint/checkpoint_config.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <map>
 

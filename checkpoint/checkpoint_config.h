@@ -6,8 +6,8 @@
 
 namespace zest {
 
-class ConfigTable;   // engine/config_reader.h
-class ConfigWriter;  // engine/config_writer.h
+class ConfigTable;   // core/config_reader.h
+class ConfigWriter;  // core/config_writer.h
 
 struct CheckpointConfig {
   std::string dir;            // checkpoint folder; "" = <train.run_dir>/checkpoints (resolved by the run config)

@@ -1,7 +1,7 @@
 // xxHash64 over files and byte ranges (header-only xxhash, inlined into this TU only).
 #include "checkpoint/checksum.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -2,7 +2,7 @@
 #include "checkpoint/directory.h"
 
 #include "checkpoint/safetensors.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -3,7 +3,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/directory.h"
-#include "engine/check.h"
+#include "core/check.h"
 #include "engine/engine_config.h"
 
 #include <nlohmann/json.hpp>

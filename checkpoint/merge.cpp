@@ -7,7 +7,7 @@
 #include "checkpoint/rank_agreement.h"
 #include "checkpoint/shard_reader.h"
 #include "checkpoint/verify.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 #include "checkpoint/merged_writer.h"
 
 #include "checkpoint/directory.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <nlohmann/json.hpp>
 

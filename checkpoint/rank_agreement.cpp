@@ -1,8 +1,8 @@
 // Error agreement and small gathers over a Communicator (see rank_agreement.h).
 #include "checkpoint/rank_agreement.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <cstring>
 

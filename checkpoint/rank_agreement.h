@@ -3,7 +3,7 @@
 // small per-rank values.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 #include <cstdint>
 #include <functional>

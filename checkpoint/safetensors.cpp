@@ -2,8 +2,8 @@
 // and the atomic whole-file helpers (see safetensors.h).
 #include "checkpoint/safetensors.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <nlohmann/json.hpp>
 

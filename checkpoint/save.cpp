@@ -5,7 +5,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/rank_agreement.h"
 #include "checkpoint/snapshot.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <atomic>
 #include <filesystem>

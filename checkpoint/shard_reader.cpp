@@ -1,7 +1,7 @@
 // Range reads across rank files (see shard_reader.h).
 #include "checkpoint/shard_reader.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <filesystem>

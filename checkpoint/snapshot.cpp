@@ -2,7 +2,7 @@
 #include "checkpoint/snapshot.h"
 
 #include "checkpoint/checksum.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <filesystem>
 

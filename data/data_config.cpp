@@ -1,8 +1,8 @@
 // DataConfig: [data] TOML reader (strict) and writer.
 #include "data/data_config.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <map>
 

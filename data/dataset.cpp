@@ -5,7 +5,7 @@
 #include "data/latent_dataset.h"
 #include "data/model_features.h"
 #include "data/motion_dataset.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <filesystem>

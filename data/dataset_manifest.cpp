@@ -1,7 +1,7 @@
 // dataset.json: parsing with validation (every error names the file and the field) and atomic writing.
 #include "data/dataset_manifest.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <nlohmann/json.hpp>
 

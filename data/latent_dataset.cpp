@@ -1,7 +1,7 @@
 // Latent shards: validation against dataset.json and per-sample reads of each tensor's slice.
 #include "data/latent_dataset.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

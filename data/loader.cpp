@@ -3,7 +3,7 @@
 #include "data/loader.h"
 
 #include "data/seed.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

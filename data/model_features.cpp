@@ -2,7 +2,7 @@
 // defaults and validation are the model's), and the dataset-vs-model check.
 #include "data/model_features.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/hymotion/hymotion_config.h"
 #include "models/model_resolve.h"
 #include "models/unet/unet_config.h"

@@ -3,7 +3,7 @@
 #include "data/motion_dataset.h"
 
 #include "data/motion_stats.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <filesystem>

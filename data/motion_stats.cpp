@@ -2,7 +2,7 @@
 #include "data/motion_stats.h"
 
 #include "checkpoint/safetensors.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <filesystem>
 

@@ -3,7 +3,7 @@
 #include "data/sampler.h"
 
 #include "data/seed.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <numeric>
 #include <random>

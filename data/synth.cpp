@@ -6,7 +6,7 @@
 #include "checkpoint/safetensors.h"
 #include "data/motion_stats.h"
 #include "data/seed.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -2,8 +2,8 @@
 // unit's activations and recomputes them in backward, its RNG bookkeeping, and the policy decorator.
 #include "engine/activation_checkpoint.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <torch/torch.h>
 

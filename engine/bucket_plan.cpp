@@ -1,7 +1,7 @@
 // Bucket planning and rank-major packing (see bucket_plan.h).
 #include "engine/bucket_plan.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

@@ -3,7 +3,7 @@
 #include "engine/engine.h"
 
 #include "engine/activation_checkpoint.h"
-#include "engine/check.h"
+#include "core/check.h"
 #include "engine/unit_partition.h"
 #include "optim/lr_schedule.h"
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "engine/bucket_plan.h"
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 #include "engine/engine_config.h"
 #include "engine/flat_unit.h"
 #include "engine/loss_scaler.h"
@@ -55,6 +55,8 @@ class Engine {
 
   // ---- introspection (checkpoints, tests, tools) ----
   const EngineConfig& config() const { return config_; }
+  // Where the model, flat buffers and optimizer state live (inputs go there too).
+  torch::Device device() const { return device_; }
   const ShardingPolicy& policy() const { return policy_; }
   Communicator& comm() const { return *comm_; }
   const std::vector<FlatUnit>& units() const { return units_; }
@@ -101,6 +103,7 @@ class Engine {
   ShardingPolicy policy_;
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<torch::nn::Module> model_;
+  torch::Device device_ = torch::kCPU;
   torch::Dtype compute_dtype_;
   torch::Dtype reduce_dtype_;
 

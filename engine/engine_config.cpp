@@ -2,9 +2,9 @@
 // with cross-field rules) and writer.
 #include "engine/engine_config.h"
 
-#include "engine/check.h"
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/check.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <cmath>
 
@@ -39,8 +39,31 @@ const char* to_string(CheckpointPolicy p) {
   return "?";
 }
 
+const char* to_string(DeviceKind d) {
+  switch (d) {
+    case DeviceKind::auto_: return "auto";
+    case DeviceKind::cuda: return "cuda";
+    case DeviceKind::cpu: return "cpu";
+  }
+  return "?";
+}
+
+bool is_cuda_available() {
+#ifdef ZEST_WITH_CUDA
+  return torch::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+DeviceKind EngineConfig::resolved_device() const {
+  if (device != DeviceKind::auto_) return device;
+  return is_cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
+}
+
 namespace {
 
+constexpr DeviceKind kDevices[] = {DeviceKind::auto_, DeviceKind::cuda, DeviceKind::cpu};
 constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision::fp16};
 constexpr CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPolicy::all, CheckpointPolicy::every_k};
 constexpr AtMinScale kAtMin[] = {AtMinScale::warn, AtMinScale::error};
@@ -94,13 +117,29 @@ void check_ranges(ConfigTable& table, const EngineConfig& c) {
             to_string(c.activation_checkpointing) + "\")");
   check(table, c.max_nonfinite_steps >= 1, "max_nonfinite_steps", "must be >= 1");
   check(table, c.threads >= 0, "threads", "must be >= 0 (0 = cores / local ranks)");
+  check(table, std::isfinite(c.collective_timeout_s) && c.collective_timeout_s > 0, "collective_timeout_s",
+        "must be > 0 seconds");
 }
 
 }  // namespace
 
+void check_supported_here(ConfigTable& table, const EngineConfig& c) {
+  if (c.device == DeviceKind::cuda && !is_cuda_available()) {
+    table.fail("device", "\"cuda\" was asked for, but this zest build or machine has no CUDA GPU; use \"cpu\" "
+                         "or \"auto\"");
+  }
+  if (c.precision == Precision::fp16 && c.resolved_device() == DeviceKind::cpu) {
+    table.fail(table.has("precision") ? "precision" : "device",
+               "fp16 runs on CUDA GPUs only (LibTorch's CPU kernels have no fp16 matrix products); on the CPU "
+               "use precision = \"bf16\" or \"fp32\"");
+  }
+}
+
 EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   EngineConfig c;
   c.stage = table.get("stage", c.stage);
+  c.device = table.get_enum("device", c.device, kDevices);
+  c.collective_timeout_s = table.get("collective_timeout_s", c.collective_timeout_s);
   c.precision = table.get_enum("precision", c.precision, kPrecisions);
   c.reduce_dtype = table.get_enum("reduce_dtype", c.reduce_dtype, kPrecisions);
   c.accumulation_steps = table.get("accumulation_steps", c.accumulation_steps);
@@ -125,6 +164,8 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
 void to_toml(const EngineConfig& c, ConfigWriter& out) {
   ConfigWriter& t = out.table("engine", "ZeRO engine: sharding stage, precision, accumulation, clipping");
   t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded");
+  t.set("device", to_string(c.device), "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)");
+  t.set("collective_timeout_s", c.collective_timeout_s, "a collective not done by then ends every rank, named");
   t.set("precision", to_string(c.precision), "compute dtype of parameters and activations: fp32|bf16|fp16");
   t.set("reduce_dtype", to_string(c.reduce_dtype), "dtype gradients are reduced in: fp32|bf16|fp16");
   t.set("accumulation_steps", c.accumulation_steps, "micro-batches per optimizer step");

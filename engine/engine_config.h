@@ -8,8 +8,8 @@
 
 namespace zest {
 
-class ConfigTable;   // engine/config_reader.h
-class ConfigWriter;  // engine/config_writer.h
+class ConfigTable;   // core/config_reader.h
+class ConfigWriter;  // core/config_writer.h
 
 enum class Precision { fp32, bf16, fp16 };
 torch::Dtype to_dtype(Precision p);
@@ -22,6 +22,10 @@ const char* to_string(AtMinScale a);
 enum class CheckpointPolicy { none, all, every_k };
 const char* to_string(CheckpointPolicy p);
 
+// Where the model, flat buffers, master shard and optimizer state live. auto: CUDA when present.
+enum class DeviceKind { auto_, cuda, cpu };
+const char* to_string(DeviceKind d);
+
 struct LossScaleConfig {
   double initial = 65536.0;   // 2^16
   int window = 1000;          // clean steps before the scale doubles
@@ -32,6 +36,8 @@ struct LossScaleConfig {
 
 struct EngineConfig {
   int stage = 2;                                // 0 (DP), 1, 2 (3: parameters sharded; later)
+  DeviceKind device = DeviceKind::auto_;        // rank r drives GPU LOCAL_RANK when CUDA
+  double collective_timeout_s = 600.0;          // a collective not done by then ends every rank, named
   Precision precision = Precision::bf16;        // compute dtype of parameters and activations
   Precision reduce_dtype = Precision::fp32;     // dtype gradients are reduced in
   int accumulation_steps = 1;                   // micro-batches per optimizer step
@@ -46,7 +52,18 @@ struct EngineConfig {
   // Reads [engine] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and
   // inconsistent combinations (e.g. loss_scale without fp16) are errors at the key's file:line:col.
   static EngineConfig from_toml(ConfigTable& table);
+
+  // The device kind after resolving auto (CUDA when this build has it and a GPU is visible).
+  DeviceKind resolved_device() const;
 };
+
+// True when this build has CUDA and at least one GPU is visible.
+bool is_cuda_available();
+
+// Whether this machine can run `config`: CUDA asked for without a GPU, and fp16 on the CPU (LibTorch's
+// CPU kernels lack fp16 matrix products), are errors at the [engine] key. Run files call this after
+// parsing (`zest train`, `zest config check`); parsing alone stays machine-independent.
+void check_supported_here(ConfigTable& engine_table, const EngineConfig& config);
 
 // Writes every field (defaults included) with its one-line doc; [engine.loss_scale] only for fp16.
 void to_toml(const EngineConfig& config, ConfigWriter& out);

@@ -1,7 +1,7 @@
 // FlatUnit buffers and views (see flat_unit.h).
 #include "engine/flat_unit.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <utility>
 

@@ -1,7 +1,7 @@
 // Model-state memory formulas (see memory_model.h).
 #include "engine/memory_model.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

@@ -2,7 +2,7 @@
 // consult these flags instead of re-testing the stage number.
 #pragma once
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

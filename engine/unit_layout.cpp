@@ -1,7 +1,7 @@
 // UnitLayout arithmetic (see unit_layout.h).
 #include "engine/unit_layout.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

@@ -2,6 +2,8 @@
 // slice each rank owns. Pure arithmetic (no tensors), shared by the engine, checkpoints and resharding.
 #pragma once
 
+#include "core/element_span.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,12 +21,6 @@ struct ParamSlot {
   int64_t offset = 0;                // first element in the unit's flat buffer
   int64_t numel = 0;
   bool decay = true;                 // receives weight decay
-};
-
-struct ElementSpan {
-  int64_t begin = 0;
-  int64_t numel = 0;
-  int64_t end() const { return begin + numel; }
 };
 
 struct UnitLayout {

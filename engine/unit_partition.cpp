@@ -1,7 +1,7 @@
 // Parameter-to-unit assignment (see unit_partition.h).
 #include "engine/unit_partition.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "optim/optim_config.h"
 
 #include <map>

@@ -1,9 +1,9 @@
 // custom_loop: a user's own training loop on the zest Engine API instead of `zest train`: a built-in
 // HY-Motion configuration, synthetic batches, micro-batch accumulation, per-step stats on rank 0.
 //   mpirun -np 2 ./custom_loop --steps 20        (or plainly ./custom_loop for one process)
-#include "engine/check.h"
+#include "core/check.h"
 #include "engine/engine.h"
-#include "engine/world.h"
+#include "comm/world.h"
 #include "models/hymotion/hymotion.h"
 #include "models/model_resolve.h"
 

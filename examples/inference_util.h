@@ -4,7 +4,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "data/dataset_manifest.h"
-#include "engine/check.h"
+#include "core/check.h"
 #include "engine/unit_module.h"
 #include "examples/npy.h"
 #include "models/model_resolve.h"

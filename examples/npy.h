@@ -3,8 +3,8 @@
 // because NumPy has no bfloat16.
 #pragma once
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <torch/torch.h>
 

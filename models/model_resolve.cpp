@@ -1,7 +1,7 @@
 // [model] resolution (see model_resolve.h).
 #include "models/model_resolve.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <filesystem>
 #include <fstream>

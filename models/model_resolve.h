@@ -2,7 +2,7 @@
 // a model TOML file), the one place that turns "which model" into something a family can build.
 #pragma once
 
-#include "engine/config_reader.h"
+#include "core/config_reader.h"
 #include "engine/unit_module.h"
 #include "models/model_selection.h"
 #include "models/registry.h"

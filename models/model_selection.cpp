@@ -2,8 +2,8 @@
 // configurations and the file system) and writer.
 #include "models/model_selection.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 #include "models/registry.h"
 
 #include <algorithm>

@@ -6,8 +6,8 @@
 
 namespace zest {
 
-class ConfigTable;   // engine/config_reader.h
-class ConfigWriter;  // engine/config_writer.h
+class ConfigTable;   // core/config_reader.h
+class ConfigWriter;  // core/config_writer.h
 
 struct ModelSelection {
   std::string name;         // built-in configuration (configs/models/<name>.toml), e.g. "hymotion_tiny"

@@ -2,7 +2,7 @@
 // configurations embedded from configs/models/*.toml.
 #include "models/registry.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/builtin_configs.h"
 #include "models/hymotion/hymotion.h"
 #include "models/unet/unet.h"

@@ -2,7 +2,7 @@
 // configurations (configs/models/*.toml, embedded at build time) looked up by flavor name.
 #pragma once
 
-#include "engine/config_reader.h"
+#include "core/config_reader.h"
 #include "engine/unit_module.h"
 
 #include <torch/torch.h>

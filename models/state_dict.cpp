@@ -1,7 +1,7 @@
 // State-dict loading (checked, then copied) and saving through safetensors (see state_dict.h).
 #include "models/state_dict.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <map>
 #include <sstream>

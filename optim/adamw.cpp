@@ -4,7 +4,7 @@
 // SGD:   g ← g + wd·p; b ← μ·b + g (b = g on the first step); g ← g + μ·b (Nesterov) or b; p ← p − lr·g.
 #include "optim/optimizer.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <cmath>
 

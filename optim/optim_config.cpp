@@ -2,8 +2,8 @@
 // [scheduler] TOML readers (strict) and writers.
 #include "optim/optim_config.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <cmath>
 #include <map>

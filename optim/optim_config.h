@@ -7,8 +7,8 @@
 
 namespace zest {
 
-class ConfigTable;   // engine/config_reader.h
-class ConfigWriter;  // engine/config_writer.h
+class ConfigTable;   // core/config_reader.h
+class ConfigWriter;  // core/config_writer.h
 
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine, linear };

@@ -3,6 +3,7 @@
 // same length, so checkpoints save a handful of large tensors.
 #pragma once
 
+#include "core/element_span.h"
 #include "optim/optim_config.h"
 
 #include <torch/torch.h>
@@ -14,12 +15,6 @@
 #include <vector>
 
 namespace zest {
-
-// A contiguous run [begin, end) of a segment, relative to the segment start.
-struct ElementRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
 
 // One unit's part of the rank's shard.
 struct OptimSegment {

@@ -1,6 +1,6 @@
 // Shared GoogleTest main: sets up the world (MPI under mpirun), and lets only rank 0 print results
 // (every rank still runs every test; mpirun's exit status fails if any rank fails).
-#include "engine/world.h"
+#include "comm/world.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include "data/motion_dataset.h"
 #include "data/motion_stats.h"
 #include "data/synth.h"
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/model_resolve.h"
 #include "tools/run_config.h"
 

@@ -2,7 +2,7 @@
 // file's model, with the same formula the engine's own accounting is tested against.
 #include "tools/commands.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "engine/memory_model.h"
 #include "models/model_resolve.h"
 #include "optim/optimizer.h"

@@ -3,8 +3,8 @@
 #include "tools/commands.h"
 
 #include "checkpoint/safetensors.h"
-#include "engine/check.h"
-#include "engine/config_reader.h"
+#include "core/check.h"
+#include "core/config_reader.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 

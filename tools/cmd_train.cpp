@@ -1,7 +1,7 @@
 // `zest train CONFIG.toml [--set section.key=value ...] [--no-resume]`.
 #include "tools/commands.h"
 
-#include "engine/world.h"
+#include "comm/world.h"
 #include "tools/run_config.h"
 #include "tools/trainer.h"
 

@@ -3,7 +3,7 @@
 // line prefixing, signal forwarding and fail-fast shutdown.
 #include "tools/launcher.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // The `zest` command-line tool: one binary, one subcommand per file in tools/ (cmd_*.cpp).
 #include "tools/commands.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <CLI/CLI.hpp>
 

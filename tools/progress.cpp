@@ -1,7 +1,7 @@
 // ProgressReporter (see progress.h).
 #include "tools/progress.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <nlohmann/json.hpp>
 

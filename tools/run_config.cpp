@@ -1,8 +1,8 @@
 // RunConfig: reading a run file table by table, the cross-table rules, and printing it back.
 #include "tools/run_config.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <algorithm>
 #include <climits>
@@ -87,6 +87,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.model = ModelSelection::from_toml(model);
   c.data = DataConfig::from_toml(data);
   c.engine = EngineConfig::from_toml(engine);
+  check_supported_here(engine, c.engine);
   c.optimizer = OptimConfig::from_toml(optimizer);
   c.scheduler = SchedulerConfig::from_toml(scheduler);
   c.train = TrainConfig::from_toml(train);

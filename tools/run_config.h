@@ -14,8 +14,8 @@
 
 namespace zest {
 
-class ConfigTable;   // engine/config_reader.h
-class ConfigWriter;  // engine/config_writer.h
+class ConfigTable;   // core/config_reader.h
+class ConfigWriter;  // core/config_writer.h
 
 // The [train] table: how long, which seed, how often to log, where the run's outputs go.
 struct TrainConfig {

@@ -4,7 +4,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/model_features.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <filesystem>
 

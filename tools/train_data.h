@@ -3,7 +3,7 @@
 // the loader position with checkpoints.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 #include "models/model_resolve.h"
 #include "tools/run_config.h"
 

@@ -18,7 +18,7 @@ struct TrainOutcome {
   double last_loss = 0.0;
 };
 
-// Needs a live WorldGuard (engine/world.h). Every rank calls it.
+// Needs a live WorldGuard (comm/world.h). Every rank calls it.
 TrainOutcome run_training(const RunConfig& config, const TrainOptions& options);
 
 }  // namespace zest

@@ -2,7 +2,7 @@
 // _build_dmm_attn_mask_shared and _build_smm_attn_mask_shared).
 #include "models/hymotion/attention_mask.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <limits>
 

@@ -2,7 +2,7 @@
 // generate(): torchdiffeq's euler over linspace(0, 1, steps + 1), CFG batch laid out [uncond ; cond]).
 #include "models/hymotion/flow_matching.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest::hymotion {
 

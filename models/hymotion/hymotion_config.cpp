@@ -2,7 +2,7 @@
 // (hymotion_mmdit.py, token_refiner.py, encoders.py); options the port does not implement are refused.
 #include "models/hymotion/hymotion_config.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // from a TOML table whose keys are the reference's own field names; unsupported values are refused.
 #pragma once
 
-#include "engine/config_reader.h"
+#include "core/config_reader.h"
 
 #include <cstdint>
 #include <string>

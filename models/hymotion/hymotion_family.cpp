@@ -1,7 +1,7 @@
 // Registry hook of HY-Motion: builds, counts and runs the model from reference-named config and inputs.
 #include "models/hymotion/hymotion.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/hymotion/flow_matching.h"
 
 #include <set>

@@ -2,7 +2,7 @@
 // final layer, each unit run through run_unit() as a pure function of its tensor inputs.
 #include "models/hymotion/hymotion_model.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/hymotion/attention_mask.h"
 
 #include <tuple>

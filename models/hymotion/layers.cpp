@@ -2,8 +2,8 @@
 // it to rounding (see models.md 1.4 on the precision of the sinusoidal embedding).
 #include "models/hymotion/layers.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // SingleTokenRefiner forward, following token_refiner.py of the reference.
 #include "models/hymotion/token_refiner.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <limits>
 

@@ -1,7 +1,7 @@
 // DDIM sampling (diffusers DDIMScheduler.step arithmetic, float32 schedule values as 0-dim tensors).
 #include "models/unet/ddim.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest::unet {
 

@@ -2,7 +2,7 @@
 // the text-to-image training example's MSE).
 #include "models/unet/ddpm.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <cmath>
 

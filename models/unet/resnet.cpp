@@ -1,7 +1,7 @@
 // The UNet's convolutional pieces: timestep embedding, ResnetBlock2D, Downsample2D, Upsample2D.
 #include "models/unet/resnet.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // Transformer2DModel).
 #include "models/unet/transformer_2d.h"
 
-#include "engine/compat.h"
+#include "core/compat.h"
 
 namespace zest::unet {
 

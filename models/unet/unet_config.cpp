@@ -1,7 +1,7 @@
 // Reading and validating UNetConfig from diffusers' config fields; defaults are diffusers' defaults.
 #include "models/unet/unet_config.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest::unet {
 

@@ -2,7 +2,7 @@
 // read from a TOML table; every per-level field is resolved to one value per down block.
 #pragma once
 
-#include "engine/config_reader.h"
+#include "core/config_reader.h"
 #include "models/unet/layers.h"
 
 #include <cstdint>

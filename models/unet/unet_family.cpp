@@ -1,7 +1,7 @@
 // Registry hook of the UNet: builds, counts and runs the model from reference-named config and inputs.
 #include "models/unet/unet.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <set>
 

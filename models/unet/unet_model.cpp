@@ -1,7 +1,7 @@
 // UNet2DConditionModel: construction in diffusers' order, the unit plan, and the unit-by-unit forward.
 #include "models/unet/unet_model.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <optional>
 #include <utility>

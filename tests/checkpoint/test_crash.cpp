@@ -6,7 +6,7 @@
 #include "ckpt_test_util.h"
 
 #include "checkpoint/verify.h"
-#include "engine/self_communicator.h"
+#include "comm/self_communicator.h"
 
 #include <gtest/gtest.h>
 

@@ -3,9 +3,9 @@
 // MPI_Comm_split (N → N/2, N → 1, 1 → N), continued training compared with the uninterrupted run.
 #include "ckpt_test_util.h"
 
-#include "engine/mpi_communicator.h"
-#include "engine/self_communicator.h"
-#include "engine/world.h"
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
+#include "comm/world.h"
 
 #include <gtest/gtest.h>
 

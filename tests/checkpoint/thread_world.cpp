@@ -3,7 +3,7 @@
 // deterministic), rendezvous, write the own output.
 #include "thread_world.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <condition_variable>
 #include <exception>

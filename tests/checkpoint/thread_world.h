@@ -2,7 +2,7 @@
 // checkpoint tests can train, save and load at any world size (4→2, 1→3, ...) without mpirun.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 #include <functional>
 #include <memory>

@@ -1,7 +1,7 @@
 // Run files end to end: RunConfig resolution with defaults, cross-table rules, --set overrides, and
 // the built `zest config check` binary (exit status and output).
-#include "engine/check.h"
-#include "engine/config_reader.h"
+#include "core/check.h"
+#include "core/config_reader.h"
 #include "tools/run_config.h"
 
 #include <gtest/gtest.h>
@@ -82,11 +82,11 @@ TEST_F(RunConfigTest, MinimalFileResolvesWithDefaults) {
 }
 
 TEST_F(RunConfigTest, PrintedConfigHasEveryDefaultAndReadsBackTheSame) {
-  const RunConfig c = parse(kMinimal + "[engine]\nprecision = \"fp16\"\n[scheduler]\nname = \"cosine\"\nwarmup_steps = 100\n");
+  const RunConfig c = parse(kMinimal + "[engine]\nprecision = \"fp32\"\n[scheduler]\nname = \"cosine\"\nwarmup_steps = 100\n");
   EXPECT_EQ(c.scheduler.decay_steps, 900);  // resolved: max_steps - warmup_steps
   const std::string text = to_toml(c);
-  for (const char* expected : {"[model]\nname = \"hymotion_tiny\"", "stage = 2", "precision = \"fp16\"",
-                               "[engine.loss_scale]", "initial = 65536.0", "betas = [0.9, 0.999]",
+  for (const char* expected : {"[model]\nname = \"hymotion_tiny\"", "stage = 2", "precision = \"fp32\"",
+                               "device = \"auto\"", "betas = [0.9, 0.999]",
                                "decay_steps = 900", "keep_last = 3", "dir = \"runs/zest/checkpoints\""})
     EXPECT_NE(text.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << text;
   const RunConfig back = parse(text);
@@ -139,11 +139,11 @@ TEST_F(RunConfigTest, CrossTableRules) {
 }
 
 TEST_F(RunConfigTest, OverridesAreValidatedLikeTheFile) {
-  const RunConfig c = parse(kMinimal, {"engine.stage=1", "optimizer.betas=[0.9,0.95]", "engine.precision=fp16",
+  const RunConfig c = parse(kMinimal, {"engine.stage=1", "optimizer.betas=[0.9,0.95]", "engine.precision=fp32",
                                        "train.max_steps=20", "data.batch_size=4"});
   EXPECT_EQ(c.engine.stage, 1);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
-  EXPECT_EQ(c.engine.precision, Precision::fp16);
+  EXPECT_EQ(c.engine.precision, Precision::fp32);
   EXPECT_EQ(c.train.max_steps, 20);
   EXPECT_EQ(c.data.batch_size, 4);
   expect_error(kMinimal, {"--set engine.stage=5: engine.stage: must be 0, 1 or 2 (got 5)"}, {"engine.stage=5"});
@@ -153,6 +153,17 @@ TEST_F(RunConfigTest, OverridesAreValidatedLikeTheFile) {
   expect_error(kMinimal, {"--set engine.stage: expected section.key=value"}, {"engine.stage"});
   expect_error(kMinimal, {"engine.loss_scale: [engine.loss_scale] is only used with precision = \"fp16\""},
                {"engine.loss_scale.window=10"});
+}
+
+// fp16 needs a GPU: a run file asking for it where the run would execute on the CPU is refused at the key,
+// with where fp16 runs; so is device = "cuda" without a GPU.
+TEST_F(RunConfigTest, Fp16AndCudaAreRefusedWhereThereIsNoGpu) {
+  if (is_cuda_available()) GTEST_SKIP() << "this machine has a GPU";
+  expect_error(kMinimal + "[engine]\nprecision = \"fp16\"\n",
+               {"engine.precision: fp16 runs on CUDA GPUs only", "use precision = \"bf16\" or \"fp32\""});
+  expect_error(kMinimal, {"--set engine.device=cuda: engine.device: \"cuda\" was asked for, but this zest build or "
+                          "machine has no CUDA GPU"}, {"engine.device=cuda"});
+  expect_error(kMinimal + "[engine]\nprecision = \"fp16\"\ndevice = \"cpu\"\n", {"fp16 runs on CUDA GPUs only"});
 }
 
 // Runs `command` through the shell; returns its exit status and combined output.

@@ -2,8 +2,8 @@
 // assert that an error message contains every expected part.
 #pragma once
 
-#include "engine/check.h"
-#include "engine/config_reader.h"
+#include "core/check.h"
+#include "core/config_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // error message (location, key, what is wrong).
 #include "tests/config/config_test_util.h"
 
-#include "engine/config_writer.h"
+#include "core/config_writer.h"
 #include "engine/engine_config.h"
 #include "optim/optim_config.h"
 

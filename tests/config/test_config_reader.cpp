@@ -2,8 +2,8 @@
 // and the ConfigWriter's TOML literals.
 #include "tests/config/config_test_util.h"
 
-#include "engine/config_reader.h"
-#include "engine/config_writer.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
 
 #include <gtest/gtest.h>
 

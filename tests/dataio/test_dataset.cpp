@@ -7,7 +7,7 @@
 #include "data/motion_dataset.h"
 #include "data/motion_stats.h"
 #include "dataio_test_util.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

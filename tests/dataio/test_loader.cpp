@@ -2,7 +2,7 @@
 // error reaching next() with the file name, and clean shutdown with a full queue.
 #include "data/loader.h"
 #include "dataio_test_util.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <gtest/gtest.h>
 

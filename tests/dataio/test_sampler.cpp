@@ -1,7 +1,7 @@
 // DistributedSampler: ranks disjoint and complete for N ∈ {1, 2, 3, 4} with drop-last and padding,
 // per-epoch reshuffles that every rank agrees on, and mid-epoch resume; plus a real multi-rank check.
 #include "data/sampler.h"
-#include "engine/world.h"
+#include "comm/world.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // transformer-ish UnitModule (dropout included), the no-grad forward, nesting and the policies.
 #include "engine/activation_checkpoint.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

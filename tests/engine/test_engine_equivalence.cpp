@@ -1,7 +1,7 @@
 // The gold standard: ZeRO stage k on N ranks trains to the same parameters as one process running
 // plain LibTorch (torch::optim::AdamW, clip_grad_norm_) on the same global batch.
 #include "engine/engine.h"
-#include "engine/world.h"
+#include "comm/world.h"
 #include "optim/optim_config.h"
 #include "toy_models.h"
 

@@ -2,7 +2,7 @@
 // (stages 0/1 stay silent on non-boundary micro-steps; stage 2 reduce-scatters every micro-step).
 #include "engine/engine.h"
 #include "engine/memory_model.h"
-#include "engine/world.h"
+#include "comm/world.h"
 #include "toy_models.h"
 
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // masters, and the non-finite stop for bf16/fp32.
 #include "engine/engine.h"
 #include "engine/loss_scaler.h"
-#include "engine/world.h"
+#include "comm/world.h"
 #include "toy_models.h"
 
 #include <gtest/gtest.h>

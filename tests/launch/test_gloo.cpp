@@ -1,8 +1,8 @@
 // The Gloo communicator under `zest launch`: every collective on every dtype the engine uses, with
 // exact expected values (DistGloo.*, run here under 3 ranks), and a vanished or stalled rank turning
 // into an error that names the operation instead of a hang.
-#include "engine/world.h"
-#include "engine/check.h"
+#include "comm/world.h"
+#include "core/check.h"
 #include "launch_test_util.h"
 
 #include <gtest/gtest.h>

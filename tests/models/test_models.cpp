@@ -2,7 +2,7 @@
 // and `zest models parity`, run in-process through the same CLI11 subcommand the binary registers.
 #include "checkpoint/safetensors.h"
 #include "engine/activation_checkpoint.h"
-#include "engine/check.h"
+#include "core/check.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "tools/commands.h"

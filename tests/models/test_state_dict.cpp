@@ -2,7 +2,7 @@
 // error that lists every missing, unexpected and wrong-shape key.
 #include "models/state_dict.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

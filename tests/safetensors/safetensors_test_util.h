@@ -4,7 +4,7 @@
 
 #include "common/temp_dir.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <gtest/gtest.h>
 

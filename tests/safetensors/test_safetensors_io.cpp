@@ -2,7 +2,7 @@
 #include "tests/safetensors/safetensors_test_util.h"
 
 #include "checkpoint/safetensors.h"
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 #include "common/golden_file.h"
 
 #include "checkpoint/safetensors.h"
-#include "engine/check.h"
-#include "engine/config_reader.h"
+#include "core/check.h"
+#include "core/config_reader.h"
 #include "models/unet/unet.h"
 
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
 // MPI collectives over CPU tensors. Each operation returns an MpiWork that owns the request, the
 // tensors it touches (kept alive until completion) and the copy-back from any staging buffer.
-#include "engine/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 
-#include "engine/check.h"
-#include "engine/compat.h"
+#include "core/check.h"
+#include "core/compat.h"
 
 #include <climits>
 #include <functional>

@@ -2,7 +2,7 @@
 // environment, e.g. `zest launch`): rendezvous through a TCP store hosted by rank 0, transport by Gloo.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 #include <chrono>
 #include <memory>

@@ -2,7 +2,7 @@
 // reduced through fp32 staging buffers (MPI has no bf16/fp16 arithmetic), so reductions are exact to fp32.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 #include <mpi.h>
 

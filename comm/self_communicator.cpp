@@ -1,7 +1,7 @@
 // World-of-one collectives: identity operations with the same argument checks as the real ones.
-#include "engine/self_communicator.h"
+#include "comm/self_communicator.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 namespace zest {
 

@@ -1,9 +1,9 @@
 // Gloo collectives over CPU tensors through c10d's TCPStore (rendezvous) and ProcessGroupGloo
 // (transport). Each operation returns a GlooWork that owns the c10d work, the tensors it touches and
 // the copy-back from any staging buffer; a failed or timed-out collective names the operation.
-#include "engine/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // environment, or nobody) and the communicator that matches.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 #include <memory>
 #include <string>

@@ -2,7 +2,7 @@
 // go through exactly the same engine code as distributed ones.
 #pragma once
 
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 namespace zest {
 

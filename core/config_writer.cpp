@@ -1,7 +1,7 @@
 // ConfigWriter: TOML rendering of resolved configs (keys aligned, docs as trailing comments).
-#include "engine/config_writer.h"
+#include "core/config_writer.h"
 
-#include "engine/check.h"
+#include "core/check.h"
 
 #include <algorithm>
 #include <charconv>

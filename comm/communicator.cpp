@@ -1,5 +1,5 @@
 // Communicator conveniences shared by every backend, built on the virtual collectives.
-#include "engine/communicator.h"
+#include "comm/communicator.h"
 
 namespace zest {
 

@@ -1,9 +1,9 @@
 // ConfigTable: strict typed reads over a toml++ document, --set overrides, and the error messages
 // (file:line:col, dotted key, expected type, did-you-mean) that every zest config error goes through.
-#include "engine/config_reader.h"
+#include "core/config_reader.h"
 
-#include "engine/check.h"
-#include "engine/config_writer.h"
+#include "core/check.h"
+#include "core/config_writer.h"
 
 #include <toml++/toml.h>
 

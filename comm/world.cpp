@@ -1,11 +1,11 @@
 // World discovery from the launcher's environment, MPI start-up/shutdown, and the world communicator
 // (MPI under mpirun, Gloo under a torchrun-style environment, else the world of one).
-#include "engine/world.h"
+#include "comm/world.h"
 
-#include "engine/check.h"
-#include "engine/gloo_communicator.h"
-#include "engine/mpi_communicator.h"
-#include "engine/self_communicator.h"
+#include "core/check.h"
+#include "comm/gloo_communicator.h"
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
 
 #include <mpi.h>
 
