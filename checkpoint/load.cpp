@@ -53,7 +53,7 @@ void compare_parameters(const Manifest& m, Engine& engine, std::vector<std::stri
   const auto index = index_params(m);
   std::set<std::string> used;
   std::vector<std::string> missing, shapes;
-  for (const FlatUnit& unit : engine.units()) {
+  for (const Unit& unit : engine.units()) {
     for (const ParamSlot& slot : unit.layout().slots) {
       used.insert(slot.name);
       for (const auto& alias : slot.aliases) used.insert(alias);
@@ -119,8 +119,8 @@ std::vector<CopyOp> plan_copies(const Manifest& m, Engine& engine) {
   const auto index = index_params(m);
   std::vector<CopyOp> ops;
   for (size_t u = 0; u < engine.units().size(); ++u) {
-    const FlatUnit& unit = engine.units()[u];
-    const ElementSpan owned = unit.owned();
+    const Unit& unit = engine.units()[u];
+    const ElementSpan owned = unit.shard_span();
     for (const ParamSlot& slot : unit.layout().slots) {
       const int64_t lo = std::max(slot.offset, owned.begin);
       const int64_t hi = std::min(slot.offset + slot.numel, owned.end());

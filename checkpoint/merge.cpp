@@ -85,7 +85,7 @@ MergeResult merge_online(Engine& engine, const std::string& out_path, const Merg
   Communicator& comm = engine.comm();
   const bool writes = comm.rank() == 0;
   std::vector<UnitLayout> layouts;
-  for (const FlatUnit& unit : engine.units()) layouts.push_back(unit.layout());
+  for (const Unit& unit : engine.units()) layouts.push_back(unit.layout());
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
@@ -107,7 +107,7 @@ MergeResult merge_online(Engine& engine, const std::string& out_path, const Merg
   torch::NoGradGuard no_grad;
   size_t next = 0;  // first output tensor of the current unit
   for (size_t u = 0; u < engine.units().size(); ++u) {
-    const FlatUnit& unit = engine.units()[u];
+    const Unit& unit = engine.units()[u];
     const ElementSpan span = engine.master_span(u);
     torch::Tensor full = engine.master_shard().narrow(0, span.begin, span.numel);  // stage 0: whole unit
     if (engine.policy().shard_optimizer) {  // one unit at a time: never the whole model twice

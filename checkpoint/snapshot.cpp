@@ -32,9 +32,9 @@ RankSnapshot snapshot_engine(Engine& engine, bool copy) {
                engine.master_shard().numel(), " fp32 elements)");
     std::vector<torch::Tensor> per_unit;
     for (size_t u = 0; u < engine.units().size(); ++u) {
-      const FlatUnit& unit = engine.units()[u];
+      const Unit& unit = engine.units()[u];
       const ElementSpan mine = unit.layout().shard_span(snap.rank);
-      const ElementSpan owned = unit.owned();
+      const ElementSpan owned = unit.shard_span();
       ZEST_CHECK(mine.begin >= owned.begin && mine.end() <= owned.end(), "unit ", unit.name(), ": rank ",
                  snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
       auto slice = flat.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel);

@@ -16,7 +16,10 @@ if(Torch_VERSION VERSION_GREATER_EQUAL 2.0)
   target_link_libraries(zest_deps INTERFACE -Wl,--push-state,--no-as-needed stdc++ -Wl,--pop-state)
 endif()
 target_link_libraries(zest_deps INTERFACE ${TORCH_LIBRARIES} MPI::MPI_C Threads::Threads)
-target_compile_options(zest_deps INTERFACE ${TORCH_CXX_FLAGS} -Wall -Wextra -Wno-unused-parameter)
+# C++ flags only for C++ sources: nvcc compiles our kernels (*.cu) with its own.
+separate_arguments(ZEST_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(zest_deps INTERFACE
+  "$<$<COMPILE_LANGUAGE:CXX>:${ZEST_TORCH_CXX_FLAGS};-Wall;-Wextra;-Wno-unused-parameter>")
 # Open MPI's (deprecated) C++ bindings need libmpi_cxx, which MPI::MPI_C does not link; zest uses the C API.
 target_compile_definitions(zest_deps INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 if(ZEST_THIRD_PARTY)

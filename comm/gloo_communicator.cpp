@@ -94,7 +94,8 @@ torch::Dtype reduction_dtype(torch::Dtype dtype) { return is_half_float(dtype) ?
 
 c10d::AllreduceOptions allreduce_options(ReduceOp op) {
   c10d::AllreduceOptions options;
-  options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+  // avg: a sum, divided by the world size once it has arrived.
+  options.reduceOp = op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
   return options;
 }
 
@@ -192,8 +193,14 @@ WorkHandle GlooCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op)
   torch::Tensor buffer = compute == tensor.scalar_type() ? tensor : tensor.to(compute);
   std::vector<torch::Tensor> tensors{buffer.view({-1})};
   auto work = impl_->group->allreduce(tensors, allreduce_options(op));
+  const double divisor = op == ReduceOp::avg ? size() : 1.0;
   std::function<void()> finish;
-  if (!buffer.is_same(tensor)) finish = [tensor, buffer] { tensor.copy_(buffer); };
+  if (!buffer.is_same(tensor) || divisor != 1.0) {
+    finish = [tensor, buffer, divisor] {
+      if (divisor != 1.0) buffer.div_(divisor);
+      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    };
+  }
   return std::make_unique<GlooWork>(std::move(work), describe("allreduce", tensor, options_),
                                     std::vector<torch::Tensor>{tensor, buffer}, finish);
 }
@@ -214,7 +221,12 @@ WorkHandle GlooCommunicator::reduce_scatter(const torch::Tensor& input, const to
   std::vector<torch::Tensor> tensors{full};
   auto work = size() == 1 ? c10::intrusive_ptr<c10d::Work>() : impl_->group->allreduce(tensors, allreduce_options(op));
   const int64_t begin = rank() * n;
-  auto finish = [output, full, begin, n] { output.copy_(full.narrow(0, begin, n).view_as(output)); };
+  const double divisor = op == ReduceOp::avg ? size() : 1.0;
+  auto finish = [output, full, begin, n, divisor] {
+    auto own = full.narrow(0, begin, n);
+    if (divisor != 1.0) own.div_(divisor);
+    output.copy_(own.view_as(output));
+  };
   if (!work) {
     torch::NoGradGuard no_grad;
     finish();

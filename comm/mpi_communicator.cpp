@@ -2,10 +2,14 @@
 // tensors it touches (kept alive until completion) and the copy-back from any staging buffer.
 #include "comm/mpi_communicator.h"
 
+#include "comm/collective_timeout.h"
+
 #include "core/check.h"
 #include "core/compat.h"
 
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <functional>
 #include <vector>
 
@@ -14,8 +18,9 @@ namespace {
 
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request request, std::vector<torch::Tensor> keep_alive, std::function<void()> finish)
-      : request_(request), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)) {}
+  MpiWork(MPI_Request request, std::vector<torch::Tensor> keep_alive, std::function<void()> finish,
+          const char* what = "collective")
+      : request_(request), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)), what_(what) {}
   ~MpiWork() override {
     if (!done_) {
       try {
@@ -27,7 +32,7 @@ class MpiWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
-    ZEST_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    wait_with_timeout();
     if (finish_) {
       torch::NoGradGuard no_grad;
       finish_();
@@ -36,9 +41,28 @@ class MpiWork final : public Work {
   }
 
  private:
+  // Polls instead of MPI_Wait so a collective that some rank never joins ends this rank with an error
+  // naming the operation (collective_timeout) instead of hanging forever.
+  void wait_with_timeout() {
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = collective_timeout();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      ZEST_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > limit) {
+        ZEST_FAIL("MPI ", what_, " did not complete within ", limit.count() / 1000.0,
+                  " s (engine.collective_timeout_s): another rank never joined it or is stuck");
+      }
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
   MPI_Request request_;
   std::vector<torch::Tensor> keep_alive_;
   std::function<void()> finish_;
+  const char* what_;
   bool done_ = false;
 };
 
@@ -59,7 +83,8 @@ bool is_half_float(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dty
 // The dtype a reduction is computed in: 16-bit floats go through fp32.
 torch::Dtype reduction_dtype(torch::Dtype dtype) { return is_half_float(dtype) ? torch::kFloat32 : dtype; }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+// avg is a sum divided by the world size once the sum has arrived (see finish_average).
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
 int checked_count(int64_t count, const char* what) {
   ZEST_CHECK(count <= INT_MAX, what, ": ", count, " elements exceed MPI's int count; split the unit");
@@ -100,9 +125,15 @@ WorkHandle MpiCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) 
   ZEST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, compat::mutable_data(buffer),
                                 checked_count(buffer.numel(), "allreduce"),
                                 arithmetic_type(compute), mpi_op(op), comm_, &request));
+  const double divisor = op == ReduceOp::avg ? size_ : 1.0;
   std::function<void()> finish;
-  if (!buffer.is_same(tensor)) finish = [tensor, buffer] { tensor.copy_(buffer); };
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor, buffer}, finish);
+  if (!buffer.is_same(tensor) || divisor != 1.0) {
+    finish = [tensor, buffer, divisor] {
+      if (divisor != 1.0) buffer.div_(divisor);
+      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    };
+  }
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor, buffer}, finish, "allreduce");
 }
 
 WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
@@ -122,10 +153,16 @@ WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const tor
   ZEST_MPI_CHECK(MPI_Ireduce_scatter_block(compat::const_data(send), compat::mutable_data(recv),
                                            checked_count(n, "reduce_scatter"),
                                            arithmetic_type(compute), mpi_op(op), comm_, &request));
+  const double divisor = op == ReduceOp::avg ? size_ : 1.0;
   std::function<void()> finish;
-  if (!direct) finish = [output, recv] { output.copy_(recv.view_as(output)); };
+  if (!direct || divisor != 1.0) {
+    finish = [output, recv, divisor] {
+      if (divisor != 1.0) recv.div_(divisor);
+      if (!recv.is_same(output)) output.copy_(recv.view_as(output));
+    };
+  }
   return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, send, recv, output},
-                                   finish);
+                                   finish, "reduce_scatter");
 }
 
 WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::Tensor& output) {
@@ -146,7 +183,7 @@ WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::T
                                 checked_count(bytes, "allgather"), MPI_BYTE,
                                 compat::mutable_data(output), checked_count(bytes, "allgather"),
                                 MPI_BYTE, comm_, &request));
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, output}, nullptr);
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, output}, nullptr, "allgather");
 }
 
 WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
@@ -155,7 +192,7 @@ WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
   MPI_Request request;
   ZEST_MPI_CHECK(MPI_Ibcast(compat::mutable_data(tensor), checked_count(tensor.nbytes(), "broadcast"),
                             MPI_BYTE, root, comm_, &request));
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor}, nullptr);
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor}, nullptr, "broadcast");
 }
 
 void MpiCommunicator::barrier() { ZEST_MPI_CHECK(MPI_Barrier(comm_)); }

@@ -2,6 +2,7 @@
 // (MPI under mpirun, Gloo under a torchrun-style environment, else the world of one).
 #include "comm/world.h"
 
+#include "comm/device_communicator.h"
 #include "core/check.h"
 #include "comm/gloo_communicator.h"
 #include "comm/mpi_communicator.h"
@@ -101,6 +102,7 @@ WorldGuard::WorldGuard() : info_(discover_world()) {
 }
 
 WorldGuard::~WorldGuard() {
+  release_device_communicators();
   world_comm_slot().reset();
   world_alive() = false;
   if (mpi_initialized_) {

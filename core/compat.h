@@ -51,6 +51,18 @@ inline torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const 
 #endif
 }
 
+// L2 norm of each tensor, computed and returned in fp32 (one fused kernel where LibTorch has the dtype
+// argument, 2.4 on; before, per tensor).
+inline std::vector<torch::Tensor> foreach_norm_fp32(const std::vector<torch::Tensor>& tensors) {
+#if ZEST_TORCH_AT_LEAST(2, 4)
+  return at::_foreach_norm(tensors, 2, at::kFloat);
+#else
+  std::vector<torch::Tensor> norms;
+  for (const auto& t : tensors) norms.push_back(t.to(torch::kFloat32).norm());
+  return norms;
+#endif
+}
+
 // Autocast state for activation checkpointing's recompute (names changed in 2.4).
 struct AutocastState {
   bool cpu_enabled = false;

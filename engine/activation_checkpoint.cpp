@@ -109,6 +109,7 @@ struct CheckpointState : torch::CustomClassHolder {
   size_t num_outputs = 0;
   RngSnapshot rng;
   compat::AutocastState autocast;
+  std::function<void()> after_backward;
 };
 
 Tensors run_through(const std::shared_ptr<UnitRunner>& inner, const std::string& unit_name,
@@ -190,6 +191,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     }
     // Nested ("reentrant") backward: accumulates into the parameters' .grad and the inputs' .grad.
     if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+    if (state->after_backward) state->after_backward();
 
     // One gradient per forward argument: dummy, each defined input, then the (non-tensor) state.
     torch::autograd::variable_list grads{torch::Tensor()};
@@ -219,13 +221,14 @@ bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx) {
 }
 
 Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs,
-                        const std::shared_ptr<UnitRunner>& inner) {
+                        const std::shared_ptr<UnitRunner>& inner, std::function<void()> after_backward) {
   if (!torch::GradMode::is_enabled()) return run_through(inner, unit_name, fn, inputs);
 
   auto state = c10::make_intrusive<CheckpointState>();
   state->unit_name = unit_name;
   state->fn = fn;
   state->inner = inner;
+  state->after_backward = std::move(after_backward);
   state->rng = RngSnapshot::capture(cuda_devices_of(inputs));
   state->autocast = compat::autocast_state();
   Tensors defined_inputs;
@@ -269,13 +272,17 @@ Tensors CheckpointRunner::run(const std::string& unit_name, const UnitFn& fn, co
     ZEST_FAIL("activation checkpointing: unit '", unit_name,
               "' is run but not declared in unit_decls() (declared: ", known, ")");
   }
-  if (is_checkpointed(unit_name)) return checkpoint_unit(unit_name, fn, inputs, inner_);
+  if (is_checkpointed(unit_name)) {
+    std::function<void()> after;
+    if (after_backward_) after = [callback = after_backward_, unit_name] { callback(unit_name); };
+    return checkpoint_unit(unit_name, fn, inputs, inner_, std::move(after));
+  }
   return run_through(inner_, unit_name, fn, inputs);
 }
 
-std::shared_ptr<UnitRunner> make_checkpoint_runner(const EngineConfig& config, const UnitModule& model,
-                                                   std::shared_ptr<UnitRunner> inner) {
-  if (config.activation_checkpointing == CheckpointPolicy::none) return inner;
+std::shared_ptr<CheckpointRunner> make_checkpoint_runner(const EngineConfig& config, const UnitModule& model,
+                                                         std::shared_ptr<UnitRunner> inner) {
+  if (config.activation_checkpointing == CheckpointPolicy::none) return nullptr;
   std::vector<std::string> names;
   for (const UnitDecl& decl : model.unit_decls()) names.push_back(decl.name);
   return std::make_shared<CheckpointRunner>(config.activation_checkpointing, config.checkpoint_every,

@@ -5,6 +5,7 @@
 #include "engine/engine_config.h"
 #include "engine/unit_module.h"
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -28,8 +29,12 @@ bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx);
 // returned, so it must not capture locals of the forward by reference (capture `this` and values).
 // Inputs may be undefined or non-floating (masks); outputs may be undefined, non-floating or inputs.
 // Without grad mode (evaluation) the unit simply runs.
+// `after_backward`, when given, runs once the unit's recompute and nested backward have returned (every
+// gradient of this use of the unit's parameters is accumulated): the engine's unit-level post-backward
+// signal for checkpointed units.
 Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs,
-                        const std::shared_ptr<UnitRunner>& inner = nullptr);
+                        const std::shared_ptr<UnitRunner>& inner = nullptr,
+                        std::function<void()> after_backward = nullptr);
 
 // The decorator: checkpoints the units the policy selects and runs the others plainly, both through
 // `inner` when given (e.g. a parameter-gathering runner), so runners nest.
@@ -41,16 +46,19 @@ class CheckpointRunner : public UnitRunner {
 
   Tensors run(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs) override;
   bool is_checkpointed(const std::string& unit_name) const;
+  // Called with the unit's name after each checkpointed unit's backward (see checkpoint_unit).
+  void set_after_backward(std::function<void(const std::string&)> callback) { after_backward_ = std::move(callback); }
 
  private:
+  std::function<void(const std::string&)> after_backward_;
   std::set<std::string> known_units_;
   std::set<std::string> checkpointed_units_;
   std::shared_ptr<UnitRunner> inner_;
 };
 
-// The runner for `config.activation_checkpointing` over `model`'s units, wrapping `inner`. With the
-// policy `none` no decorator is needed and `inner` itself is returned (possibly null).
-std::shared_ptr<UnitRunner> make_checkpoint_runner(const EngineConfig& config, const UnitModule& model,
-                                                   std::shared_ptr<UnitRunner> inner = nullptr);
+// The runner for `config.activation_checkpointing` over `model`'s units, wrapping `inner`; null with the
+// policy `none` (no decorator needed).
+std::shared_ptr<CheckpointRunner> make_checkpoint_runner(const EngineConfig& config, const UnitModule& model,
+                                                         std::shared_ptr<UnitRunner> inner = nullptr);
 
 }  // namespace zest

@@ -1,60 +1,81 @@
-// Engine: construction (units, flat buffers, master shard), the backward hooks that launch per-unit
-// gradient reductions, and the optimizer step (norm, skip/clip, update, parameter allgather).
+// Engine: assembly (placement, units, flat buffers, buckets, optimizer, hooks) and the step, which reads
+// top to bottom: backward() launches bucket reductions as units finish; step() orders them, takes the
+// per-unit norms (one allreduce), decides skip/clip/scale on the device, updates the shard and starts
+// the parameter gathers the next forward waits for unit by unit.
 #include "engine/engine.h"
 
-#include "engine/activation_checkpoint.h"
+#include "comm/collective_timeout.h"
+#include "comm/device_communicator.h"
 #include "core/check.h"
+#include "engine/activation_checkpoint.h"
+#include "engine/bucket_plan.h"
+#include "engine/device_placement.h"
+#include "engine/grad_norm.h"
+#include "engine/step_decision.h"
 #include "engine/unit_partition.h"
-#include "optim/lr_schedule.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
-#include <cmath>
-#include <iostream>
+#include <algorithm>
+#include <map>
 
 namespace zest {
-
-// Shared with the autograd hooks so a hook outliving the engine does nothing.
-struct Engine::HookTarget {
-  Engine* engine = nullptr;
-  void ready(size_t unit_idx) {
-    if (engine != nullptr) engine->on_param_grad_ready(unit_idx);
-  }
-};
-
 namespace {
 
-// Runs after a parameter's AccumulateGrad node, i.e. once its gradient for this backward is complete.
-class GradReadyHook final : public torch::autograd::FunctionPostHook {
- public:
-  GradReadyHook(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    on_ready_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> on_ready_;
-};
-
-// Decay ranges of a unit's owned span, relative to the span start.
-std::vector<ElementRange> owned_decay_ranges(const UnitLayout& layout, ElementSpan owned) {
+// Decay ranges of a unit's shard span, relative to the span start.
+std::vector<ElementRange> shard_decay_ranges(const UnitLayout& layout, ElementSpan span) {
   std::vector<ElementRange> ranges;
   for (const auto& slot : layout.slots) {
     if (!slot.decay) continue;
-    const int64_t begin = std::max(slot.offset, owned.begin);
-    const int64_t end = std::min(slot.offset + slot.numel, owned.end());
+    const int64_t begin = std::max(slot.offset, span.begin);
+    const int64_t end = std::min(slot.offset + slot.numel, span.end());
     if (begin >= end) continue;
-    if (!ranges.empty() && ranges.back().end == begin - owned.begin) {
-      ranges.back().end = end - owned.begin;
+    if (!ranges.empty() && ranges.back().end == begin - span.begin) {
+      ranges.back().end = end - span.begin;
     } else {
-      ranges.push_back({begin - owned.begin, end - owned.begin});
+      ranges.push_back({begin - span.begin, end - span.begin});
     }
   }
   return ranges;
+}
+
+StepRules step_rules(const EngineConfig& engine, const OptimConfig& optim, const SchedulerConfig& schedule,
+                     int world_size) {
+  StepRules r;
+  r.clip_norm = engine.clip_norm;
+  r.world_size = world_size;
+  r.loss_scaling = engine.precision == Precision::fp16 ? 1.0 : 0.0;
+  r.scale_min = engine.loss_scale.min;
+  r.scale_window = engine.loss_scale.window;
+  r.scale_hysteresis = engine.loss_scale.hysteresis;
+  r.stop_at_min_scale = engine.loss_scale.at_min == AtMinScale::error ? 1.0 : 0.0;
+  r.max_nonfinite_steps = engine.max_nonfinite_steps;
+  r.schedule_kind = schedule.name == ScheduleKind::constant ? 0.0 : schedule.name == ScheduleKind::cosine ? 1.0 : 2.0;
+  r.base_lr = optim.lr;
+  r.warmup_steps = schedule.warmup_steps;
+  r.decay_steps = schedule.decay_steps;
+  r.min_lr = schedule.min_lr;
+  r.beta1 = optim.beta1;
+  r.beta2 = optim.beta2;
+  return r;
+}
+
+torch::Tensor initial_scalars(const EngineConfig& engine, const torch::Device& device) {
+  StepScalars s;
+  if (engine.precision == Precision::fp16) s.loss_scale = engine.loss_scale.initial;
+  s.hysteresis_left = std::max(1, engine.loss_scale.hysteresis);
+  auto host = torch::empty({kStepScalarCount}, torch::kFloat64);
+  *reinterpret_cast<StepScalars*>(host.data_ptr<double>()) = s;
+  return host.to(device);
+}
+
+// The unit whose prefixes claim `name` (the first in declaration order), or -1.
+int unit_claiming(const std::vector<UnitDecl>& decls, const std::string& name) {
+  for (size_t u = 0; u < decls.size(); ++u) {
+    for (const auto& prefix : decls[u].prefixes) {
+      const bool is_module = !prefix.empty() && prefix.back() == '.';
+      if (is_module ? name.rfind(prefix, 0) == 0 : name == prefix) return static_cast<int>(u);
+    }
+  }
+  return -1;
 }
 
 }  // namespace
@@ -62,359 +83,291 @@ std::vector<ElementRange> owned_decay_ranges(const UnitLayout& layout, ElementSp
 Engine::Engine(std::shared_ptr<UnitModule> model, const EngineConfig& engine, const OptimConfig& optim,
                const SchedulerConfig& schedule, std::shared_ptr<Communicator> comm)
     : Engine(model, model->unit_decls(), engine, optim, schedule, std::move(comm)) {
-  // Activation checkpointing wraps the model's units per engine.activation_checkpointing.
-  model->set_unit_runner(make_checkpoint_runner(engine, *model, model->unit_runner()));
+  install_runners(*model);
 }
 
-Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> units,
-               const EngineConfig& engine, const OptimConfig& optim, const SchedulerConfig& schedule,
-               std::shared_ptr<Communicator> comm)
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> units, const EngineConfig& engine,
+               const OptimConfig& optim, const SchedulerConfig& schedule, std::shared_ptr<Communicator> comm)
     : config_(engine),
       optim_config_(optim),
       schedule_(schedule),
-      policy_(ShardingPolicy::for_stage(engine.stage)),
-      comm_(std::move(comm)),
+      policy_(ShardingPolicy::for_stage(engine.stage, engine.reshard_after_forward)),
+      device_(torch::kCPU),
       model_(std::move(model)),
-      compute_dtype_(to_dtype(engine.precision)),
-      reduce_dtype_(to_dtype(engine.reduce_dtype)),
-      scaler_(engine.loss_scale, engine.precision == Precision::fp16) {
-  ZEST_CHECK(comm_ != nullptr, "Engine needs a communicator");
+      loss_scaler_(torch::Tensor(), false) {
+  ZEST_CHECK(comm != nullptr, "Engine needs a communicator");
   ZEST_CHECK(config_.accumulation_steps >= 1, "engine.accumulation_steps must be >= 1, got ",
              config_.accumulation_steps);
+  device_ = place_engine(config_, *comm);
+  comm_ = communicator_for_device(comm, device_);
+  set_collective_timeout(config_.collective_timeout_s);
   if (config_.threads > 0) at::set_num_threads(config_.threads);
+  dtypes_ = {to_dtype(config_.precision), to_dtype(config_.reduce_dtype)};
   build(*model_, units);
-  register_grad_hooks();
 }
 
 Engine::~Engine() {
-  if (hook_target_) hook_target_->engine = nullptr;
+  if (events_link_) events_link_->events = nullptr;
   try {
-    wait_pending();
+    if (reducer_) reducer_->wait_all();
+    for (Bucket& bucket : buckets_) bucket.wait_params();
   } catch (...) {  // never throw from a destructor; a failed collective was already reported
   }
 }
 
+// ---- assembly ---------------------------------------------------------------------------------------
+
 void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
-  torch::NoGradGuard no_grad;
-  // Frozen parameters are not sharded, only cast to the compute dtype.
-  for (auto& p : model.parameters()) {
-    if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.to(compute_dtype_));
-  }
-  auto parts = partition_into_units(model, decls, optim_config_.no_decay);
-  units_.reserve(parts.size());
-  int64_t master_numel = 0;
-  for (auto& part : parts) {
-    auto layout = make_unit_layout(part.name, std::move(part.slots), comm_->size());
-    const ElementSpan owned = policy_.shard_optimizer ? layout.shard_span(comm_->rank())
-                                                      : ElementSpan{0, layout.padded_numel};
-    decay_ranges_.push_back(owned_decay_ranges(layout, owned));
-    units_.emplace_back(std::move(layout), std::move(part.tensors), owned, policy_, compute_dtype_);
-    master_spans_.push_back({master_numel, owned.numel});
-    master_numel += owned.numel;
-  }
-  master_ = torch::zeros({master_numel}, torch::kFloat32);
+  place_units(model, decls);
+  buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_);
+  load_initial_values();
+  plan_buckets();
+  move_rest_of_model(model);
+
+  rules_ = step_rules(config_, optim_config_, schedule_, comm_->size());
+  scalars_ = initial_scalars(config_, device_);
+  std::vector<std::string> param_names;
   for (size_t u = 0; u < units_.size(); ++u) {
-    // Rank 0's initial values win, so every rank starts from identical parameters.
-    auto initial = units_[u].take_initial_values();
-    comm_->broadcast_sync(initial, 0);
-    units_[u].set_values(initial);
-    const ElementSpan owned = units_[u].owned();
-    master_.narrow(0, master_spans_[u].begin, owned.numel).copy_(initial.narrow(0, owned.begin, owned.numel));
+    const Unit& unit = units_[u];
+    const ElementSpan span = unit.shard_span();
+    for (const auto& slot : unit.layout().slots) {
+      // The slot's part of this rank's slice (empty when it lies in another rank's).
+      const int64_t begin = std::clamp(slot.offset, span.begin, span.end());
+      const int64_t end = std::clamp(slot.offset + slot.numel, span.begin, span.end());
+      norm_pieces_.push_back(buffers_->grad_shard(u).narrow(0, begin - span.begin, end - begin));
+      param_names.push_back(slot.name + " (unit " + unit.name() + ")");
+    }
   }
-  if (policy_.shard_grads) grad_shard_ = torch::zeros({master_numel}, reduce_dtype_);
-  std::vector<int64_t> unit_bytes;
-  for (const auto& unit : units_) unit_bytes.push_back(unit.param_flat().nbytes());
-  buckets_ = plan_buckets(unit_bytes, static_cast<int64_t>(config_.bucket_mb * 1024 * 1024));
-  optimizer_ = make_optimizer(optim_config_, master_numel);
-  grads_ready_.assign(units_.size(), 0);
-  unit_reduced_.assign(units_.size(), 0);
+  param_sumsq_ = torch::zeros({static_cast<int64_t>(norm_pieces_.size())},
+                              torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  loss_scaler_ = LossScaler(scalars_, config_.precision == Precision::fp16);
+  outcome_ = std::make_unique<StepOutcome>(scalars_, std::move(param_names), config_, comm_->rank());
+  build_optimizer();
+
+  const int max_in_flight = device_.is_cuda() ? 0 : 2;
+  // Under reentrant checkpointing a parameter may be accumulated more than once per backward, so a unit
+  // without a backward signal is complete only at the end of backward.
+  const bool is_accumulation_final = config_.activation_checkpointing == CheckpointPolicy::none;
+  reducer_ = std::make_unique<GradReducer>(units_, buckets_, bucket_of_unit_, max_in_flight, is_accumulation_final);
+  std::vector<std::vector<size_t>> needed(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) needed[u].push_back(bucket_of_unit_[u]);
+  for (size_t owner = 0; owner < units_.size(); ++owner) {
+    for (size_t user : units_[owner].tied_users()) {
+      auto& list = needed[user];
+      if (std::find(list.begin(), list.end(), bucket_of_unit_[owner]) == list.end()) {
+        list.push_back(bucket_of_unit_[owner]);
+      }
+    }
+  }
+  residency_ = std::make_unique<ParamResidency>(buckets_, std::move(needed), policy_, config_.prefetch,
+                                                /*is_lazy=*/device_.is_cuda());
+  reducer_->on_launched = [this](size_t b) { residency_->bucket_reduced(b); };
+
+  events_link_ = std::make_shared<UnitEventsLink>();
+  events_link_->events = this;
+  grad_accumulators_ = register_grad_hooks(units_, events_link_);
 }
 
-void Engine::register_grad_hooks() {
-  hook_target_ = std::make_shared<HookTarget>();
-  hook_target_->engine = this;
+// Units from the declarations: layouts for this world size, this rank's slices, tied-parameter users.
+void Engine::place_units(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
+  torch::NoGradGuard no_grad;
+  auto parts = partition_into_units(model, decls, optim_config_.no_decay);
+  const int world = comm_->size();
+  int64_t shard_offset = 0;
+  units_.reserve(parts.size());
+  for (auto& part : parts) {
+    auto layout = make_unit_layout(part.name, std::move(part.slots), world);
+    const ElementSpan span = policy_.shard_optimizer ? layout.shard_span(comm_->rank())
+                                                     : ElementSpan{0, layout.padded_numel};
+    units_.emplace_back(std::move(layout), std::move(part.tensors), span, shard_offset);
+    shard_offset += span.numel;
+  }
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& param : units_[u].params()) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(param);
-      ZEST_CHECK(accumulator != nullptr, "parameter of unit ", units_[u].name(), " has no grad accumulator");
-      std::weak_ptr<HookTarget> target = hook_target_;
-      accumulator->add_post_hook(std::make_unique<GradReadyHook>([target, u] {
-        if (auto t = target.lock()) t->ready(u);
-      }));
-      grad_accumulators_.push_back(std::move(accumulator));
+    for (const auto& slot : units_[u].layout().slots) {
+      for (const auto& alias : slot.aliases) {
+        const int user = unit_claiming(decls, alias);
+        if (user >= 0 && static_cast<size_t>(user) != u) units_[u].add_tied_user(static_cast<size_t>(user));
+      }
     }
   }
 }
 
-bool Engine::is_boundary_micro_step() const {
-  return (micro_step_ + 1) % config_.accumulation_steps == 0;
+// Rank 0's values win, so every rank starts from identical parameters; each lands in the master shard,
+// the parameter shard (stage 3) or the full buffer (stages 0–2), on the device.
+void Engine::load_initial_values() {
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    auto initial = unit.values_fp32_cpu();  // [padded] fp32, read before the views replace the originals
+    comm_->broadcast_sync(initial, 0);      // a CPU tensor: a control message
+    const ElementSpan span = unit.shard_span();
+    auto on_device = initial.to(device_);
+    buffers_->master(u).copy_(on_device.narrow(0, span.begin, span.numel));
+    if (policy_.shard_params) {
+      buffers_->param_shard(u).copy_(on_device.narrow(0, span.begin, span.numel));
+    } else {
+      buffers_->param_full(u).copy_(on_device);
+      unit.point_params_at(buffers_->param_full(u));
+    }
+    if (!policy_.shard_grads) unit.point_grads_at(buffers_->grad_full(u));
+  }
+}
+
+// Neighbouring units share a collective up to engine.bucket_mb of gradients (reduce-dtype bytes).
+void Engine::plan_buckets() {
+  std::vector<int64_t> unit_bytes;
+  const int64_t element_bytes = torch::elementSize(dtypes_.reduce);
+  for (const auto& unit : units_) unit_bytes.push_back(unit.padded_numel() * element_bytes);
+  const auto plan = zest::plan_buckets(unit_bytes, static_cast<int64_t>(config_.bucket_mb * 1024 * 1024));
+  const BucketEnv env{comm_.get(), &policy_, &units_, buffers_.get(), &transient_grads_};
+  buckets_.reserve(plan.size());
+  bucket_of_unit_.assign(units_.size(), 0);
+  for (size_t b = 0; b < plan.size(); ++b) {
+    buckets_.emplace_back(plan[b].first, plan[b].last, env);
+    for (size_t u = plan[b].first; u <= plan[b].last; ++u) bucket_of_unit_[u] = b;
+  }
+}
+
+// Buffers and frozen parameters are not sharded: they move to the device as they are (frozen floating
+// parameters in the compute dtype).
+void Engine::move_rest_of_model(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& param : model.parameters()) {
+    if (param.requires_grad()) continue;
+    param.set_data(param.is_floating_point() ? param.to(device_, dtypes_.compute) : param.to(device_));
+  }
+  for (auto& buffer : model.buffers()) buffer.set_data(buffer.to(device_));
+}
+
+void Engine::build_optimizer() {
+  std::vector<OptimSegment> segments;
+  segments.reserve(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    segments.push_back({unit.shard_offset(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
+                        shard_decay_ranges(unit.layout(), unit.shard_span())});
+  }
+  optimizer_ = make_optimizer(optim_config_, std::move(segments), buffers_->master().numel(), scalars_);
+}
+
+// The model's run_unit calls go through: signals (markers, output hooks) → activation checkpointing →
+// forward entry (gathers) → the model's own runner, if it had one.
+void Engine::install_runners(UnitModule& model) {
+  std::map<std::string, size_t> index;
+  for (size_t u = 0; u < units_.size(); ++u) index[units_[u].name()] = u;
+  auto entry = std::make_shared<ForwardEntryRunner>(index, events_link_, model.unit_runner());
+  std::shared_ptr<CheckpointRunner> checkpoint = make_checkpoint_runner(config_, model, entry);
+  std::function<bool(const std::string&)> is_checkpointed;
+  if (checkpoint) {
+    std::weak_ptr<UnitEventsLink> link = events_link_;
+    checkpoint->set_after_backward([link, index](const std::string& name) {
+      if (auto l = link.lock(); l && l->events) l->events->after_unit_backward(index.at(name));
+    });
+    is_checkpointed = [checkpoint](const std::string& name) { return checkpoint->is_checkpointed(name); };
+  }
+  std::shared_ptr<UnitRunner> below = checkpoint ? std::shared_ptr<UnitRunner>(checkpoint) : entry;
+  model.set_unit_runner(std::make_shared<BackwardSignalRunner>(index, events_link_, below, is_checkpointed));
+  has_unit_runner_ = true;
+}
+
+// ---- the step ---------------------------------------------------------------------------------------
+
+bool Engine::is_boundary_micro_step() const { return (micro_step_ + 1) % config_.accumulation_steps == 0; }
+
+void Engine::check_model_in_place() const {
+  ZEST_CHECK(!policy_.shard_params || has_unit_runner_, "engine.stage = 3 needs a zest::UnitModule whose units "
+             "run through run_unit(), so parameters can be gathered per unit");
+  for (const Unit& unit : units_) {
+    ZEST_CHECK(unit.params_are_engine_views(), "the parameters of unit '", unit.name(), "' no longer live in the "
+               "engine's buffers: the model was moved or its parameters replaced after the Engine was built "
+               "(build the Engine last; it places the model on ", device_, " itself)");
+  }
 }
 
 void Engine::backward(const torch::Tensor& loss) {
   ZEST_CHECK(loss.numel() == 1, "backward() needs a scalar loss, got shape ", loss.sizes());
   ZEST_CHECK(micro_step_ < config_.accumulation_steps, "backward() called ", micro_step_ + 1,
              " times without step(); engine.accumulation_steps = ", config_.accumulation_steps);
-  // Stages 0/1 accumulate locally and communicate on the boundary micro-step only; stage 2 keeps just
-  // its slice, so it reduce-scatters every micro-step and accumulates into the fp32/bf16 shard.
-  reduce_this_micro_step_ = policy_.shard_grads || is_boundary_micro_step();
-  std::fill(grads_ready_.begin(), grads_ready_.end(), 0);
-  std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
-  next_bucket_ = static_cast<int>(buckets_.size()) - 1;
-
-  const double factor = scaler_.scale() / config_.accumulation_steps;
-  (loss.to(torch::kFloat32) * factor).backward();
-
-  if (reduce_this_micro_step_) launch_ready_reductions(/*flush=*/true);
-  if (policy_.shard_grads) wait_pending();  // frees the unit buckets before the next forward
+  if (micro_step_ == 0) check_model_in_place();
+  outcome_->poll();
+  const bool reduce = policy_.reduces_every_micro_step() || is_boundary_micro_step();
+  reducer_->begin_backward(reduce, /*accumulate=*/policy_.shard_grads && micro_step_ > 0);
+  residency_->begin_backward();
+  // loss · scale / accumulation_steps, the scale read on the device.
+  const auto factor = (scalars_.narrow(0, kLossScaleIndex, 1) / config_.accumulation_steps).to(torch::kFloat32);
+  (loss.to(torch::kFloat32).reshape({1}) * factor.to(loss.device())).sum().backward();
+  reducer_->end_backward();
+  residency_->end_backward();
   ++micro_step_;
 }
 
-void Engine::on_param_grad_ready(size_t unit_idx) {
-  if (!reduce_this_micro_step_) return;
-  ++grads_ready_[unit_idx];
-  if (is_unit_complete(unit_idx)) launch_ready_reductions(/*flush=*/false);
-}
-
-bool Engine::is_unit_complete(size_t u) const {
-  return grads_ready_[u] == static_cast<int>(units_[u].params().size());
-}
-
-// Buckets go out strictly from the last to the first, on every rank, so collectives match across ranks
-// even when units finish in a different order; a bucket waits for all of its units (flush: end of
-// backward, where units whose parameters got no gradient are reduced as they are).
-void Engine::launch_ready_reductions(bool flush) {
-  while (next_bucket_ >= 0) {
-    const Bucket& bucket = buckets_[static_cast<size_t>(next_bucket_)];
-    if (!flush) {
-      for (size_t u = bucket.first; u <= bucket.last; ++u) {
-        if (!is_unit_complete(u)) return;
-      }
-    }
-    reduce_bucket(bucket);
-    --next_bucket_;
-  }
-}
-
-void Engine::reduce_bucket(const Bucket& bucket) {
-  if (bucket.first == bucket.last) {
-    reduce_unit(bucket.first);
-    return;
-  }
-  const int world = comm_->size();
-  std::vector<torch::Tensor> grads;
-  for (size_t u = bucket.first; u <= bucket.last; ++u) {
-    ZEST_CHECK(!unit_reduced_[u], "unit ", units_[u].name(), " reduced twice in one micro-step");
-    unit_reduced_[u] = 1;
-    grads.push_back(policy_.shard_grads ? units_[u].take_grads_into_bucket() : units_[u].grad_flat());
-  }
-  // Fused: world rows of [slice of each unit], so rank r's result row holds each unit's slice r.
-  auto packed = pack_rank_major(grads, world);
-  if (!policy_.shard_optimizer) {  // stage 0: allreduce the fused buffer, then copy back
-    pending_.push_back({comm_->allreduce(packed, ReduceOp::sum),
-                        [packed, grads, world] { unpack_rank_major(packed, grads, world); }});
-    return;
-  }
-  const torch::Dtype out_dtype = policy_.shard_grads ? reduce_dtype_ : compute_dtype_;
-  auto reduced = torch::empty({packed.numel() / world}, packed.options().dtype(out_dtype));
-  auto work = comm_->reduce_scatter(packed, reduced, ReduceOp::sum);
-  if (policy_.shard_grads) {
-    // The bucket's units have consecutive spans in the gradient shard, in the same order as a row.
-    const int64_t begin = master_spans_[bucket.first].begin;
-    pending_.push_back({std::move(work), [this, begin, reduced] {
-                          grad_shard_.narrow(0, begin, reduced.numel()).add_(reduced);
-                        }});
-    return;
-  }
-  std::vector<torch::Tensor> owned;  // stage 1: each unit's own slice of its full gradient buffer
-  for (size_t u = bucket.first; u <= bucket.last; ++u) {
-    owned.push_back(units_[u].grad_flat().narrow(0, units_[u].owned().begin, units_[u].owned().numel));
-  }
-  pending_.push_back({std::move(work), [reduced, owned] {
-                        int64_t offset = 0;
-                        for (const auto& slice : owned) {
-                          slice.copy_(reduced.narrow(0, offset, slice.numel()));
-                          offset += slice.numel();
-                        }
-                      }});
-}
-
-void Engine::reduce_unit(size_t u) {
-  ZEST_CHECK(!unit_reduced_[u], "unit ", units_[u].name(), " reduced twice in one micro-step");
-  unit_reduced_[u] = 1;
-  FlatUnit& unit = units_[u];
-  if (!policy_.shard_optimizer) {  // stage 0: full gradient everywhere
-    pending_.push_back({comm_->allreduce(unit.grad_flat(), ReduceOp::sum), nullptr});
-  } else if (!policy_.shard_grads) {  // stage 1: reduce into the own slice of the full buffer
-    const ElementSpan own = unit.owned();
-    pending_.push_back(
-        {comm_->reduce_scatter(unit.grad_flat(), unit.grad_flat().narrow(0, own.begin, own.numel), ReduceOp::sum),
-         nullptr});
-  } else {  // stage 2: bucket → reduce-scatter → accumulate into the persistent shard
-    auto bucket = unit.take_grads_into_bucket();
-    auto reduced = torch::empty({unit.owned().numel}, bucket.options().dtype(reduce_dtype_));
-    const ElementSpan span = master_spans_[u];
-    auto work = comm_->reduce_scatter(bucket, reduced, ReduceOp::sum);
-    pending_.push_back({std::move(work), [this, span, reduced] {
-                          grad_shard_.narrow(0, span.begin, span.numel).add_(reduced);
-                        }});
-  }
-}
-
-void Engine::wait_pending() {
-  torch::NoGradGuard no_grad;
-  for (auto& p : pending_) {
-    p.work->wait();
-    if (p.then) p.then();
-  }
-  pending_.clear();
-}
-
-torch::Tensor Engine::owned_grad(size_t u) const {
-  if (policy_.shard_grads) return grad_shard_.narrow(0, master_spans_[u].begin, master_spans_[u].numel);
-  const ElementSpan own = units_[u].owned();
-  return units_[u].grad_flat().narrow(0, own.begin, own.numel);
-}
-
-double Engine::current_lr() const { return learning_rate(schedule_, optim_config_.lr, step_count_); }
-
-StepStats Engine::step() {
+void Engine::step() {
   ZEST_CHECK(micro_step_ == config_.accumulation_steps, "step() after ", micro_step_,
              " backward() call(s); engine.accumulation_steps = ", config_.accumulation_steps);
   micro_step_ = 0;
-  wait_pending();
   torch::NoGradGuard no_grad;
+  reducer_->wait_all();
 
-  // Global gradient norm: each rank squares its slice, one allreduce (stage 0 holds it all already).
-  // A non-finite value anywhere makes the sum non-finite, so the same number flags overflow.
-  auto sumsq = torch::zeros({1}, torch::kFloat64);
-  for (size_t u = 0; u < units_.size(); ++u) sumsq += owned_grad(u).to(torch::kFloat32).pow(2).sum(torch::kFloat64);
-  if (policy_.shard_optimizer) comm_->allreduce_sync(sumsq, ReduceOp::sum);
-  const double raw_sumsq = sumsq.item<double>();
+  // Global norm: each rank's per-parameter sums of squares, one allreduce (stage 0 holds it all already).
+  sums_of_squares(norm_pieces_, param_sumsq_);
+  if (policy_.shard_optimizer) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
 
-  StepStats stats;
-  stats.loss_scale = scaler_.scale();
-  const double unscale = 1.0 / (scaler_.scale() * comm_->size());
-  stats.grad_norm = std::sqrt(raw_sumsq) * unscale;
-
-  if (!std::isfinite(raw_sumsq)) {
-    const std::string culprit = first_nonfinite_param();
-    zero_grads();
-    ++skipped_total_;
-    ++consecutive_nonfinite_;
-    if (scaler_.enabled()) {
-      const bool at_floor = scaler_.update(/*overflow=*/true);
-      if (at_floor && config_.loss_scale.at_min == AtMinScale::error) {
-        ZEST_FAIL("fp16 loss scale is at its minimum (", config_.loss_scale.min,
-                  ") and gradients still overflow at step ", step_count_, " (first non-finite gradient: ",
-                  culprit, "); set engine.loss_scale.at_min = \"warn\" to keep skipping");
-      }
-      if (at_floor && comm_->rank() == 0) {
-        std::cerr << "zest: warning: fp16 loss scale at its minimum and gradients overflow (" << culprit << ")\n";
-      }
-    } else {
-      ZEST_CHECK(consecutive_nonfinite_ < config_.max_nonfinite_steps, consecutive_nonfinite_,
-                 " consecutive steps had non-finite gradients (first non-finite gradient: ", culprit,
-                 ") — stopping (engine.max_nonfinite_steps = ", config_.max_nonfinite_steps, ")");
-      if (comm_->rank() == 0) {
-        std::cerr << "zest: warning: step " << step_count_ << " skipped: non-finite gradient in " << culprit << "\n";
-      }
-    }
-    stats.skipped = true;
-    stats.step = step_count_;
-    stats.skipped_total = skipped_total_;
-    return stats;
-  }
-
-  double clip_coef = 1.0;
-  if (config_.clip_norm > 0.0) clip_coef = std::min(1.0, config_.clip_norm / (stats.grad_norm + 1e-6));
-  stats.lr = current_lr();
-  std::vector<OptimSegment> segments;
-  segments.reserve(units_.size());
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const ElementSpan span = master_spans_[u];
-    segments.push_back({span.begin, master_.narrow(0, span.begin, span.numel), owned_grad(u), decay_ranges_[u]});
-  }
-  optimizer_->step(segments, {stats.lr, unscale * clip_coef});
-  refresh_params_from_master();
-  zero_grads();
-  scaler_.update(/*overflow=*/false);
-  consecutive_nonfinite_ = 0;
+  run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
+  optimizer_->step();                              // reads them there; a skipped step changes nothing
+  buffers_->zero_grads();
+  residency_->after_step();                        // stages 1–2: gathers the next forward waits for
   ++step_count_;
+  outcome_->capture(step_count_);
+}
+
+StepStats Engine::read_stats() {
+  const StepScalars s = outcome_->read_now(step_count_);
+  StepStats stats;
   stats.step = step_count_;
-  stats.skipped_total = skipped_total_;
+  stats.applied_steps = static_cast<int64_t>(s.applied_steps);
+  stats.lr = s.lr;
+  stats.grad_norm = s.grad_norm;
+  stats.loss_scale = s.used_loss_scale;
+  stats.skipped = s.skip != 0.0;
+  stats.skipped_total = static_cast<int64_t>(s.skipped_total);
   return stats;
+}
+
+// ---- state for checkpoints and tools ----------------------------------------------------------------
+
+void Engine::gather_all_params() { residency_->gather_all_now(); }
+
+ElementSpan Engine::master_span(size_t u) const {
+  return {units_[u].shard_offset(), units_[u].shard_span().numel};
+}
+
+int64_t Engine::skipped_total() const {
+  return static_cast<int64_t>(scalars_[offsetof(StepScalars, skipped_total) / sizeof(double)].item<double>());
+}
+
+void Engine::set_skipped_total(int64_t count) {
+  torch::NoGradGuard no_grad;
+  scalars_[offsetof(StepScalars, skipped_total) / sizeof(double)].fill_(static_cast<double>(count));
+}
+
+double Engine::current_lr() const {
+  return scheduled_lr(rules_, scalars_[kAppliedStepsIndex].item<double>());
 }
 
 void Engine::refresh_params_from_master() {
   torch::NoGradGuard no_grad;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].param_owned().copy_(master_.narrow(0, master_spans_[u].begin, master_spans_[u].numel));
-  }
-  if (!policy_.shard_optimizer) return;
-  const int world = comm_->size();
-  for (const Bucket& bucket : buckets_) {
-    if (bucket.first == bucket.last) {  // in place: the own slice already sits in the full buffer
-      const FlatUnit& unit = units_[bucket.first];
-      pending_.push_back({comm_->allgather(unit.param_owned(), unit.param_flat()), nullptr});
-      continue;
-    }
-    std::vector<torch::Tensor> params;
-    int64_t row = 0;
-    for (size_t u = bucket.first; u <= bucket.last; ++u) {
-      params.push_back(units_[u].param_flat());
-      row += units_[u].owned().numel;
-    }
-    auto packed = torch::empty({world, row}, params.front().options());
-    const int64_t begin = master_spans_[bucket.first].begin;
-    packed[comm_->rank()].copy_(master_.narrow(0, begin, row));
-    pending_.push_back({comm_->allgather(packed[comm_->rank()], packed.view({-1})),
-                        [packed, params, world] { unpack_rank_major(packed.view({-1}), params, world); }});
-  }
-  wait_pending();
-}
-
-void Engine::zero_grads() {
-  for (auto& unit : units_) unit.zero_grads();
-  if (grad_shard_.defined()) grad_shard_.zero_();
-}
-
-std::string Engine::first_nonfinite_param() {
-  // Each rank finds its first non-finite slot (global ordinal); the smallest across ranks wins.
-  int64_t ordinal = 0;
-  double local_best = -1e300;
-  for (size_t u = 0; u < units_.size() && local_best == -1e300; ++u) {
-    const auto grad = owned_grad(u);
-    const ElementSpan own = units_[u].owned();
-    for (const auto& slot : units_[u].layout().slots) {
-      const int64_t begin = std::max(slot.offset, own.begin), end = std::min(slot.offset + slot.numel, own.end());
-      if (begin < end && !torch::isfinite(grad.narrow(0, begin - own.begin, end - begin)).all().item<bool>()) {
-        local_best = -static_cast<double>(ordinal);
-        break;
-      }
-      ++ordinal;
-    }
-  }
-  auto best = torch::tensor({local_best}, torch::kFloat64);
-  comm_->allreduce_sync(best, ReduceOp::max);
-  const double found = best.item<double>();
-  if (found == -1e300) return "(none found: the norm itself overflowed)";
-  int64_t target = static_cast<int64_t>(-found);
-  for (const auto& unit : units_) {
-    for (const auto& slot : unit.layout().slots) {
-      if (target-- == 0) return slot.name + " (unit " + unit.name() + ")";
-    }
-  }
-  return "(unknown)";
+  for (Bucket& bucket : buckets_) bucket.release_params();  // stage 3: regathered on demand
+  for (size_t u = 0; u < units_.size(); ++u) buffers_->param_shard(u).copy_(buffers_->master(u));
+  if (!policy_.gathers_after_step()) return;
+  for (Bucket& bucket : buckets_) bucket.gather_params();
+  for (Bucket& bucket : buckets_) bucket.wait_params();
 }
 
 ModelStateBytes Engine::model_state_bytes() const {
   ModelStateBytes bytes;
-  for (const auto& unit : units_) {
-    bytes.params += unit.param_flat().nbytes();
-    if (unit.has_grad_flat()) bytes.grads += unit.grad_flat().nbytes();
-  }
-  if (grad_shard_.defined()) bytes.grads += grad_shard_.nbytes();
-  bytes.master = master_.nbytes();
+  bytes.params = buffers_->param_bytes();
+  bytes.grads = buffers_->grad_bytes();
+  bytes.master = buffers_->master().nbytes();
   for (const auto& [name, tensor] : optimizer_->state_tensors()) bytes.optimizer += tensor.nbytes();
   return bytes;
 }

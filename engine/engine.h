@@ -1,135 +1,154 @@
-// Engine: the user-facing training API. It flattens a model's units into per-unit buffers, shards
-// gradients and optimizer state per the ZeRO stage, reduces gradients unit by unit during backward,
-// and applies clipped, loss-scaled optimizer steps on the rank's fp32 master shard.
+// Engine: the user-facing training API. It places a model's units in flat buffers on its device, shards
+// gradients, parameters and optimizer state per the ZeRO stage, reduces gradients bucket by bucket during
+// backward, and applies clipped, loss-scaled optimizer steps on the rank's fp32 master shard — on a GPU
+// without the host ever waiting for the device inside a step.
 //
 //   zest::Engine engine(model, engine_cfg, optim_cfg, sched_cfg, comm);
 //   for (micro-batch) engine.backward(loss_of(model, batch));
-//   zest::StepStats stats = engine.step();
+//   engine.step();
+//   if (logging) zest::StepStats stats = engine.read_stats();   // the host reads numbers here only
 #pragma once
 
-#include "engine/bucket_plan.h"
 #include "comm/communicator.h"
+#include "engine/bucket.h"
 #include "engine/engine_config.h"
-#include "engine/flat_unit.h"
+#include "engine/flat_buffers.h"
+#include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_model.h"
+#include "engine/param_residency.h"
 #include "engine/sharding_policy.h"
+#include "engine/step_outcome.h"
+#include "engine/unit.h"
+#include "engine/unit_hooks.h"
 #include "engine/unit_module.h"
 #include "optim/optim_config.h"
 #include "optim/optimizer.h"
+#include "optim/step_scalars.h"
 
 #include <torch/torch.h>
 
-#include <functional>
 #include <memory>
 #include <vector>
 
 namespace zest {
 
 struct StepStats {
-  int64_t step = 0;          // optimizer updates applied so far (after this call)
-  double lr = 0.0;           // learning rate used (0 when skipped)
-  double grad_norm = 0.0;    // global norm of the unscaled gradient before clipping (inf/nan if skipped)
-  double loss_scale = 1.0;   // scale used for this step's backward passes
-  bool skipped = false;      // non-finite gradients: no update anywhere
+  int64_t step = 0;           // step() calls so far, skipped ones included
+  int64_t applied_steps = 0;  // optimizer updates applied (the schedule's position)
+  double lr = 0.0;            // learning rate of the last update (0 when skipped)
+  double grad_norm = 0.0;     // of the unscaled, averaged gradient before clipping (inf/nan if skipped)
+  double loss_scale = 1.0;    // scale the last step's backward passes used
+  bool skipped = false;       // non-finite gradients: no update anywhere
   int64_t skipped_total = 0;
 };
 
-class Engine {
+class Engine final : private UnitEvents {
  public:
-  // The model declares its units (UnitModule::unit_decls). Parameters are broadcast from rank 0.
+  // The model declares its units (UnitModule::unit_decls) and runs them through run_unit(), so the engine
+  // sees each unit's forward and backward. Parameters are broadcast from rank 0.
   Engine(std::shared_ptr<UnitModule> model, const EngineConfig& engine, const OptimConfig& optim,
          const SchedulerConfig& schedule, std::shared_ptr<Communicator> comm);
-  // Any module with an explicit unit list.
+  // Any module with an explicit unit list (no run_unit: reductions start when a unit's parameters have
+  // all accumulated, parameters are gathered eagerly; stages 0–2).
   Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> units, const EngineConfig& engine,
          const OptimConfig& optim, const SchedulerConfig& schedule, std::shared_ptr<Communicator> comm);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Backward of one micro-batch's loss (mean over the rank's micro-batch): applies the loss scale and
-  // 1/accumulation_steps, launches gradient reductions as units finish.
+  // 1/accumulation_steps, launches gradient reductions as buckets complete.
   void backward(const torch::Tensor& loss);
-  // One optimizer step after accumulation_steps backward() calls.
-  StepStats step();
+  // One optimizer step after accumulation_steps backward() calls. Never waits for the device.
+  void step();
+  // The last step's numbers. On GPU this waits for the device: call it on logging steps only.
+  StepStats read_stats();
+
+  // ---- placement ----
+  torch::Device device() const { return device_; }
+  // Makes every parameter readable (all gathers done; stage 3 gathers everything) — before using the
+  // model outside training, e.g. for sampling.
+  void gather_all_params();
 
   // ---- introspection (checkpoints, tests, tools) ----
   const EngineConfig& config() const { return config_; }
-  // Where the model, flat buffers and optimizer state live (inputs go there too).
-  torch::Device device() const { return device_; }
   const ShardingPolicy& policy() const { return policy_; }
   Communicator& comm() const { return *comm_; }
-  const std::vector<FlatUnit>& units() const { return units_; }
+  const std::vector<Unit>& units() const { return units_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  ElementSpan master_span(size_t unit_idx) const { return master_spans_[unit_idx]; }
-  torch::Tensor master_shard() const { return master_; }  // [Σ owned] fp32
+  // Unit u's part of the rank's flat shard tensors (master, optimizer state).
+  ElementSpan master_span(size_t unit_idx) const;
+  torch::Tensor master_shard() const { return buffers_->master(); }  // [Σ shard] fp32
   Optimizer& optimizer() { return *optimizer_; }
-  LossScaler& loss_scaler() { return scaler_; }
+  LossScaler& loss_scaler() { return loss_scaler_; }
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t step) { step_count_ = step; }
-  int64_t skipped_total() const { return skipped_total_; }
-  void set_skipped_total(int64_t count) { skipped_total_ = count; }  // restored by checkpoint::load
+  int64_t skipped_total() const;                // reads the device
+  void set_skipped_total(int64_t count);        // restored by checkpoint::load
   const SchedulerConfig& schedule_config() const { return schedule_; }
-  double current_lr() const;
+  double current_lr() const;                    // of the next update (reads the device)
   // Recomputes the compute-dtype parameters from the master shard (after loading a checkpoint).
   void refresh_params_from_master();
   // Bytes of model state this rank holds (actual buffers) and the formula figure for this setup.
   ModelStateBytes model_state_bytes() const;
   int64_t num_parameters() const;  // P (unique trainable elements, no padding)
+  // Stages 2–3: the most bytes of transient gradient buckets alive at once so far.
+  int64_t peak_transient_grad_bytes() const { return transient_grads_.peak; }
+  // Stage 3: the most buckets gathered at once so far (the prefetch bound).
+  int peak_gathered_buckets() const { return residency_->peak_gathered_buckets(); }
 
  private:
-  struct Pending {
-    WorkHandle work;
-    std::function<void()> then;  // runs after the collective completes
-  };
-  struct HookTarget;
-
   void build(torch::nn::Module& model, const std::vector<UnitDecl>& decls);
-  void register_grad_hooks();
-  void on_param_grad_ready(size_t unit_idx);
-  void launch_ready_reductions(bool flush);
-  void reduce_bucket(const Bucket& bucket);
-  void reduce_unit(size_t unit_idx);
-  bool is_unit_complete(size_t unit_idx) const;
-  void wait_pending();
-  torch::Tensor owned_grad(size_t unit_idx) const;
-  std::string first_nonfinite_param();
-  void zero_grads();
+  void place_units(torch::nn::Module& model, const std::vector<UnitDecl>& decls);
+  void load_initial_values();
+  void plan_buckets();
+  void move_rest_of_model(torch::nn::Module& model);
+  void build_optimizer();
+  void install_runners(UnitModule& model);
+  void check_model_in_place() const;
   bool is_boundary_micro_step() const;
 
-  EngineConfig config_;
-  OptimConfig optim_config_;
-  SchedulerConfig schedule_;
-  ShardingPolicy policy_;
-  std::shared_ptr<Communicator> comm_;
+  // UnitEvents: the model's progress through a step, as the hooks see it.
+  void before_unit_forward(size_t u) override { residency_->before_forward(u); }
+  void after_unit_forward(size_t u) override { residency_->after_forward(u); }
+  void unit_marked_for_backward(size_t u) override { reducer_->marker_attached(u); }
+  void before_unit_backward(size_t u) override { residency_->before_backward(u); }
+  void after_unit_backward(size_t u) override { reducer_->unit_backward_done(u); }
+  void before_grad_accumulated(size_t u) override { reducer_->grad_arriving(u); }
+  void after_grad_accumulated(size_t u, size_t slot) override { reducer_->grad_accumulated(u, slot); }
+
+  const EngineConfig config_;
+  const OptimConfig optim_config_;
+  const SchedulerConfig schedule_;
+  const ShardingPolicy policy_;
+  torch::Device device_;
+  std::shared_ptr<Communicator> comm_;  // moves data on device_ (NCCL on CUDA); CPU tensors go to MPI/Gloo
   std::shared_ptr<torch::nn::Module> model_;
-  torch::Device device_ = torch::kCPU;
-  torch::Dtype compute_dtype_;
-  torch::Dtype reduce_dtype_;
+  FlatDtypes dtypes_;
 
-  std::vector<FlatUnit> units_;
-  std::vector<ElementSpan> master_spans_;  // unit's span in master_/grad_shard_/optimizer state
-  std::vector<std::vector<ElementRange>> decay_ranges_;  // per unit, relative to its master span
-  std::vector<Bucket> buckets_;            // units fused into one collective (engine.bucket_mb)
-  torch::Tensor master_;                   // [Σ owned] fp32
-  torch::Tensor grad_shard_;               // [Σ owned] reduce dtype (stage 2 only)
+  std::vector<Unit> units_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_unit_;
+  TransientBytes transient_grads_;
+  std::unique_ptr<FlatBuffers> buffers_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ParamResidency> residency_;
+
+  StepRules rules_;
+  torch::Tensor scalars_;     // float64 [kStepScalarCount] on device_ (optim/step_scalars.h)
+  std::vector<torch::Tensor> norm_pieces_;  // each parameter's part of this rank's gradient slice
+  torch::Tensor param_sumsq_;  // float64 [parameters] on device_
+  LossScaler loss_scaler_;
+  std::unique_ptr<StepOutcome> outcome_;
   std::unique_ptr<Optimizer> optimizer_;
-  LossScaler scaler_;
 
-  // Backward bookkeeping (reset every micro-step). Reductions are launched in reverse unit order on
-  // every rank, so collectives match across ranks even if units finish in a different order.
-  std::vector<int> grads_ready_;     // per unit: parameters whose gradient has been accumulated
-  std::vector<char> unit_reduced_;   // per unit: reduction launched this micro-step
-  int next_bucket_ = -1;             // buckets are launched from the last to the first
-  bool reduce_this_micro_step_ = false;
-  std::vector<Pending> pending_;
-  std::shared_ptr<HookTarget> hook_target_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep hooks' nodes alive
+  std::shared_ptr<UnitEventsLink> events_link_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks' nodes alive
+  bool has_unit_runner_ = false;
 
   int64_t micro_step_ = 0;  // backward() calls since the last step()
-  int64_t step_count_ = 0;  // applied optimizer updates
-  int64_t skipped_total_ = 0;
-  int consecutive_nonfinite_ = 0;
+  int64_t step_count_ = 0;  // step() calls
 };
 
 }  // namespace zest

@@ -105,8 +105,12 @@ LossScaleConfig read_loss_scale(ConfigTable& table) {
 }
 
 void check_ranges(ConfigTable& table, const EngineConfig& c) {
-  check(table, c.stage != 3, "stage", "stage 3 is not implemented yet; use 0, 1 or 2");
-  check(table, c.stage >= 0 && c.stage <= 2, "stage", "must be 0, 1 or 2 (got " + std::to_string(c.stage) + ")");
+  check(table, c.stage >= 0 && c.stage <= 3, "stage", "must be 0, 1, 2 or 3 (got " + std::to_string(c.stage) + ")");
+  check(table, c.prefetch >= 0 && c.prefetch <= 16, "prefetch", "must be between 0 and 16 (buckets gathered ahead)");
+  for (const char* key : {"reshard_after_forward", "prefetch"}) {
+    check(table, c.stage == 3 || !table.has(key), key,
+          "is only used with stage = 3 (stage is " + std::to_string(c.stage) + ")");
+  }
   check(table, c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
   check(table, std::isfinite(c.clip_norm) && c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 = no clipping)");
   check(table, std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "must be > 0");
@@ -140,6 +144,8 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.stage = table.get("stage", c.stage);
   c.device = table.get_enum("device", c.device, kDevices);
   c.collective_timeout_s = table.get("collective_timeout_s", c.collective_timeout_s);
+  c.reshard_after_forward = table.get("reshard_after_forward", c.reshard_after_forward);
+  c.prefetch = table.get("prefetch", c.prefetch);
   c.precision = table.get_enum("precision", c.precision, kPrecisions);
   c.reduce_dtype = table.get_enum("reduce_dtype", c.reduce_dtype, kPrecisions);
   c.accumulation_steps = table.get("accumulation_steps", c.accumulation_steps);
@@ -163,9 +169,13 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
 
 void to_toml(const EngineConfig& c, ConfigWriter& out) {
   ConfigWriter& t = out.table("engine", "ZeRO engine: sharding stage, precision, accumulation, clipping");
-  t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded");
+  t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded, 3 = + parameters sharded");
   t.set("device", to_string(c.device), "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)");
   t.set("collective_timeout_s", c.collective_timeout_s, "a collective not done by then ends every rank, named");
+  if (c.stage == 3) {
+    t.set("reshard_after_forward", c.reshard_after_forward, "free a unit's gathered parameters after its forward");
+    t.set("prefetch", c.prefetch, "buckets gathered ahead of the running one");
+  }
   t.set("precision", to_string(c.precision), "compute dtype of parameters and activations: fp32|bf16|fp16");
   t.set("reduce_dtype", to_string(c.reduce_dtype), "dtype gradients are reduced in: fp32|bf16|fp16");
   t.set("accumulation_steps", c.accumulation_steps, "micro-batches per optimizer step");

@@ -35,9 +35,11 @@ struct LossScaleConfig {
 };
 
 struct EngineConfig {
-  int stage = 2;                                // 0 (DP), 1, 2 (3: parameters sharded; later)
+  int stage = 2;                                // 0 (DP), 1, 2, 3 (parameters sharded at rest)
   DeviceKind device = DeviceKind::auto_;        // rank r drives GPU LOCAL_RANK when CUDA
   double collective_timeout_s = 600.0;          // a collective not done by then ends every rank, named
+  bool reshard_after_forward = true;            // stage 3: free a unit's gathered parameters after its forward
+  int prefetch = 1;                             // stage 3: buckets gathered ahead of the running one
   Precision precision = Precision::bf16;        // compute dtype of parameters and activations
   Precision reduce_dtype = Precision::fp32;     // dtype gradients are reduced in
   int accumulation_steps = 1;                   // micro-batches per optimizer step

@@ -1,33 +1,35 @@
-// LossScaler state machine (see loss_scaler.h).
+// The host's view of the loss-scaler fields of the step scalars (see loss_scaler.h).
 #include "engine/loss_scaler.h"
 
-#include <algorithm>
+#include "optim/step_scalars.h"
 
 namespace zest {
+namespace {
 
-LossScaler::LossScaler(const LossScaleConfig& config, bool enabled) : config_(config), enabled_(enabled) {
-  state_.scale = enabled ? config.initial : 1.0;
-  state_.hysteresis_left = std::max(1, config.hysteresis);
+StepScalars read(const torch::Tensor& scalars) {
+  const auto host = scalars.to(torch::kCPU);
+  return *reinterpret_cast<const StepScalars*>(host.data_ptr<double>());
 }
 
-bool LossScaler::update(bool overflow) {
-  if (!enabled_) return false;
-  if (!overflow) {
-    if (++state_.clean_steps >= config_.window) {
-      state_.scale *= 2.0;
-      state_.clean_steps = 0;
-      state_.hysteresis_left = std::max(1, config_.hysteresis);
-    }
-    return false;
-  }
-  ++state_.overflows;
-  state_.clean_steps = 0;
-  const bool at_floor = state_.scale <= config_.min;
-  if (--state_.hysteresis_left <= 0) {
-    state_.scale = std::max(config_.min, state_.scale * 0.5);
-    state_.hysteresis_left = std::max(1, config_.hysteresis);
-  }
-  return at_floor;
+}  // namespace
+
+double LossScaler::scale() const { return read(scalars_).loss_scale; }
+
+LossScalerState LossScaler::state() const {
+  const StepScalars s = read(scalars_);
+  return {s.loss_scale, static_cast<int64_t>(s.clean_steps), static_cast<int>(s.hysteresis_left),
+          static_cast<int64_t>(s.overflows)};
+}
+
+void LossScaler::load_state(const LossScalerState& state) {
+  auto host = scalars_.to(torch::kCPU).clone();
+  auto& s = *reinterpret_cast<StepScalars*>(host.data_ptr<double>());
+  s.loss_scale = state.scale;
+  s.clean_steps = static_cast<double>(state.clean_steps);
+  s.hysteresis_left = static_cast<double>(state.hysteresis_left);
+  s.overflows = static_cast<double>(state.overflows);
+  torch::NoGradGuard no_grad;
+  scalars_.copy_(host);
 }
 
 }  // namespace zest

@@ -1,9 +1,10 @@
-// Dynamic loss scaling for fp16 (and a fixed scale of 1 otherwise): halve on overflow (after
-// `hysteresis` overflows), double after `window` clean steps, never below `min`; what happens when
-// gradients still overflow at the floor is the config's at_min choice (warn and keep skipping, or stop).
+// LossScaler: the host's view of the fp16 dynamic loss scale. The scale and its counters live in the
+// engine's StepScalars on the device (optim/step_scalars.h: advance_loss_scale halves on overflow after
+// `hysteresis` overflows, doubles after `window` clean steps, never below `min`); reading or restoring
+// them here is for checkpoints and reports (a device sync on GPU).
 #pragma once
 
-#include "engine/engine_config.h"
+#include <torch/torch.h>
 
 #include <cstdint>
 
@@ -18,22 +19,17 @@ struct LossScalerState {
 
 class LossScaler {
  public:
-  // enabled = false gives a constant scale of 1 that never changes (bf16/fp32).
-  LossScaler(const LossScaleConfig& config, bool enabled);
+  // scalars: the engine's float64 [kStepScalarCount] tensor. enabled = false: fp32/bf16, scale 1.
+  LossScaler(torch::Tensor scalars, bool enabled) : scalars_(std::move(scalars)), enabled_(enabled) {}
 
-  double scale() const { return state_.scale; }
   bool enabled() const { return enabled_; }
-  // Records the outcome of a step. Returns true when the overflow happened at the floor scale (the
-  // caller decides to warn or stop per at_min; see Engine::step).
-  bool update(bool overflow);
-
-  const LossScalerState& state() const { return state_; }
-  void load_state(const LossScalerState& state) { state_ = state; }
+  double scale() const;
+  LossScalerState state() const;
+  void load_state(const LossScalerState& state);
 
  private:
-  LossScaleConfig config_;
+  torch::Tensor scalars_;
   bool enabled_;
-  LossScalerState state_;
 };
 
 }  // namespace zest

@@ -15,7 +15,10 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   const int64_t c = dtype_bytes(in.precision);
   ModelStateBytes bytes;
   bytes.params = in.stage == 3 ? P * c / N : P * c;
-  bytes.grads = in.stage <= 1 ? P * c : P * dtype_bytes(in.reduce_dtype) / N;
+  // Gradients live in the reduce dtype from autograd's accumulation on: the full buffer at stages 0–1,
+  // the shard at 2–3.
+  const int64_t r = dtype_bytes(in.reduce_dtype);
+  bytes.grads = in.stage <= 1 ? P * r : P * r / N;
   bytes.master = in.stage == 0 ? 4 * P : 4 * P / N;
   bytes.optimizer = in.stage == 0 ? in.optimizer_bytes_per_element * P
                                   : in.optimizer_bytes_per_element * P / N;

@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
       // The logged loss is the mean over every rank's micro-batches.
       auto loss_avg = torch::tensor({loss_sum / micro_batches}, torch::kFloat64);
       comm->allreduce_sync(loss_avg, zest::ReduceOp::sum);
-      const zest::StepStats stats = engine.step();
+      engine.step();
+      const zest::StepStats stats = engine.read_stats();
       if (is_rank0)
         std::printf("step %3lld  loss %.5f  lr %.2e  grad_norm %.4f%s\n", static_cast<long long>(stats.step),
                     loss_avg.item<double>() / comm->size(), stats.lr, stats.grad_norm,

@@ -1,6 +1,9 @@
-// Sharded optimizers over flat fp32 buffers: the engine hands over segments (one per unit) of the rank's
-// concatenated master shard with their gradients; the optimizer owns its state as flat buffers of the
-// same length, so checkpoints save a handful of large tensors.
+// Sharded optimizers over flat fp32 buffers. The engine hands over, once, one segment per unit of the
+// rank's concatenated shard (master slice, gradient slice, the compute-dtype parameter slice the update
+// writes back, and which ranges get weight decay); the optimizer owns its state as flat buffers of the
+// same length, so checkpoints save a handful of large tensors. Each step() reads that step's numbers
+// (learning rate, gradient multiplier, skip flag, bias corrections) from the engine's StepScalars on
+// the device, so a GPU update never waits for the host.
 #pragma once
 
 #include "core/element_span.h"
@@ -16,41 +19,44 @@
 
 namespace zest {
 
-// One unit's part of the rank's shard.
+// One unit's part of the rank's shard. All views of persistent engine buffers.
 struct OptimSegment {
   int64_t offset = 0;                      // where the segment starts in the flat state buffers
   torch::Tensor master;                    // fp32 [numel], view into the master shard
-  torch::Tensor grad;                      // [numel], any float dtype (upcast on the fly)
-  std::vector<ElementRange> decay_ranges;  // ranges that get weight decay
-};
-
-// Per-step inputs computed by the engine.
-struct StepHyper {
-  double lr = 0.0;
-  double grad_multiplier = 1.0;  // 1 / (loss scale · world size) · clip coefficient
+  torch::Tensor grad;                      // [numel], the gradient (reduce dtype; upcast on the fly)
+  torch::Tensor param;                     // [numel], compute dtype: receives the updated values
+  std::vector<ElementRange> decay_ranges;  // ranges that get weight decay, relative to the segment
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(const std::vector<OptimSegment>& segments, const StepHyper& hyper) = 0;
+  // One update of every segment with this step's scalars; a skipped step (non-finite gradients)
+  // changes nothing. Also writes the updated values, cast, into each segment's `param`.
+  virtual void step() = 0;
   // Bytes of optimizer state per parameter element (AdamW: 8, SGD with momentum: 4).
   virtual int64_t state_bytes_per_element() const = 0;
   // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum"), each [numel] fp32, for checkpoints.
   virtual std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const = 0;
-  // Number of updates applied (Adam's bias-correction step).
-  int64_t step_count() const { return step_count_; }
-  void set_step_count(int64_t count) { step_count_ = count; }
+  // Updates applied (Adam's bias-correction t): kept in the step scalars, so reading it is a device
+  // sync on GPU (checkpoints only).
+  int64_t step_count() const;
+  void set_step_count(int64_t count);
   const OptimConfig& config() const { return config_; }
+  const std::vector<OptimSegment>& segments() const { return segments_; }
 
  protected:
-  Optimizer(const OptimConfig& config) : config_(config) {}
+  Optimizer(const OptimConfig& config, std::vector<OptimSegment> segments, torch::Tensor step_scalars)
+      : config_(config), segments_(std::move(segments)), scalars_(std::move(step_scalars)) {}
   OptimConfig config_;
-  int64_t step_count_ = 0;
+  std::vector<OptimSegment> segments_;
+  torch::Tensor scalars_;  // float64 [kStepScalarCount] (optim/step_scalars.h), on the engine's device
 };
 
-// Builds the configured optimizer with state for `numel` elements (zeros).
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, int64_t numel);
+// Builds the configured optimizer with zeroed state for `numel` elements on the segments' device: the
+// CPU implementation (ATen ops per segment) or, on CUDA, the fused kernels (one pass per step).
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<OptimSegment> segments,
+                                          int64_t numel, torch::Tensor step_scalars);
 // State bytes per element for a configuration without building it (memory estimates).
 int64_t optimizer_state_bytes_per_element(const OptimConfig& config);
 

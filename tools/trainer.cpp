@@ -133,7 +133,8 @@ TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) 
       loss_sum += loss.detach().to(torch::kFloat64);
       engine.backward(loss);
     }
-    const StepStats stats = engine.step();
+    engine.step();
+    const StepStats stats = engine.read_stats();
     const double local_ms = (now_seconds() - t0) * 1000.0;
     const AgreedStep agreed = agree(*comm, loss_sum.item<double>() / config.engine.accumulation_steps, local_ms);
     saver.poll(*comm);

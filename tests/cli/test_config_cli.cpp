@@ -146,7 +146,7 @@ TEST_F(RunConfigTest, OverridesAreValidatedLikeTheFile) {
   EXPECT_EQ(c.engine.precision, Precision::fp32);
   EXPECT_EQ(c.train.max_steps, 20);
   EXPECT_EQ(c.data.batch_size, 4);
-  expect_error(kMinimal, {"--set engine.stage=5: engine.stage: must be 0, 1 or 2 (got 5)"}, {"engine.stage=5"});
+  expect_error(kMinimal, {"--set engine.stage=5: engine.stage: must be 0, 1, 2 or 3 (got 5)"}, {"engine.stage=5"});
   expect_error(kMinimal, {"--set optimizer.betas=[0.9]: optimizer.betas: must have exactly 2 values"},
                {"optimizer.betas=[0.9]"});
   expect_error(kMinimal, {"[optimiser]: unknown section (did you mean [optimizer]?)"}, {"optimiser.lr=0.1"});
@@ -186,10 +186,10 @@ TEST_F(RunConfigTest, ZestConfigCheckBinary) {
   EXPECT_NE(good_out.find("stage = 1"), std::string::npos) << good_out;
   EXPECT_NE(good_out.find("accumulation_steps = 1"), std::string::npos) << good_out;
 
-  const std::string bad = write("bad.toml", kMinimal + "[engine]\nstage = 3\n");
+  const std::string bad = write("bad.toml", kMinimal + "[engine]\nstage = 4\n");
   const auto [bad_status, bad_out] = run_command(zest + " config check " + bad);
   EXPECT_NE(bad_status, 0) << bad_out;
-  EXPECT_NE(bad_out.find(bad + ":8:9: engine.stage: stage 3 is not implemented yet"), std::string::npos) << bad_out;
+  EXPECT_NE(bad_out.find(bad + ":8:9: engine.stage: must be 0, 1, 2 or 3 (got 4)"), std::string::npos) << bad_out;
 
   const auto [set_status, set_out] = run_command(zest + " config check --set engine.stgae=1 " + good);
   EXPECT_NE(set_status, 0) << set_out;

@@ -78,8 +78,14 @@ at_min = "warn"
 }
 
 TEST(EngineConfigToml, StageRules) {
-  expect_error([] { engine("stage = 3\n"); }, {"cfg.toml:2:9: engine.stage: stage 3 is not implemented yet"});
-  expect_error([] { engine("stage = -1\n"); }, {"engine.stage: must be 0, 1 or 2 (got -1)"});
+  expect_error([] { engine("stage = 4\n"); }, {"cfg.toml:2:9: engine.stage: must be 0, 1, 2 or 3 (got 4)"});
+  expect_error([] { engine("stage = -1\n"); }, {"engine.stage: must be 0, 1, 2 or 3 (got -1)"});
+  expect_error([] { engine("stage = 2\nprefetch = 2\n"); }, {"engine.prefetch: is only used with stage = 3 (stage is 2)"});
+  expect_error([] { engine("stage = 3\nprefetch = 17\n"); }, {"engine.prefetch: must be between 0 and 16"});
+  const EngineConfig s3 = engine("stage = 3\nreshard_after_forward = false\nprefetch = 2\n");
+  EXPECT_EQ(s3.stage, 3);
+  EXPECT_FALSE(s3.reshard_after_forward);
+  EXPECT_EQ(s3.prefetch, 2);
   expect_error([] { engine("stage = \"2\"\n"); }, {"cfg.toml:2:9: engine.stage: expected an integer, got a string"});
 }
 

@@ -273,7 +273,7 @@ TEST(ActivationCheckpoint, MakeRunnerFollowsConfig) {
   EngineConfig config;
   config.activation_checkpointing = CheckpointPolicy::none;
   auto inner = std::make_shared<RecordingRunner>();
-  EXPECT_EQ(make_checkpoint_runner(config, model, inner), inner);
+  EXPECT_EQ(make_checkpoint_runner(config, model, inner), nullptr);  // no decorator for policy none
   EXPECT_EQ(make_checkpoint_runner(config, model), nullptr);
   config.activation_checkpointing = CheckpointPolicy::every_k;
   config.checkpoint_every = 3;

@@ -1,0 +1,136 @@
+// Bucket verbs (see bucket.h).
+#include "engine/bucket.h"
+
+#include "core/check.h"
+#include "engine/storage.h"
+
+namespace zest {
+
+Bucket::Bucket(size_t first, size_t last, const BucketEnv& env) : first_(first), last_(last), env_(env) {
+  ZEST_CHECK(first <= last && last < env.units->size(), "bucket [", first, ", ", last, "] outside ",
+             env.units->size(), " units");
+  if (!env_.policy->shard_params) return;
+  // Stage 3: one buffer for the bucket's units; the parameters become views of it while it is allocated,
+  // then its memory goes until the first gather.
+  const auto& buffers = *env_.buffers;
+  param_buffer_ = torch::zeros({padded_numel()},
+                               torch::TensorOptions().dtype(buffers.dtypes().compute).device(buffers.device()));
+  int64_t offset = 0;
+  for (size_t u = first_; u <= last_; ++u) {
+    unit(u).point_params_at(param_buffer_.narrow(0, offset, unit(u).padded_numel()));
+    offset += unit(u).padded_numel();
+  }
+  free_storage(param_buffer_);
+  is_gathered_ = false;
+}
+
+std::string Bucket::describe() const {
+  std::string names = unit(first_).name();
+  if (last_ > first_) names += ".." + unit(last_).name();
+  return "units " + names;
+}
+
+std::vector<size_t> Bucket::unit_indices() const {
+  std::vector<size_t> indices;
+  for (size_t u = first_; u <= last_; ++u) indices.push_back(u);
+  return indices;
+}
+
+int64_t Bucket::padded_numel() const {
+  int64_t n = 0;
+  for (size_t u = first_; u <= last_; ++u) n += unit(u).padded_numel();
+  return n;
+}
+
+void Bucket::ensure_grad_buffer() {
+  if (!env_.policy->shard_grads || grad_buffer_.defined()) return;
+  torch::NoGradGuard no_grad;
+  const auto& buffers = *env_.buffers;
+  grad_buffer_ = torch::zeros({padded_numel()},
+                              torch::TensorOptions().dtype(buffers.dtypes().reduce).device(buffers.device()));
+  grad_bytes_in_flight_ = static_cast<int64_t>(grad_buffer_.nbytes());
+  if (env_.transient_grads) env_.transient_grads->add(grad_bytes_in_flight_);
+  int64_t offset = 0;
+  for (size_t u = first_; u <= last_; ++u) {
+    unit(u).point_grads_at(grad_buffer_.narrow(0, offset, unit(u).padded_numel()));
+    offset += unit(u).padded_numel();
+  }
+}
+
+void Bucket::reduce_grads(bool accumulate) {
+  ZEST_CHECK(reduce_work_ == nullptr, describe(), ": gradients reduced twice without a wait");
+  torch::NoGradGuard no_grad;
+  FlatBuffers& buffers = *env_.buffers;
+  std::vector<torch::Tensor> inputs, outputs;
+  switch (env_.policy->grad_reduction()) {
+    case GradReduction::allreduce:
+      for (size_t u : unit_indices()) inputs.push_back(buffers.grad_full(u));
+      reduce_work_ = env_.comm->allreduce_many(inputs, ReduceOp::sum);
+      return;
+    case GradReduction::reduce_scatter:  // in place: each unit's own slice of its full buffer
+      for (size_t u : unit_indices()) {
+        inputs.push_back(buffers.grad_full(u));
+        outputs.push_back(buffers.grad_shard(u));
+      }
+      reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum);
+      return;
+    case GradReduction::reduce_scatter_to_shard: {
+      // Every rank takes part even if no gradient reached these units here (zeros then).
+      ensure_grad_buffer();
+      for (size_t u : unit_indices()) {
+        inputs.push_back(unit(u).grad_flat());
+        outputs.push_back(buffers.grad_shard(u));
+        unit(u).drop_grads();
+      }
+      reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum, accumulate);
+      // The collective holds the buffer until it is done (on CUDA the allocator reuses it only after
+      // the collective's stream has passed it): released as soon as it completes, not at step().
+      grad_buffer_ = torch::Tensor();
+      return;
+    }
+  }
+}
+
+void Bucket::wait_reduce() {
+  if (!reduce_work_) return;
+  reduce_work_->wait();
+  reduce_work_.reset();
+  if (env_.transient_grads) env_.transient_grads->remove(grad_bytes_in_flight_);
+  grad_bytes_in_flight_ = 0;
+}
+
+void Bucket::gather_params() {
+  const ShardingPolicy& policy = *env_.policy;
+  if (!policy.shard_optimizer) return;  // stage 0: every rank updated the whole buffer
+  if (policy.shard_params && is_gathered_) return;
+  ZEST_CHECK(gather_work_ == nullptr, describe(), ": parameters gathered twice without a wait");
+  torch::NoGradGuard no_grad;
+  FlatBuffers& buffers = *env_.buffers;
+  std::vector<torch::Tensor> inputs, outputs;
+  if (policy.shard_params) allocate_storage(param_buffer_, param_buffer_.numel() * param_buffer_.element_size());
+  for (size_t u : unit_indices()) {
+    inputs.push_back(buffers.param_shard(u));
+    outputs.push_back(unit(u).param_flat());
+  }
+  gather_work_ = env_.comm->allgather_many(inputs, outputs);
+  is_gathered_ = true;
+}
+
+void Bucket::wait_params() {
+  if (!gather_work_) return;
+  gather_work_->wait();
+  gather_work_.reset();
+}
+
+void Bucket::release_params() {
+  if (!env_.policy->shard_params || !is_gathered_) return;
+  wait_params();  // a gather still in flight writes into the memory about to go
+  free_storage(param_buffer_);
+  is_gathered_ = false;
+}
+
+int64_t Bucket::gathered_bytes() const {
+  return param_buffer_.defined() ? static_cast<int64_t>(param_buffer_.storage().nbytes()) : 0;
+}
+
+}  // namespace zest

@@ -1,0 +1,69 @@
+// The rank's persistent flat tensors (see flat_buffers.h).
+#include "engine/flat_buffers.h"
+
+#include "core/check.h"
+
+namespace zest {
+
+FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes,
+                         torch::Device device)
+    : units_(units), dtypes_(dtypes), device_(device) {
+  int64_t full_numel = 0, shard_numel = 0;
+  for (const Unit& unit : units) {
+    full_offsets_.push_back(full_numel);
+    full_numel += unit.padded_numel();
+    shard_numel += unit.shard_span().numel;
+  }
+  const auto on_device = torch::TensorOptions().device(device);
+  master_ = torch::zeros({shard_numel}, on_device.dtype(torch::kFloat32));
+  if (!policy.shard_params) param_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.compute));
+  // Stages 1–2 update their slice inside the full buffer and allgather in place; only stage 3 keeps
+  // the parameter shard as a tensor of its own.
+  if (policy.shard_params) param_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.compute));
+  if (policy.shard_grads) {
+    grad_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.reduce));
+  } else {
+    grad_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.reduce));
+  }
+}
+
+torch::Tensor FlatBuffers::param_full(size_t u) const {
+  ZEST_CHECK(param_full_.defined(), "param_full: parameters are sharded at rest (stage 3)");
+  return param_full_.narrow(0, full_offsets_[u], units_[u].padded_numel());
+}
+
+torch::Tensor FlatBuffers::param_shard(size_t u) const {
+  const Unit& unit = units_[u];
+  if (param_shard_.defined()) return param_shard_.narrow(0, unit.shard_offset(), unit.shard_span().numel);
+  return param_full(u).narrow(0, unit.shard_span().begin, unit.shard_span().numel);
+}
+
+torch::Tensor FlatBuffers::grad_full(size_t u) const {
+  ZEST_CHECK(grad_full_.defined(), "grad_full: gradients are sharded (stage >= 2)");
+  return grad_full_.narrow(0, full_offsets_[u], units_[u].padded_numel());
+}
+
+torch::Tensor FlatBuffers::grad_shard(size_t u) const {
+  const Unit& unit = units_[u];
+  if (grad_shard_.defined()) return grad_shard_.narrow(0, unit.shard_offset(), unit.shard_span().numel);
+  return grad_full(u).narrow(0, unit.shard_span().begin, unit.shard_span().numel);
+}
+
+torch::Tensor FlatBuffers::master(size_t u) const {
+  return master_.narrow(0, units_[u].shard_offset(), units_[u].shard_span().numel);
+}
+
+void FlatBuffers::zero_grads() {
+  if (grad_full_.defined()) grad_full_.zero_();
+  if (grad_shard_.defined()) grad_shard_.zero_();
+}
+
+int64_t FlatBuffers::param_bytes() const {
+  return (param_full_.defined() ? param_full_.nbytes() : 0) + (param_shard_.defined() ? param_shard_.nbytes() : 0);
+}
+
+int64_t FlatBuffers::grad_bytes() const {
+  return (grad_full_.defined() ? grad_full_.nbytes() : 0) + (grad_shard_.defined() ? grad_shard_.nbytes() : 0);
+}
+
+}  // namespace zest

@@ -1,0 +1,57 @@
+// FlatBuffers: the rank's persistent flat tensors, allocated once on the engine's device — full
+// compute-dtype parameters (stages 0–2), the parameter shard (stage 3), the full gradient buffer
+// (stages 0–1), the gradient shard (stages 2–3) and the fp32 master shard — and every unit's views of
+// them. "Full" tensors concatenate the units' padded buffers; "shard" tensors concatenate this rank's
+// slice of each unit (at stage 0 the slice is the whole unit, so shard = full layout).
+#pragma once
+
+#include "engine/sharding_policy.h"
+#include "engine/unit.h"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace zest {
+
+struct FlatDtypes {
+  torch::Dtype compute = torch::kBFloat16;  // parameters and activations
+  torch::Dtype reduce = torch::kFloat32;    // gradients, from autograd's accumulation to the shard
+};
+
+class FlatBuffers {
+ public:
+  FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes, torch::Device device);
+
+  // Views of unit u ([padded_numel] for full tensors, [shard numel] for shard tensors).
+  torch::Tensor param_full(size_t u) const;   // stages 0–2
+  // This rank's slice of the parameters: its own tensor at stage 3, else the slice inside param_full
+  // (stages 1–2 update it there and allgather in place).
+  torch::Tensor param_shard(size_t u) const;
+  torch::Tensor grad_full(size_t u) const;    // stages 0–1
+  torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full
+  torch::Tensor master(size_t u) const;
+
+  const torch::Tensor& master() const { return master_; }  // [Σ shard] fp32
+  bool has_param_full() const { return param_full_.defined(); }
+  // Gradient storage every step starts from zero: the full buffer (stages 0–1) or the shard (2–3).
+  void zero_grads();
+  // Bytes of each kind this rank holds (the model-state report).
+  int64_t param_bytes() const;
+  int64_t grad_bytes() const;
+  FlatDtypes dtypes() const { return dtypes_; }
+  torch::Device device() const { return device_; }
+
+ private:
+  const std::vector<Unit>& units_;
+  FlatDtypes dtypes_;
+  torch::Device device_;
+  std::vector<int64_t> full_offsets_;  // where each unit's padded buffer starts in the full tensors
+  torch::Tensor param_full_;   // [Σ padded_numel] compute dtype
+  torch::Tensor param_shard_;  // [Σ shard numel] compute dtype (stage 3)
+  torch::Tensor grad_full_;    // [Σ padded_numel] reduce dtype
+  torch::Tensor grad_shard_;   // [Σ shard numel] reduce dtype
+  torch::Tensor master_;       // [Σ shard numel] fp32
+};
+
+}  // namespace zest

@@ -1,0 +1,116 @@
+// Bucket completion and launch order (see grad_reducer.h).
+#include "engine/grad_reducer.h"
+
+#include "core/check.h"
+
+#include <algorithm>
+
+namespace zest {
+
+GradReducer::GradReducer(const std::vector<Unit>& units, std::vector<Bucket>& buckets,
+                         std::vector<size_t> bucket_of_unit, int max_in_flight, bool is_accumulation_final)
+    : units_(units),
+      buckets_(buckets),
+      bucket_of_unit_(std::move(bucket_of_unit)),
+      max_in_flight_(max_in_flight),
+      is_accumulation_final_(is_accumulation_final) {
+  markers_pending_.assign(units.size(), 0);
+  is_marked_.assign(units.size(), 0);
+  slot_accumulated_.resize(units.size());
+  slots_left_.assign(units.size(), 0);
+  is_launched_.assign(buckets.size(), 0);
+  reset_tracking();
+}
+
+void GradReducer::reset_tracking() {
+  std::fill(markers_pending_.begin(), markers_pending_.end(), 0);
+  std::fill(is_marked_.begin(), is_marked_.end(), 0);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    slot_accumulated_[u].assign(units_[u].params().size(), 0);
+    slots_left_[u] = static_cast<int>(units_[u].params().size());
+  }
+  std::fill(is_launched_.begin(), is_launched_.end(), 0);
+}
+
+void GradReducer::marker_attached(size_t u) {
+  ++markers_pending_[u];
+  is_marked_[u] = 1;
+}
+
+void GradReducer::begin_backward(bool reduce, bool accumulate) {
+  is_reducing_ = reduce;
+  is_accumulating_ = accumulate;
+  next_bucket_ = static_cast<int>(buckets_.size()) - 1;
+  std::fill(is_launched_.begin(), is_launched_.end(), 0);
+}
+
+void GradReducer::grad_arriving(size_t u) {
+  if (!is_reducing_) return;
+  const size_t b = bucket_of_unit_[u];
+  ZEST_CHECK(!is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ", buckets_[b].describe(),
+             " was reduced in this backward; the unit's parameters are used after its backward finished "
+             "(a parameter shared with a unit declared later?)");
+  buckets_[b].ensure_grad_buffer();
+}
+
+void GradReducer::grad_accumulated(size_t u, size_t slot) {
+  if (!slot_accumulated_[u][slot]) {
+    slot_accumulated_[u][slot] = 1;
+    --slots_left_[u];
+  }
+  if (is_reducing_ && !is_marked_[u] && slots_left_[u] == 0) launch_ready(/*flush=*/false);
+}
+
+void GradReducer::unit_backward_done(size_t u) {
+  ZEST_CHECK(markers_pending_[u] > 0, "unit '", units_[u].name(), "': backward finished more often than it ran");
+  --markers_pending_[u];
+  if (is_reducing_) launch_ready(/*flush=*/false);
+}
+
+void GradReducer::end_backward() {
+  if (is_reducing_) launch_ready(/*flush=*/true);
+  reset_tracking();
+}
+
+bool GradReducer::is_own_backward_done(size_t u) const {
+  if (is_marked_[u]) return markers_pending_[u] == 0;
+  return is_accumulation_final_ && slots_left_[u] == 0;
+}
+
+bool GradReducer::is_complete(size_t u) const {
+  if (!is_own_backward_done(u)) return false;
+  const auto& users = units_[u].tied_users();
+  return std::all_of(users.begin(), users.end(), [this](size_t t) { return is_own_backward_done(t); });
+}
+
+void GradReducer::launch_ready(bool flush) {
+  while (next_bucket_ >= 0) {
+    const size_t b = static_cast<size_t>(next_bucket_);
+    Bucket& bucket = buckets_[b];
+    if (!flush) {
+      for (size_t u = bucket.first(); u <= bucket.last(); ++u) {
+        if (!is_complete(u)) return;
+      }
+    }
+    if (bucket.is_reduce_pending()) {  // the previous micro-step's reduction of this bucket (stages 2–3)
+      bucket.wait_reduce();
+      in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), b));
+    }
+    bucket.reduce_grads(is_accumulating_);
+    is_launched_[b] = 1;
+    in_flight_.push_back(b);
+    if (on_launched) on_launched(b);
+    if (max_in_flight_ > 0 && static_cast<int>(in_flight_.size()) > max_in_flight_) {
+      buckets_[in_flight_.front()].wait_reduce();
+      in_flight_.pop_front();
+    }
+    --next_bucket_;
+  }
+}
+
+void GradReducer::wait_all() {
+  for (size_t b : in_flight_) buckets_[b].wait_reduce();
+  in_flight_.clear();
+}
+
+}  // namespace zest

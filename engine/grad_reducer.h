@@ -1,0 +1,65 @@
+// GradReducer: decides when each bucket's gradients are complete in a backward and launches the
+// reductions in the one order every rank uses (the last bucket first), so collectives always match
+// across ranks however autograd orders the work. A unit is complete when its own backward has returned
+// (the marker on its inputs; per-parameter accumulation flags for units run without markers) and so has
+// the backward of every unit that uses one of its parameters (tied parameters) — counting accumulator
+// calls would let a parameter accumulated twice (tied, under reentrant checkpointing) end its unit early.
+#pragma once
+
+#include "engine/bucket.h"
+#include "engine/unit.h"
+
+#include <deque>
+#include <functional>
+#include <vector>
+
+namespace zest {
+
+class GradReducer {
+ public:
+  // max_in_flight: reductions allowed in flight before the oldest is waited for (CPU backends: bounds the
+  // transient buckets; 0 = no bound, for NCCL, where waiting would stall the compute stream).
+  // is_accumulation_final: a parameter's gradient is accumulated once per backward (no reentrant
+  // checkpointing), so a unit without a backward signal is complete once all its parameters accumulated;
+  // otherwise such a unit completes only at the end of backward.
+  GradReducer(const std::vector<Unit>& units, std::vector<Bucket>& buckets, std::vector<size_t> bucket_of_unit,
+              int max_in_flight, bool is_accumulation_final);
+
+  // ---- one micro-step ----
+  void marker_attached(size_t unit_idx);  // forward: the unit's inputs carry a marker
+  // reduce = false (stages 0–1 before the last micro-step): gradients only accumulate locally.
+  void begin_backward(bool reduce, bool accumulate);
+  void grad_arriving(size_t unit_idx);
+  void grad_accumulated(size_t unit_idx, size_t slot_idx);
+  void unit_backward_done(size_t unit_idx);
+  void end_backward();  // launches what is left (units whose markers never came back: unused outputs)
+  // Orders every launched reduction before the optimizer (stream waits on CUDA).
+  void wait_all();
+
+  // Called with the bucket index right after its reduction is launched (stage 3 releases its parameters).
+  std::function<void(size_t bucket_idx)> on_launched;
+
+ private:
+  bool is_own_backward_done(size_t unit_idx) const;
+  bool is_complete(size_t unit_idx) const;
+  void launch_ready(bool flush);
+  void reset_tracking();
+
+  const std::vector<Unit>& units_;
+  std::vector<Bucket>& buckets_;
+  const std::vector<size_t> bucket_of_unit_;
+  const int max_in_flight_;
+  const bool is_accumulation_final_;
+
+  std::vector<int> markers_pending_;  // per unit: markers attached this micro-step, not yet returned
+  std::vector<char> is_marked_;       // per unit: its forward carried a marker this micro-step
+  std::vector<std::vector<char>> slot_accumulated_;  // per unit, per parameter
+  std::vector<int> slots_left_;       // per unit: parameters not yet accumulated
+  std::vector<char> is_launched_;     // per bucket, this micro-step
+  int next_bucket_ = -1;              // launched from the last to the first
+  bool is_reducing_ = false;
+  bool is_accumulating_ = false;
+  std::deque<size_t> in_flight_;      // launched, not yet waited (CPU bound)
+};
+
+}  // namespace zest

@@ -1,0 +1,62 @@
+// Unit: one declared unit's parameters as views into a flat compute-dtype buffer, its gradient views, and
+// where this rank's slice of it sits. Buckets (bucket.h) run the collectives; the unit only points its
+// parameters and gradients at the buffers it is given.
+#pragma once
+
+#include "engine/unit_layout.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace zest {
+
+class Unit {
+ public:
+  // `params`: the unit's parameter tensors in slot order. `shard_span`: the part of the unit's padded
+  // buffer this rank updates (its slice r; the whole buffer at stage 0). `shard_offset`: where that
+  // part starts in the rank's flat shard tensors (master, gradient shard, optimizer state).
+  Unit(UnitLayout layout, std::vector<torch::Tensor> params, ElementSpan shard_span, int64_t shard_offset);
+
+  const UnitLayout& layout() const { return layout_; }
+  const std::string& name() const { return layout_.name; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  ElementSpan shard_span() const { return shard_span_; }
+  int64_t shard_offset() const { return shard_offset_; }
+  int64_t padded_numel() const { return layout_.padded_numel; }
+
+  // The parameters' current values as fp32 [padded_numel] on the CPU (construction: the model's own).
+  torch::Tensor values_fp32_cpu() const;
+
+  // Points every parameter at its slot of `param_flat` ([padded_numel], the compute dtype, any device).
+  // Views are created while the buffer is allocated; stage 3 later frees and re-allocates the storage
+  // under them (storage.h), so parameters and saved activations keep referring to it.
+  void point_params_at(const torch::Tensor& param_flat);
+  const torch::Tensor& param_flat() const { return param_flat_; }
+  // True while every parameter still is a view of the engine's buffer (a model moved by .to() is not).
+  bool params_are_engine_views() const;
+
+  // Points every parameter's .grad at its slot of `grad_flat` ([padded_numel], the reduce dtype):
+  // autograd then accumulates gradients in place there, with no copy.
+  void point_grads_at(const torch::Tensor& grad_flat);
+  const torch::Tensor& grad_flat() const { return grad_flat_; }
+  bool has_grad_flat() const { return grad_flat_.defined(); }
+  void drop_grads();  // .grad undefined again; the buffer is released by its owner
+
+  // Units (indices) whose forward also uses one of this unit's parameters (tied parameters declared
+  // under another unit's prefix): this unit's gradient is complete only once their backward is done.
+  const std::vector<size_t>& tied_users() const { return tied_users_; }
+  void add_tied_user(size_t unit_idx);
+
+ private:
+  UnitLayout layout_;
+  std::vector<torch::Tensor> params_;
+  ElementSpan shard_span_;
+  int64_t shard_offset_ = 0;
+  torch::Tensor param_flat_;  // [padded_numel] compute dtype
+  torch::Tensor grad_flat_;   // [padded_numel] reduce dtype (persistent at stages 0/1, transient at 2/3)
+  std::vector<size_t> tied_users_;
+};
+
+}  // namespace zest

@@ -1,0 +1,163 @@
+// StepScalars: every per-step number of the optimizer step (gradient norm, overflow and skip, clip
+// coefficient, loss scale, learning rate, Adam's bias corrections, the counters that resume) as one small
+// block of doubles that lives on the engine's device, and decide_step(), the one function that advances
+// it. The same source compiles for the host (CPU runs call it directly) and for CUDA (one thread of a
+// kernel runs it), so a GPU step decides to skip, clip and rescale without the host ever reading a value.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ZEST_HOST_DEVICE __host__ __device__
+#else
+#define ZEST_HOST_DEVICE
+#endif
+
+namespace zest {
+
+#if !defined(__CUDACC__)
+using std::cos;
+using std::isfinite;
+using std::pow;
+using std::sqrt;
+#endif
+
+// Constant for a run: what decide_step needs from the config.
+struct StepRules {
+  double clip_norm = 0.0;         // 0 = no clipping
+  double world_size = 1.0;        // gradients arrive summed over ranks
+  // fp16 dynamic loss scaling (disabled: the scale stays 1)
+  double loss_scaling = 0.0;      // 1 = on
+  double scale_min = 1.0;
+  double scale_window = 1000.0;
+  double scale_hysteresis = 1.0;
+  double stop_at_min_scale = 1.0;  // 1: an overflow at the floor ends the run; 0: keep skipping
+  double max_nonfinite_steps = 5.0;
+  // learning-rate schedule (optim/lr_schedule.h); kind: 0 constant, 1 cosine, 2 linear
+  double schedule_kind = 0.0;
+  double base_lr = 0.0;
+  double warmup_steps = 0.0;
+  double decay_steps = 0.0;
+  double min_lr = 0.0;
+  // Adam
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+};
+
+// Why a run must stop (StepScalars::fatal).
+enum class StepFatal { none = 0, overflow_at_min_scale = 1, too_many_nonfinite = 2 };
+
+// Doubles only, so it maps onto one float64 tensor (counters stay exact up to 2^53).
+struct StepScalars {
+  // ---- carried across steps (saved in checkpoints) ----
+  double loss_scale = 1.0;          // the scale the next backward multiplies the loss by
+  double clean_steps = 0.0;         // consecutive clean steps since the scale last changed
+  double hysteresis_left = 1.0;     // overflows still tolerated before the next halving
+  double overflows = 0.0;           // steps skipped because of fp16 overflow
+  double applied_steps = 0.0;       // optimizer updates applied (Adam's t, the schedule's position)
+  double skipped_total = 0.0;       // steps skipped for non-finite gradients
+  double consecutive_nonfinite = 0.0;
+  // ---- this step's decision ----
+  double used_loss_scale = 1.0;     // the scale this step's backward passes used
+  double grad_norm = 0.0;           // of the unscaled, averaged gradient, before clipping (inf/nan if skipped)
+  double skip = 0.0;                // 1: no update anywhere
+  double applied = 0.0;             // 1 - skip
+  double clip_coef = 1.0;
+  double grad_multiplier = 1.0;     // applied to the summed, scaled gradient: unscale · 1/world · clip
+  double lr = 0.0;                  // learning rate of this update (0 when skipped)
+  double bias_correction1 = 1.0;    // 1 - beta1^t
+  double bias_correction2_sqrt = 1.0;  // sqrt(1 - beta2^t)
+  double first_nonfinite_param = -1.0;  // index of the first parameter with a non-finite gradient, or -1
+  double fatal = 0.0;               // StepFatal
+};
+inline constexpr int kStepScalarCount = static_cast<int>(sizeof(StepScalars) / sizeof(double));
+static_assert(sizeof(StepScalars) == kStepScalarCount * sizeof(double), "StepScalars must be doubles only");
+
+// Offsets of the fields read as device tensors elsewhere (loss scaling of backward, EMA gating).
+inline constexpr int kLossScaleIndex = 0;
+inline constexpr int kAppliedStepsIndex = 4;
+inline constexpr int kAppliedIndex = 10;
+
+ZEST_HOST_DEVICE inline double scheduled_lr(const StepRules& r, double step) {
+  if (step < r.warmup_steps) return r.base_lr * (step + 1.0) / r.warmup_steps;
+  if (r.schedule_kind == 0.0 || r.decay_steps <= 0.0) return r.base_lr;
+  double progress = (step - r.warmup_steps) / r.decay_steps;
+  progress = progress < 0.0 ? 0.0 : (progress > 1.0 ? 1.0 : progress);
+  const double span = r.base_lr - r.min_lr;
+  if (r.schedule_kind == 1.0) return r.min_lr + span * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+  return r.base_lr - span * progress;
+}
+
+// The fp16 scaler after a step: double after `window` clean steps, halve after `hysteresis` overflows,
+// never below the floor. Returns true when the overflow happened at the floor.
+ZEST_HOST_DEVICE inline bool advance_loss_scale(const StepRules& r, StepScalars& s, bool overflow) {
+  if (r.loss_scaling == 0.0) return false;
+  if (!overflow) {
+    s.clean_steps += 1.0;
+    if (s.clean_steps >= r.scale_window) {
+      s.loss_scale *= 2.0;
+      s.clean_steps = 0.0;
+      s.hysteresis_left = r.scale_hysteresis < 1.0 ? 1.0 : r.scale_hysteresis;
+    }
+    return false;
+  }
+  s.overflows += 1.0;
+  s.clean_steps = 0.0;
+  const bool at_floor = s.loss_scale <= r.scale_min;
+  s.hysteresis_left -= 1.0;
+  if (s.hysteresis_left <= 0.0) {
+    const double halved = s.loss_scale * 0.5;
+    s.loss_scale = halved < r.scale_min ? r.scale_min : halved;
+    s.hysteresis_left = r.scale_hysteresis < 1.0 ? 1.0 : r.scale_hysteresis;
+  }
+  return at_floor;
+}
+
+// One step's decision from the per-parameter sums of squares of the (summed over ranks, loss-scaled)
+// gradient: norm, skip on any non-finite value, clip coefficient, multiplier, learning rate, bias
+// corrections; then the scaler and counters advance.
+ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, const double* param_sumsq,
+                                         int64_t num_params) {
+  double sumsq = 0.0;
+  s.first_nonfinite_param = -1.0;
+  for (int64_t i = 0; i < num_params; ++i) {
+    const double v = param_sumsq[i];
+    if (!isfinite(v) && s.first_nonfinite_param < 0.0) s.first_nonfinite_param = static_cast<double>(i);
+    sumsq += v;
+  }
+  s.used_loss_scale = s.loss_scale;
+  const double unscale = 1.0 / (s.loss_scale * r.world_size);
+  s.grad_norm = sqrt(sumsq) * unscale;
+  const bool overflow = !isfinite(sumsq);
+  s.skip = overflow ? 1.0 : 0.0;
+  s.applied = overflow ? 0.0 : 1.0;
+  if (overflow) {
+    s.skipped_total += 1.0;
+    s.consecutive_nonfinite += 1.0;
+    s.clip_coef = 1.0;
+    s.grad_multiplier = 0.0;
+    s.lr = 0.0;
+    const bool at_floor = advance_loss_scale(r, s, true);
+    if (r.loss_scaling != 0.0) {
+      if (at_floor && r.stop_at_min_scale != 0.0) s.fatal = static_cast<double>(StepFatal::overflow_at_min_scale);
+    } else if (s.consecutive_nonfinite >= r.max_nonfinite_steps) {
+      s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+    }
+    return;
+  }
+  s.clip_coef = 1.0;
+  if (r.clip_norm > 0.0) {
+    const double c = r.clip_norm / (s.grad_norm + 1e-6);
+    s.clip_coef = c < 1.0 ? c : 1.0;
+  }
+  s.grad_multiplier = unscale * s.clip_coef;
+  s.lr = scheduled_lr(r, s.applied_steps);
+  s.applied_steps += 1.0;
+  s.bias_correction1 = 1.0 - pow(r.beta1, s.applied_steps);
+  s.bias_correction2_sqrt = sqrt(1.0 - pow(r.beta2, s.applied_steps));
+  s.consecutive_nonfinite = 0.0;
+  advance_loss_scale(r, s, false);
+}
+
+}  // namespace zest
