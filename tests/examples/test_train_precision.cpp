@@ -23,9 +23,9 @@ constexpr int kSteps = 6;
 // losses agree to float32 rounding.
 constexpr double kStageTolFp32 = 1e-5;
 // bf16 against fp32, relative, at every step. Step 1 differs only by the bf16 forward (the same
-// weights, rounded); later steps add the drift of bf16 gradients through AdamW. Measured: ≤ 1.5e-2
-// (HY-Motion) and ≤ 1e-2 (UNet) over 6 steps.
-constexpr double kBf16Tol = 5e-2;
+// weights, rounded); later steps add the drift of bf16 gradients through AdamW. Measured over 6 steps
+// and 3 stages: 3.5e-4 (HY-Motion), 8.1e-4 (UNet).
+constexpr double kBf16Tol = 5e-3;
 
 void write_run_file(const fs::path& path, const std::string& model) {
   std::ofstream(path) << "[model]\nname = \"" << model << "\"\n"
