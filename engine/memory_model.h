@@ -1,4 +1,4 @@
-// Per-rank model-state memory of each ZeRO stage (the ZeRO paper's accounting, design.md): the formula
+// Per-rank model-state memory of each ZeRO stage (the ZeRO paper's accounting, docs/design.md 2): the formula
 // behind `zest estimate` and the engine's own model_state_bytes() report.
 #pragma once
 

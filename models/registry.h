@@ -31,8 +31,9 @@ struct ModelFamily {
   std::function<torch::Tensor(UnitModule& model, const TensorMap& inputs)> forward;
   // The training objective on one batch from the data loader (see docs/data_formats.md for the keys:
   // HY-Motion x, x_mask_temporal, ctxt_input, ctxt_mask_temporal, vtxt_input; UNet sample,
-  // encoder_hidden_states[, text_embeds, time_ids]). Floating inputs are cast to the parameters' dtype;
-  // the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
+  // encoder_hidden_states[, text_embeds, time_ids]). The batch is used as loaded (float32): the model
+  // casts to its compute dtype (the parameters' dtype) where the reference does under autocast
+  // (docs/models.md 5); the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
   std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>
       training_loss;
 };

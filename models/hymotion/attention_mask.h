@@ -1,4 +1,4 @@
-// The MMDiT's additive attention bias over the [motion ; text] sequence (models.md 1.7): key padding,
+// The MMDiT's additive attention bias over the [motion ; text] sequence (docs/models.md 1.7): key padding,
 // the motion→motion narrow band (or causal triangle), and no text→motion attention.
 #pragma once
 

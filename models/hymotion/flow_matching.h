@@ -1,4 +1,4 @@
-// HY-Motion's training objective and sampler (models.md 1.10): rectified-flow velocity matching with
+// HY-Motion's training objective and sampler (docs/models.md 1.10): rectified-flow velocity matching with
 // x_t = (1 − t)·noise + t·data over valid frames, and the reference's Euler ODE sampler from t = 0
 // (noise) to t = 1 (data) with optional classifier-free guidance.
 #pragma once
@@ -22,7 +22,8 @@ torch::Tensor sample_time(int64_t batch, const TimeSampling& sampling, torch::Ge
 
 // MSE between the predicted and the target velocity (data − noise), averaged over valid frames
 // (x_mask true) and channels only: padded frames contribute nothing. Draws t and the noise from
-// `generator`. x1 [B, L, C] is normalised motion data.
+// `generator`. x1 [B, L, C] is normalised motion data (any float dtype; x_t, the target and the loss
+// are float32 whatever the model's compute dtype).
 torch::Tensor flow_matching_loss(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,
                                  const torch::Tensor& vtxt_input, const torch::Tensor& x_mask,
                                  const torch::Tensor& ctxt_mask, torch::Generator& generator,

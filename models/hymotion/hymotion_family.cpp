@@ -33,12 +33,12 @@ torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
 }
 
 // Flow-matching loss on a loader batch: `x` holds the clean (normalised) motion, padded frames masked.
+// The batch stays float32: x_t and the target are formed in float32 and the model casts to its compute
+// dtype where the reference does under autocast (docs/models.md 5).
 torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
   auto* hy = dynamic_cast<HyMotionModel*>(&model);
   ZEST_CHECK(hy != nullptr, "HY-Motion training loss called on a model of another family");
-  const auto dtype = hy->parameters().front().scalar_type();
-  const auto as_param = [&](const char* name) { return input(batch, name).to(dtype); };
-  return flow_matching_loss(*hy, as_param("x"), as_param("ctxt_input"), as_param("vtxt_input"),
+  return flow_matching_loss(*hy, input(batch, "x"), input(batch, "ctxt_input"), input(batch, "vtxt_input"),
                             input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator);
 }
 

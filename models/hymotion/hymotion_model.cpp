@@ -1,4 +1,4 @@
-// HunyuanMotionMMDiT forward (models.md 1.5): embed → text refiner → double blocks → single blocks →
+// HunyuanMotionMMDiT forward (docs/models.md 1.5): embed → text refiner → double blocks → single blocks →
 // final layer, each unit run through run_unit() as a pure function of its tensor inputs.
 #include "models/hymotion/hymotion_model.h"
 

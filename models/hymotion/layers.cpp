@@ -1,5 +1,7 @@
 // HY-Motion building blocks: numerics follow the reference's operation order so float32 results match
-// it to rounding (see models.md 1.4 on the precision of the sinusoidal embedding).
+// it to rounding (see docs/models.md 1.4 on the precision of the sinusoidal embedding). In bf16/fp16
+// they run as the reference does under autocast (docs/models.md 5): Linear casts its input to the
+// weights' dtype, norms and the sinusoid compute in float32.
 #include "models/hymotion/layers.h"
 
 #include "core/check.h"
@@ -22,9 +24,18 @@ torch::Tensor activate(const torch::Tensor& x, Act act) {
   ZEST_FAIL("unknown activation");
 }
 
+// LayerNorm is on autocast's float32 list: it computes in float32 and returns float32, so the modulation
+// that follows it also runs in float32; the next Linear casts down.
 torch::Tensor layer_norm_plain(const torch::Tensor& x) {
-  return torch::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps);
+  return torch::layer_norm(x.to(torch::kFloat32), {x.size(-1)}, {}, {}, kNormEps);
 }
+
+namespace {
+torch::Tensor affine_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return torch::layer_norm(x.to(torch::kFloat32), {x.size(-1)}, weight.to(torch::kFloat32),
+                           bias.to(torch::kFloat32), kNormEps);
+}
+}  // namespace
 
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
   return x * (1 + scale) + shift;
@@ -46,7 +57,10 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const Init& init)
   }
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+// As autocast does for its lower-precision ops: the input is cast to the compute dtype (the weights').
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) const {
+  return torch::linear(x.to(weight.scalar_type()), weight, bias);
+}
 
 void LinearImpl::zero_() {
   if (weight.device().is_meta()) return;
@@ -61,7 +75,7 @@ AffineLayerNormImpl::AffineLayerNormImpl(int64_t dim, const Init& init) {
 }
 
 torch::Tensor AffineLayerNormImpl::forward(const torch::Tensor& x) const {
-  return torch::layer_norm(x, {x.size(-1)}, weight, bias, kNormEps);
+  return affine_layer_norm(x, weight, bias);
 }
 
 HeadNormImpl::HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init) : kind_(kind) {
@@ -73,7 +87,7 @@ HeadNormImpl::HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init) : ki
 torch::Tensor HeadNormImpl::forward(const torch::Tensor& x) const {
   switch (kind_) {
     case QkNorm::none: return x;
-    case QkNorm::layer: return torch::layer_norm(x, {x.size(-1)}, weight_, bias_, kNormEps);
+    case QkNorm::layer: return affine_layer_norm(x, weight_, bias_);  // float32; callers cast to v's dtype
     case QkNorm::rms: {
       const auto xf = x.to(torch::kFloat32);
       const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);

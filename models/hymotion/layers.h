@@ -1,6 +1,7 @@
 // HY-Motion building blocks shared by the refiner and the MMDiT blocks: Linear with reference init that
 // can live on the meta device, per-head q/k norms, modulation, MLPs, sinusoidal time embedding, RoPE and
-// multi-head attention over [B, S, H, d] tensors (models.md sections 1.4, 1.11).
+// multi-head attention over [B, S, H, d] tensors (docs/models.md 1.4, 1.11). Mixed precision follows the
+// reference under autocast (docs/models.md 5): the compute dtype is the parameters' dtype.
 #pragma once
 
 #include "models/hymotion/hymotion_config.h"
@@ -18,7 +19,8 @@ struct Init {
 };
 
 torch::Tensor activate(const torch::Tensor& x, Act act);
-// LayerNorm over the last axis without affine parameters, eps 1e-6 (blocks and final layer).
+// LayerNorm over the last axis without affine parameters, eps 1e-6 (blocks and final layer). Every
+// LayerNorm here computes in float32 and returns float32, as under autocast.
 torch::Tensor layer_norm_plain(const torch::Tensor& x);
 // x·(1 + scale) + shift, broadcasting [B, 1, D] over the sequence.
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
@@ -28,6 +30,7 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias, const Init& init);
+  // x is cast to the weights' dtype first (float32 inputs, sinusoids and norm outputs meet bf16 weights).
   torch::Tensor forward(const torch::Tensor& x) const;
   // Zeroes weight and bias (ModulateDiT and FinalLayer(zero_init)), after the default draw as in the
   // reference, so the generator stream stays aligned.
@@ -48,7 +51,7 @@ class AffineLayerNormImpl : public torch::nn::Module {
 TORCH_MODULE(AffineLayerNorm);
 
 // Per-head norm of q or k over the head dim: the reference RMSNorm (normalised in float32, cast back,
-// then times weight), an affine LayerNorm, or identity.
+// then times weight), an affine LayerNorm (float32 result; the caller casts to v's dtype), or identity.
 class HeadNormImpl : public torch::nn::Module {
  public:
   HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init);

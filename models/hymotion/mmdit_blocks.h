@@ -1,5 +1,5 @@
 // The MMDiT's transformer blocks and output head: double-stream blocks (separate motion/text weights,
-// joint attention), single-stream blocks (fused attention + MLP) and the final layer (models.md 1.8).
+// joint attention), single-stream blocks (fused attention + MLP) and the final layer (docs/models.md 1.8).
 #pragma once
 
 #include "models/hymotion/layers.h"

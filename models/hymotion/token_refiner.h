@@ -1,5 +1,5 @@
 // SingleTokenRefiner ("text_refiner"): a small gated self-attention transformer over the LLM text tokens,
-// conditioned on the raw flow time and the pooled text (models.md 1.6).
+// conditioned on the raw flow time and the pooled text (docs/models.md 1.6).
 #pragma once
 
 #include "models/hymotion/layers.h"

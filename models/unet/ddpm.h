@@ -1,4 +1,4 @@
-// Stable Diffusion's training objective (models.md 2.5): the scaled-linear DDPM noise schedule and the
+// Stable Diffusion's training objective (docs/models.md 2.5): the scaled-linear DDPM noise schedule and the
 // epsilon-prediction loss MSE(UNet(x_t, t, c), ε) with x_t = √ᾱ_t·x₀ + √(1−ᾱ_t)·ε.
 #pragma once
 

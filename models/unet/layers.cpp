@@ -59,7 +59,7 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
 }
 
 torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) const {
-  return torch::conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+  return torch::conv2d(x.to(weight.scalar_type()), weight, bias, {stride_, stride_}, {padding_, padding_});
 }
 
 GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,
@@ -69,8 +69,11 @@ GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,
   bias = register_parameter("bias", torch::zeros({channels}, options));
 }
 
+// GroupNorm and LayerNorm are on autocast's float32 list: statistics, affine and result in float32 (the
+// SiLU after them runs in float32 too; the next conv or Linear casts down).
 torch::Tensor GroupNormImpl::forward(const torch::Tensor& x) const {
-  return torch::group_norm(x, groups_, weight, bias, eps_);
+  const auto f32 = torch::kFloat32;
+  return torch::group_norm(x.to(f32), groups_, weight.to(f32), bias.to(f32), eps_);
 }
 
 LayerNormImpl::LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions& options)
@@ -80,7 +83,8 @@ LayerNormImpl::LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions
 }
 
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) const {
-  return torch::layer_norm(x, {dim_}, weight, bias, eps_);
+  const auto f32 = torch::kFloat32;
+  return torch::layer_norm(x.to(f32), {dim_}, weight.to(f32), bias.to(f32), eps_);
 }
 
 }  // namespace zest::unet

@@ -1,5 +1,7 @@
 // The UNet port's parameterised primitives (Linear, Conv2d, GroupNorm, LayerNorm) and activations.
 // They initialise exactly like torch.nn's defaults and can be built on the meta device (no memory).
+// Mixed precision as diffusers runs under autocast (docs/models.md 5): Linear and Conv2d cast their input
+// to the weights' dtype (the compute dtype); the norms compute in float32 and return float32.
 #pragma once
 
 #include <torch/torch.h>
@@ -21,7 +23,9 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
              const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+  torch::Tensor forward(const torch::Tensor& x) const {
+    return torch::linear(x.to(weight.scalar_type()), weight, bias);
+  }
 
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined
@@ -43,7 +47,7 @@ class Conv2dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv2d);
 
-// Affine GroupNorm over [B, C, ...] with `groups` groups.
+// Affine GroupNorm over [B, C, ...] with `groups` groups; float32 result whatever the input dtype.
 class GroupNormImpl : public torch::nn::Module {
  public:
   GroupNormImpl(int64_t groups, int64_t channels, double eps, const torch::TensorOptions& options);
@@ -58,7 +62,7 @@ class GroupNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GroupNorm);
 
-// Affine LayerNorm over the last axis.
+// Affine LayerNorm over the last axis; float32 result whatever the input dtype.
 class LayerNormImpl : public torch::nn::Module {
  public:
   LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions& options);

@@ -36,22 +36,16 @@ torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
   return unet->forward(input(inputs, "sample", true), input(inputs, "timestep", true), cond);
 }
 
-torch::Tensor param_dtype_input(const TensorMap& batch, const std::string& name, bool is_required,
-                                torch::Dtype dtype) {
-  auto t = input(batch, name, is_required);
-  return t.defined() && t.is_floating_point() ? t.to(dtype) : t;
-}
-
-// Epsilon-prediction DDPM loss on a loader batch: `sample` holds the clean latents x0 (× scaling).
+// Epsilon-prediction DDPM loss on a loader batch: `sample` holds the clean latents x0 (× scaling). The
+// batch stays float32: x_t, the noise and the loss are float32 and the model casts to its compute dtype
+// where diffusers does under autocast (docs/models.md 5).
 torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
   auto* unet = dynamic_cast<UNet2DConditionModel*>(&model);
   ZEST_CHECK(unet != nullptr, "UNet training loss called on a model of another family");
-  const auto dtype = unet->parameters().front().scalar_type();
   const bool is_text_time = unet->config().text_time_embedding;
-  UNetConditioning cond{param_dtype_input(batch, "encoder_hidden_states", true, dtype),
-                        param_dtype_input(batch, "text_embeds", is_text_time, dtype),
-                        param_dtype_input(batch, "time_ids", is_text_time, dtype)};
-  return epsilon_loss(*unet, param_dtype_input(batch, "sample", true, dtype), cond, generator);
+  UNetConditioning cond{input(batch, "encoder_hidden_states", true), input(batch, "text_embeds", is_text_time),
+                        input(batch, "time_ids", is_text_time)};
+  return epsilon_loss(*unet, input(batch, "sample", true), cond, generator);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ TEST(HyMotionConfig, ParameterCountsOfBuiltinConfigs) {
   EXPECT_EQ(family_count("hymotion_tiny"), 181036);
 }
 
-// Closed form of models.md 1.2, as an independent check of the module structure.
+// Closed form of docs/models.md 1.2, as an independent check of the module structure.
 TEST(HyMotionConfig, CountMatchesClosedForm) {
   for (const auto& flavor : {"hymotion_1b", "hymotion_lite", "hymotion_tiny"}) {
     const HyMotionConfig c = load_config(flavor);
