@@ -115,6 +115,7 @@ MergeResult merge_online(Engine& engine, const std::string& out_path, const Merg
       comm.allgather(full.contiguous(), gathered)->wait();
       full = gathered;
     }
+    full = full.to(torch::kCPU);  // the writer reads host bytes (waits for a device gather here)
     for (; next < sources.size() && sources[next].unit == u; ++next) {
       const ParamSlot& slot = *sources[next].slot;
       attempt([&] { writer->append(full.narrow(0, slot.offset, slot.numel)); });

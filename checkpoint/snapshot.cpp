@@ -38,7 +38,8 @@ RankSnapshot snapshot_engine(Engine& engine, bool copy) {
       ZEST_CHECK(mine.begin >= owned.begin && mine.end() <= owned.end(), "unit ", unit.name(), ": rank ",
                  snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
       auto slice = flat.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel);
-      per_unit.push_back(copy ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);
+      // Device tensors always come to the host: the writer reads raw bytes.
+      per_unit.push_back(copy || !slice.is_cpu() ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);
     }
     snap.slices.push_back(std::move(per_unit));
   }

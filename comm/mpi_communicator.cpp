@@ -3,6 +3,7 @@
 #include "comm/mpi_communicator.h"
 
 #include "comm/collective_timeout.h"
+#include "comm/exposure.h"
 
 #include "core/check.h"
 #include "core/compat.h"
@@ -32,7 +33,11 @@ class MpiWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
+    const auto start = std::chrono::steady_clock::now();
     wait_with_timeout();
+    if (is_exposure_timing()) {
+      add_host_wait_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
     if (finish_) {
       torch::NoGradGuard no_grad;
       finish_();

@@ -8,6 +8,7 @@
 // (checkpoint coordination, agreement) go to the control communicator (MPI or Gloo), which also carried
 // the NCCL unique ids.
 #include "comm/collective_timeout.h"
+#include "comm/exposure.h"
 #include "comm/communicator.h"
 #include "core/check.h"
 
@@ -91,7 +92,23 @@ class NcclWork final : public Work {
   explicit NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done) : done_(std::move(done)) {}
   void wait() override {
     if (!done_) return;
-    done_->block(c10::cuda::getCurrentCUDAStream());  // the caller's stream waits; the host does not
+    const auto stream = c10::cuda::getCurrentCUDAStream();
+    if (!is_exposure_timing()) {
+      done_->block(stream);  // the caller's stream waits; the host does not
+      done_.reset();
+      return;
+    }
+    // Exposure: how long the stream is held here (0 when the collective finished before the stream got
+    // to this point).
+    auto before = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    auto after = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    before->record(stream);
+    done_->block(stream);
+    after->record(stream);
+    add_device_wait([before, after] {
+      after->synchronize();
+      return static_cast<double>(before->elapsed_time(*after));
+    });
     done_.reset();
   }
 

@@ -47,7 +47,8 @@ inline torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const 
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = torch::matmul(q * scale, k.transpose(-2, -1));
   if (bias.defined()) scores = scores + bias;
-  return torch::matmul(torch::softmax(scores, -1), v);
+  // The fused kernels accumulate the softmax in fp32 whatever the input dtype; so does this path.
+  return torch::matmul(torch::softmax(scores, -1, torch::kFloat32).to(v.scalar_type()), v);
 #endif
 }
 

@@ -94,6 +94,15 @@ class ForwardStateScope {
   const compat::AutocastState saved_autocast_;
 };
 
+thread_local int recompute_depth = 0;
+
+struct RecomputeScope {
+  RecomputeScope() { ++recompute_depth; }
+  ~RecomputeScope() { --recompute_depth; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+};
+
 // ----------------------------------------------------------------------------------------------------
 // The autograd Function.
 
@@ -175,6 +184,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       const ForwardStateScope forward_state(state->rng, state->autocast);
       const torch::AutoGradMode grad_mode(true);
+      const RecomputeScope recomputing;
       outputs = run_through(state->inner, state->unit_name, state->fn, inputs);
     }
     ZEST_CHECK(outputs.size() == state->num_outputs, "activation checkpointing: unit '",
@@ -206,6 +216,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------------
+
+bool is_recomputing() { return recompute_depth > 0; }
 
 bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx) {
   switch (policy) {

@@ -13,6 +13,10 @@
 
 namespace zest {
 
+// True on the calling thread while a checkpointed unit's forward is being recomputed inside backward
+// (FLOP counting leaves recompute out, as the anchors do).
+bool is_recomputing();
+
 // Whether the unit at `unit_idx` (its position in unit_decls() order) is checkpointed: none → never,
 // all → always, every_k → units 0, k, 2k, … (the first unit included, so k = 1 equals all).
 bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx);

@@ -18,6 +18,13 @@ namespace zest {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
+// Shapes of a synthetic batch (benchmarks): 0 takes the family's default — HY-Motion: 360 frames
+// (valid lengths 60..360) and 128 text tokens (8..128); UNet: 64×64 latents and 77 text tokens.
+struct SyntheticShapes {
+  int64_t length = 0;       // motion frames, or the latent side
+  int64_t text_tokens = 0;
+};
+
 struct ModelFamily {
   std::string name;  // "hymotion", "unet"
   // Builds a model from a model-configuration table whose keys are the reference configuration's field
@@ -36,6 +43,10 @@ struct ModelFamily {
   // (docs/models.md 5); the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
   std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>
       training_loss;
+  // A random batch of the loader's keys and the model's real shapes on `device` (benchmarks).
+  std::function<TensorMap(UnitModule& model, const SyntheticShapes& shapes, int64_t batch_size,
+                          const torch::Device& device, torch::Generator& generator)>
+      synthetic_batch;
 };
 
 // Every registered family, and lookup by name (error lists the known names).

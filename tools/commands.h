@@ -16,6 +16,7 @@ void add_merge_command(CLI::App& app);     // zest merge         (cmd_merge.cpp)
 void add_ckpt_command(CLI::App& app);      // zest ckpt inspect  (cmd_ckpt.cpp)
 void add_launch_command(CLI::App& app);    // zest launch        (cmd_launch.cpp)
 void add_data_command(CLI::App& app);      // zest data synth|stats (cmd_data.cpp)
+void add_bench_command(CLI::App& app);     // zest bench         (cmd_bench.cpp)
 
 // Exit status set by a subcommand's callback (0 unless it failed without throwing).
 int& exit_code();

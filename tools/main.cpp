@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   zest::cli::add_ckpt_command(app);
   zest::cli::add_launch_command(app);
   zest::cli::add_data_command(app);
+  zest::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,6 +42,29 @@ torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Ge
                             input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator);
 }
 
+// Valid lengths drawn uniformly from [min_length, length]: true for the first `len` positions.
+torch::Tensor length_mask(int64_t batch, int64_t length, int64_t min_length, torch::Generator& generator,
+                          const torch::Device& device) {
+  const auto options = torch::TensorOptions().device(device);
+  const auto lengths = torch::randint(min_length, length + 1, {batch, 1}, generator, options.dtype(torch::kLong));
+  return torch::arange(length, options.dtype(torch::kLong)).unsqueeze(0) < lengths;
+}
+
+TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int64_t batch, const torch::Device& device,
+                          torch::Generator& generator) {
+  auto* hy = dynamic_cast<HyMotionModel*>(&model);
+  ZEST_CHECK(hy != nullptr, "HY-Motion synthetic batch asked of a model of another family");
+  const HyMotionConfig& c = hy->config();
+  const int64_t frames = shapes.length > 0 ? shapes.length : 360;
+  const int64_t tokens = shapes.text_tokens > 0 ? shapes.text_tokens : 128;
+  const auto floats = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  return {{"x", torch::randn({batch, frames, c.input_dim}, generator, floats)},
+          {"x_mask_temporal", length_mask(batch, frames, std::max<int64_t>(1, frames / 6), generator, device)},
+          {"ctxt_input", torch::randn({batch, tokens, c.ctxt_input_dim}, generator, floats)},
+          {"ctxt_mask_temporal", length_mask(batch, tokens, std::min<int64_t>(8, tokens), generator, device)},
+          {"vtxt_input", torch::randn({batch, 1, c.vtxt_input_dim}, generator, floats)}};
+}
+
 }  // namespace
 
 ModelFamily family() {
@@ -53,6 +76,7 @@ ModelFamily family() {
   f.count_parameters = [](ConfigTable& table) { return count_parameters(HyMotionConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
+  f.synthetic_batch = synthetic_batch;
   return f;
 }
 

@@ -48,6 +48,24 @@ torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Ge
   return epsilon_loss(*unet, input(batch, "sample", true), cond, generator);
 }
 
+TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int64_t batch, const torch::Device& device,
+                          torch::Generator& generator) {
+  auto* unet = dynamic_cast<UNet2DConditionModel*>(&model);
+  ZEST_CHECK(unet != nullptr, "UNet synthetic batch asked of a model of another family");
+  const UNetConfig& c = unet->config();
+  const int64_t side = shapes.length > 0 ? shapes.length : 64;
+  const int64_t tokens = shapes.text_tokens > 0 ? shapes.text_tokens : 77;
+  const auto floats = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  TensorMap b{{"sample", torch::randn({batch, c.in_channels, side, side}, generator, floats)},
+              {"encoder_hidden_states", torch::randn({batch, tokens, c.cross_attention_dim.front()}, generator, floats)}};
+  if (c.text_time_embedding) {
+    const int64_t pooled = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim;
+    b["text_embeds"] = torch::randn({batch, pooled}, generator, floats);
+    b["time_ids"] = torch::tensor({1024.0f, 1024.0f, 0.0f, 0.0f, 1024.0f, 1024.0f}, floats).repeat({batch, 1});
+  }
+  return b;
+}
+
 }  // namespace
 
 ModelFamily family() {
@@ -59,6 +77,7 @@ ModelFamily family() {
   f.count_parameters = [](ConfigTable& table) { return count_parameters(UNetConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
+  f.synthetic_batch = synthetic_batch;
   return f;
 }
 

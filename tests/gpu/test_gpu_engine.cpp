@@ -1,0 +1,244 @@
+// The engine on GPUs (ctest label `gpu`, run on the GPU machine only): stages 0–3 on N GPUs equal plain
+// LibTorch on one process within fp32 tolerance (with accumulation and clipping), the fused CUDA
+// optimizer equals the CPU path, bf16 tracks fp32, the fp16 scaler skips and grows on the device, and a
+// steady-state step never synchronizes the host with the device.
+#include "comm/world.h"
+#include "engine/engine.h"
+#include "../engine/toy_models.h"
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace zest::testing {
+namespace {
+
+constexpr int64_t kGlobalBatch = 12;
+constexpr int kSteps = 12;
+
+OptimConfig sgd(double lr) {
+  OptimConfig c;
+  c.name = OptimizerKind::sgd;
+  c.lr = lr;
+  c.weight_decay = 0.1;
+  c.momentum = 0.9;
+  return c;
+}
+
+OptimConfig adamw() {
+  OptimConfig c;
+  c.lr = 3e-3;
+  c.weight_decay = 0.1;
+  return c;
+}
+
+struct GpuCase {
+  int stage;
+  int accumulation;
+  double clip;
+  bool is_sgd;
+  CheckpointPolicy activation_checkpointing = CheckpointPolicy::none;
+  double bucket_mb = 25.0;
+};
+
+std::string name_of(const GpuCase& c) {
+  return std::string(c.is_sgd ? "sgd" : "adamw") + "_stage" + std::to_string(c.stage) + "_acc" +
+         std::to_string(c.accumulation) + (c.clip > 0 ? "_clip" : "_noclip") +
+         (c.activation_checkpointing == CheckpointPolicy::all ? "_ac" : "") + (c.bucket_mb < 1 ? "_unitbuckets" : "");
+}
+
+// Trains ToyNet for kSteps on `device` (each rank its slice of the global batch); returns parameters.
+std::map<std::string, torch::Tensor> train(const GpuCase& c, DeviceKind device, Precision precision,
+                                           std::vector<double>* norms = nullptr) {
+  auto comm = world_communicator();
+  auto model = std::make_shared<ToyNet>(7);
+  EngineConfig ec;
+  ec.device = device;
+  ec.stage = c.stage;
+  ec.precision = precision;
+  ec.reduce_dtype = Precision::fp32;
+  ec.accumulation_steps = c.accumulation;
+  ec.clip_norm = c.clip;
+  ec.activation_checkpointing = c.activation_checkpointing;
+  ec.bucket_mb = c.bucket_mb;
+  Engine engine(model, ec, c.is_sgd ? sgd(0.01) : adamw(), SchedulerConfig{}, comm);
+  const int64_t local = kGlobalBatch / comm->size();
+  const int64_t micro = local / c.accumulation;
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = toy_batch(step, kGlobalBatch);
+    x = x.narrow(0, comm->rank() * local, local).to(engine.device());
+    y = y.narrow(0, comm->rank() * local, local).to(engine.device());
+    for (int m = 0; m < c.accumulation; ++m) {
+      engine.backward(torch::mse_loss(model->forward(x.narrow(0, m * micro, micro)).to(torch::kFloat32),
+                                      y.narrow(0, m * micro, micro)));
+    }
+    engine.step();
+    if (norms) norms->push_back(engine.read_stats().grad_norm);
+  }
+  engine.gather_all_params();
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach().to(torch::kCPU, torch::kFloat32);
+  return out;
+}
+
+// The same training with LibTorch's own optimizer on the full batch, on the CPU.
+std::map<std::string, torch::Tensor> reference(const GpuCase& c) {
+  auto model = std::make_shared<ToyNet>(7);
+  const OptimConfig cfg = c.is_sgd ? sgd(0.01) : adamw();
+  std::vector<torch::Tensor> decay, no_decay, unique;
+  std::set<const void*> seen;
+  for (const auto& item : model->named_parameters()) {
+    if (!seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    (no_decay_matches(cfg.no_decay, item.key()) ? no_decay : decay).push_back(item.value());
+    unique.push_back(item.value());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (c.is_sgd) {
+    auto options = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum);
+    groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(options).weight_decay(cfg.weight_decay)));
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(options).weight_decay(0.0)));
+    optimizer = std::make_unique<torch::optim::SGD>(groups, options);
+  } else {
+    auto options = torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).eps(cfg.eps);
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(options).weight_decay(cfg.weight_decay)));
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(options).weight_decay(0.0)));
+    optimizer = std::make_unique<torch::optim::AdamW>(groups, options);
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    auto [x, y] = toy_batch(step, kGlobalBatch);
+    torch::mse_loss(model->forward(x), y).backward();
+    if (c.clip > 0) torch::nn::utils::clip_grad_norm_(unique, c.clip);
+    optimizer->step();
+  }
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+double worst_relative(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  double worst = 0.0;
+  for (const auto& [name, ref] : b) {
+    const double scale = std::max(ref.abs().max().item<double>(), 1e-3);
+    worst = std::max(worst, (a.at(name) - ref).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+class DistGpuEquivalence : public ::testing::TestWithParam<GpuCase> {};
+
+// fp32 on the GPU (cuBLAS without TF32, the reduction order of NCCL) against the CPU reference.
+TEST_P(DistGpuEquivalence, MatchesLibTorchOnOneProcess) {
+  const GpuCase c = GetParam();
+  const auto gpu = train(c, DeviceKind::cuda, Precision::fp32);
+  EXPECT_LE(worst_relative(gpu, reference(c)), 1e-4) << name_of(c);
+}
+
+std::vector<GpuCase> gpu_cases() {
+  std::vector<GpuCase> cases;
+  for (int stage : {0, 1, 2, 3}) {
+    cases.push_back({stage, 1, 0.0, true});
+    cases.push_back({stage, 3, 10.0, true, CheckpointPolicy::none, 1e-6});
+    cases.push_back({stage, 3, 0.05, false});
+    cases.push_back({stage, 1, 0.0, true, CheckpointPolicy::all, 1e-6});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, DistGpuEquivalence, ::testing::ValuesIn(gpu_cases()),
+                         [](const ::testing::TestParamInfo<GpuCase>& info) { return name_of(info.param); });
+
+// The fused CUDA optimizer and the CPU path compute the same update (fp32 rounding apart).
+TEST(DistGpuFusedOptimizer, EqualsTheCpuPath) {
+  for (bool is_sgd : {false, true}) {
+    const GpuCase c{2, 1, 0.0, is_sgd};
+    std::vector<double> gpu_norms, cpu_norms;
+    const auto gpu = train(c, DeviceKind::cuda, Precision::fp32, &gpu_norms);
+    const auto cpu = train(c, DeviceKind::cpu, Precision::fp32, &cpu_norms);
+    EXPECT_LE(worst_relative(gpu, cpu), 1e-5) << (is_sgd ? "sgd" : "adamw");
+    for (size_t i = 0; i < gpu_norms.size(); ++i) EXPECT_NEAR(gpu_norms[i], cpu_norms[i], 1e-5 * cpu_norms[i]);
+  }
+}
+
+TEST(DistGpuBf16, TracksFp32) {
+  for (int stage : {0, 2, 3}) {
+    const GpuCase c{stage, 3, 0.0, true};
+    const auto fp32 = train(c, DeviceKind::cuda, Precision::fp32);
+    const auto bf16 = train(c, DeviceKind::cuda, Precision::bf16);
+    EXPECT_LT(worst_relative(bf16, fp32), 3e-2) << "stage " << stage;
+  }
+}
+
+TEST(DistGpuFp16, OverflowSkipsEverywhereAndTheScaleRecovers) {
+  auto comm = world_communicator();
+  auto model = std::make_shared<ToyNet>(3);
+  EngineConfig ec;
+  ec.device = DeviceKind::cuda;
+  ec.stage = 2;
+  ec.precision = Precision::fp16;
+  ec.loss_scale.initial = 1024;
+  ec.loss_scale.window = 3;
+  Engine engine(model, ec, sgd(0.01), SchedulerConfig{}, comm);
+  auto [x, y] = toy_batch(0, 8);
+  x = x.to(engine.device());
+  y = y.to(engine.device());
+  auto loss_for = [&](bool poison) {
+    auto loss = torch::mse_loss(model->forward(x).to(torch::kFloat32), y);
+    return poison ? loss * 1e30 : loss;
+  };
+  engine.backward(loss_for(false));
+  engine.step();
+  engine.backward(loss_for(comm->rank() == comm->size() - 1));
+  engine.step();
+  const auto stats = engine.read_stats();
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(stats.applied_steps, 1);
+  EXPECT_DOUBLE_EQ(engine.loss_scaler().scale(), 512);
+  for (int i = 0; i < 3; ++i) {
+    engine.backward(loss_for(false));
+    engine.step();
+  }
+  EXPECT_FALSE(engine.read_stats().skipped);
+  EXPECT_DOUBLE_EQ(engine.loss_scaler().scale(), 1024);
+}
+
+// No host synchronization in a steady-state step: with LibTorch's sync debug mode set to error, any
+// synchronizing call (.item(), a copy to the host, a stream or device synchronize) throws. Stages 2
+// and 3, fp16 with loss scaling, clipping and accumulation, 10 steps; read_stats() afterwards only.
+TEST(DistGpuNoHostSync, TenStepsWithoutASingleSync) {
+  for (int stage : {2, 3}) {
+    auto comm = world_communicator();
+    auto model = std::make_shared<ToyNet>(5);
+    EngineConfig ec;
+    ec.device = DeviceKind::cuda;
+    ec.stage = stage;
+    ec.precision = Precision::fp16;
+    ec.clip_norm = 1.0;
+    ec.accumulation_steps = 2;
+    ec.bucket_mb = 1e-6;
+    Engine engine(model, ec, adamw(), SchedulerConfig{}, comm);
+    auto [x, y] = toy_batch(0, 16);
+    x = x.to(engine.device());
+    y = y.to(engine.device());
+    auto step = [&] {
+      for (int m = 0; m < 2; ++m) engine.backward(torch::mse_loss(model->forward(x).to(torch::kFloat32), y));
+      engine.step();
+    };
+    step();  // first step: lazy allocations (allocator, pinned host buffers, cuBLAS handles)
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    try {
+      for (int i = 0; i < 10; ++i) step();
+    } catch (const std::exception& e) {
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      FAIL() << "stage " << stage << ": a step synchronized with the device: " << e.what();
+    }
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    EXPECT_EQ(engine.read_stats().step, 11);
+  }
+}
+
+}  // namespace
+}  // namespace zest::testing

@@ -1,0 +1,145 @@
+// `zest bench` (see bench.h): assembly as in `zest train` (no data loader), warm-up, a FLOP-counting
+// step, timed steps, and the agreed figures.
+#include "tools/bench.h"
+
+#include "comm/exposure.h"
+#include "comm/world.h"
+#include "core/check.h"
+#include "engine/engine.h"
+#include "models/model_resolve.h"
+#include "tools/device_memory.h"
+#include "tools/flop_counter.h"
+#include "tools/progress.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace zest {
+namespace {
+
+// A generator on the engine's device: noise and timesteps are drawn where the batch lives.
+torch::Generator device_generator(const torch::Device& device, uint64_t seed) {
+  torch::Generator gen = device.is_cuda() ? at::globalContext().defaultGenerator(device).clone()
+                                          : at::detail::createCPUGenerator(seed);
+  gen.set_current_seed(seed);
+  return gen;
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// Slowest rank per step, then min/median/max over the steps.
+nlohmann::json step_ms_summary(Communicator& comm, std::vector<double> step_ms) {
+  auto t = torch::tensor(step_ms, torch::kFloat64);
+  comm.allreduce_sync(t, ReduceOp::max);
+  std::vector<double> slowest(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  std::sort(slowest.begin(), slowest.end());
+  const size_t n = slowest.size();
+  const double median = n % 2 ? slowest[n / 2] : 0.5 * (slowest[n / 2 - 1] + slowest[n / 2]);
+  return {{"min", slowest.front()}, {"median", median}, {"max", slowest.back()}};
+}
+
+double max_over_ranks(Communicator& comm, double value) {
+  auto t = torch::tensor({value}, torch::kFloat64);
+  comm.allreduce_sync(t, ReduceOp::max);
+  return t.item<double>();
+}
+
+SyntheticShapes resolve_shapes(const RunConfig& config, SyntheticShapes shapes) {
+  if (shapes.length == 0 && config.data.seq_len > 0) shapes.length = config.data.seq_len;
+  return shapes;
+}
+
+}  // namespace
+
+nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
+  ZEST_CHECK(options.steps >= 1 && options.warmup >= 0, "bench: --steps must be >= 1 and --warmup >= 0");
+  auto comm = world_communicator();
+  if (config.engine.threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(std::max(1, cores / std::max(1, comm->local_size())));
+  }
+  torch::manual_seed(config.train.seed);
+  const ResolvedModel resolved = resolve_model(config.model, config.source);
+  auto model = build_model(resolved);
+  Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
+  const torch::Device device = engine.device();
+  const ModelFamily& family = *resolved.family;
+  ZEST_CHECK(family.synthetic_batch != nullptr, "bench: family ", family.name, " has no synthetic batches");
+
+  torch::Generator gen = device_generator(device, 1000 + static_cast<uint64_t>(comm->rank()));
+  const SyntheticShapes shapes = resolve_shapes(config, options.shapes);
+  const int64_t batch = config.data.batch_size;
+  const std::vector<TensorMap> batches = {family.synthetic_batch(*model, shapes, batch, device, gen),
+                                          family.synthetic_batch(*model, shapes, batch, device, gen)};
+  int64_t next = 0;
+  auto one_step = [&] {
+    for (int m = 0; m < config.engine.accumulation_steps; ++m) {
+      engine.backward(family.training_loss(*model, batches[static_cast<size_t>(next++ % 2)], gen));
+    }
+    engine.step();
+  };
+
+  for (int i = 0; i < options.warmup; ++i) one_step();
+  synchronize(device);
+  int64_t flops = 0;
+  std::map<std::string, int64_t> attention;
+  {
+    const FlopCounter counter;
+    one_step();
+    synchronize(device);
+    flops = counter.flops();
+    attention = counter.attention_calls();
+  }
+  reset_peak_device_memory(device);
+  start_exposure_timing();
+  std::vector<double> step_ms;
+  for (int i = 0; i < options.steps; ++i) {
+    const double t0 = now_seconds();
+    one_step();
+    synchronize(device);
+    step_ms.push_back((now_seconds() - t0) * 1000.0);
+  }
+  const double exposed_ms = stop_exposure_timing_ms() / options.steps;
+  const StepStats stats = engine.read_stats();
+  const DeviceMemoryStats memory = device_memory_stats(device);
+
+  const nlohmann::json ms = step_ms_summary(*comm, step_ms);
+  const double median_s = ms["median"].get<double>() / 1000.0;
+  const int64_t samples = batch * config.engine.accumulation_steps;
+  const double tflops = static_cast<double>(flops) / median_s / 1e12;
+  const auto state = engine.model_state_bytes();
+  const auto formula = estimate_model_state_bytes({engine.num_parameters(), comm->size(), config.engine.stage,
+                                                   config.engine.precision, config.engine.reduce_dtype,
+                                                   engine.optimizer().state_bytes_per_element()});
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return {{"model", resolved.name},
+          {"parameters", engine.num_parameters()},
+          {"device", device.str()},
+          {"world_size", comm->size()},
+          {"stage", config.engine.stage},
+          {"precision", to_string(config.engine.precision)},
+          {"reduce_dtype", to_string(config.engine.reduce_dtype)},
+          {"activation_checkpointing", to_string(config.engine.activation_checkpointing)},
+          {"batch_size", batch},
+          {"accumulation_steps", config.engine.accumulation_steps},
+          {"length", shapes.length},
+          {"steps", options.steps},
+          {"warmup", options.warmup},
+          {"step_ms", ms},
+          {"samples_per_s", samples / median_s},
+          {"flops_per_step", flops},
+          {"tflops", tflops},
+          {"mfu", tflops / options.peak_tflops},
+          {"peak_allocated_gib", max_over_ranks(*comm, memory.peak_allocated_bytes / kGiB)},
+          {"peak_reserved_gib", max_over_ranks(*comm, memory.peak_reserved_bytes / kGiB)},
+          {"model_state_bytes", state.total()},
+          {"model_state_formula_bytes", formula.total()},
+          {"comm_exposed_ms", max_over_ranks(*comm, exposed_ms)},
+          {"attention_kernels", attention},
+          {"last_loss_scale", stats.loss_scale},
+          {"skipped_total", stats.skipped_total}};
+}
+
+}  // namespace zest
