@@ -87,15 +87,27 @@ struct Issued {
   std::chrono::steady_clock::time_point issued_at;
 };
 
+// Keeps the tensors the collective reads and writes alive until the caller's stream is ordered after it
+// (wait); the caller may then drop them and the caching allocator reuses the memory in that stream's
+// order, with no record_stream holding it longer (a gradient bucket is free again as soon as its
+// reduction is waited for). A handle dropped without a wait hands the tensors over to the channel's
+// stream instead.
 class NcclWork final : public Work {
  public:
-  explicit NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done) : done_(std::move(done)) {}
+  NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done, std::vector<torch::Tensor> keep_alive,
+           c10::cuda::CUDAStream stream)
+      : done_(std::move(done)), keep_alive_(std::move(keep_alive)), stream_(stream) {}
+  ~NcclWork() override {
+    if (!done_) return;
+    for (const auto& t : keep_alive_) t.record_stream(stream_);
+  }
   void wait() override {
     if (!done_) return;
     const auto stream = c10::cuda::getCurrentCUDAStream();
     if (!is_exposure_timing()) {
       done_->block(stream);  // the caller's stream waits; the host does not
       done_.reset();
+      keep_alive_.clear();
       return;
     }
     // Exposure: how long the stream is held here (0 when the collective finished before the stream got
@@ -110,10 +122,13 @@ class NcclWork final : public Work {
       return static_cast<double>(before->elapsed_time(*after));
     });
     done_.reset();
+    keep_alive_.clear();
   }
 
  private:
   std::shared_ptr<at::cuda::CUDAEvent> done_;
+  std::vector<torch::Tensor> keep_alive_;
+  c10::cuda::CUDAStream stream_;
 };
 
 std::string host_name() {
@@ -154,6 +169,7 @@ class NcclCommunicator final : public Communicator {
   WorkHandle launch(Channel& channel, const char* op, const std::vector<torch::Tensor>& touched, Body&& body);
   void watchdog_loop();
   [[noreturn]] void report_timeout(const Issued& late);
+  [[noreturn]] void abort_and_exit();
   std::string ranks_behind(int64_t sequence);
 
   std::shared_ptr<Communicator> control_;
@@ -239,9 +255,7 @@ WorkHandle NcclCommunicator::launch(Channel& channel, const char* op, const std:
   {
     // Temporaries made by `body` (casts, accumulation buffers) live on the channel's stream.
     const c10::cuda::CUDAStreamGuard stream_guard(channel.stream);
-    body();
-    // The caching allocator must not hand these to anyone before the channel's stream passed them.
-    for (const auto& t : touched) t.record_stream(channel.stream);
+    body();  // its temporaries are allocated on, and reused in the order of, the channel's stream
   }
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(channel.stream);
@@ -252,7 +266,7 @@ WorkHandle NcclCommunicator::launch(Channel& channel, const char* op, const std:
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.push_back(std::move(issued));
   }
-  return std::make_unique<NcclWork>(std::move(done));
+  return std::make_unique<NcclWork>(std::move(done), touched, channel.stream);
 }
 
 WorkHandle NcclCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) {
@@ -383,9 +397,7 @@ void NcclCommunicator::watchdog_loop() {
         std::fprintf(stderr, "zest: error: [rank %d] NCCL failed asynchronously: %s (%s); ending this rank\n",
                      rank(), ncclGetErrorString(async_error), ncclGetLastError(comm));
         std::fflush(stderr);
-        ncclCommAbort(reduce_.comm);
-        ncclCommAbort(gather_.comm);
-        std::_Exit(1);
+        abort_and_exit();
       }
     }
     Issued oldest;
@@ -429,8 +441,18 @@ void NcclCommunicator::report_timeout(const Issued& late) {
                behind.empty() ? "every rank issued it: a rank is stuck inside it or the network failed"
                               : ("rank(s) that did not arrive: " + behind).c_str());
   std::fflush(stderr);
-  ncclCommAbort(reduce_.comm);
-  ncclCommAbort(gather_.comm);
+  abort_and_exit();
+}
+
+// Aborts the NCCL communicators (peers blocked in them fail fast) and ends the process; an abort that
+// itself hangs on a stuck kernel does not keep the process alive past a few seconds.
+void NcclCommunicator::abort_and_exit() {
+  std::thread([this] {
+    ncclCommAbort(reduce_.comm);
+    ncclCommAbort(gather_.comm);
+    std::_Exit(1);
+  }).detach();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
   std::_Exit(1);
 }
 

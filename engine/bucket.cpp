@@ -83,8 +83,8 @@ void Bucket::reduce_grads(bool accumulate) {
         unit(u).drop_grads();
       }
       reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum, accumulate);
-      // The collective holds the buffer until it is done (on CUDA the allocator reuses it only after
-      // the collective's stream has passed it): released as soon as it completes, not at step().
+      // The handle holds the buffer until the reduction is waited for (a few buckets later, or at step()),
+      // after which its memory is free again in the compute stream's order.
       grad_buffer_ = torch::Tensor();
       return;
     }

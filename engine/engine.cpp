@@ -144,7 +144,9 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   outcome_ = std::make_unique<StepOutcome>(scalars_, std::move(param_names), config_, comm_->rank());
   build_optimizer();
 
-  const int max_in_flight = device_.is_cuda() ? 0 : 2;
+  // Waiting for the reduction launched two buckets earlier bounds the transient gradient buffers to
+  // three; on CUDA the wait is a stream wait placed after the next buckets' backward, so it rarely holds.
+  const int max_in_flight = 2;
   // Under reentrant checkpointing a parameter may be accumulated more than once per backward, so a unit
   // without a backward signal is complete only at the end of backward.
   const bool is_accumulation_final = config_.activation_checkpointing == CheckpointPolicy::none;

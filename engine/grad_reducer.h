@@ -17,8 +17,8 @@ namespace zest {
 
 class GradReducer {
  public:
-  // max_in_flight: reductions allowed in flight before the oldest is waited for (CPU backends: bounds the
-  // transient buckets; 0 = no bound, for NCCL, where waiting would stall the compute stream).
+  // max_in_flight: reductions allowed in flight before the oldest is waited for, which bounds the
+  // transient gradient buckets (0 = no bound).
   // is_accumulation_final: a parameter's gradient is accumulated once per backward (no reentrant
   // checkpointing), so a unit without a backward signal is complete once all its parameters accumulated;
   // otherwise such a unit completes only at the end of backward.

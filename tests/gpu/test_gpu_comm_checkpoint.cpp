@@ -68,7 +68,7 @@ TEST(WatchdogChild, RankOneNeverArrives) {
   c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(gpu);
   auto comm = communicator_for_device(control, gpu);
   if (comm->rank() == 1) {
-    std::this_thread::sleep_for(std::chrono::seconds(120));
+    std::this_thread::sleep_for(std::chrono::seconds(40));
     return;
   }
   const CollectiveLabel label("the watchdog test's bucket");
@@ -81,8 +81,8 @@ TEST(WatchdogChild, RankOneNeverArrives) {
 TEST(GpuWatchdog, NamesTheRankThatNeverArrives) {
   if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const std::string self = std::string(ZEST_BINARY_DIR) + "/tests/test_gpu";
-  const std::string command = "ZEST_WATCHDOG_CHILD=1 ZEST_COMM_TIMEOUT_S=3 mpirun -np 2 --bind-to none " + self +
-                              " --gtest_filter=WatchdogChild.* 2>&1";
+  const std::string command = "ZEST_WATCHDOG_CHILD=1 ZEST_COMM_TIMEOUT_S=3 timeout 90 mpirun -np 2 --bind-to none " +
+                              self + " --gtest_filter=WatchdogChild.* 2>&1 < /dev/null";
   const auto start = std::chrono::steady_clock::now();
   std::FILE* pipe = ::popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
