@@ -231,6 +231,7 @@ void NcclCommunicator::start_progress_board() {
     options.isServer = true;
     options.numWorkers = size();
     options.waitWorkers = false;
+    options.timeout = std::chrono::seconds(10);  // diagnostics only: never block the watchdog for long
     board_ = c10::make_intrusive<c10d::TCPStore>("0.0.0.0", options);
     const char* master = std::getenv("MASTER_ADDR");
     address = str(master && *master ? master : host_name().c_str(), ":", board_->getPort());
@@ -241,6 +242,7 @@ void NcclCommunicator::start_progress_board() {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
     options.isServer = false;
+    options.timeout = std::chrono::seconds(10);
     board_ = c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), options);
   }
 }
@@ -432,14 +434,24 @@ std::string NcclCommunicator::ranks_behind(int64_t sequence) {
 
 void NcclCommunicator::report_timeout(const Issued& late) {
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - late.issued_at).count();
-  const std::string behind = ranks_behind(late.sequence);
   std::fprintf(stderr,
                "zest: error: [rank %d] NCCL %s, collective #%lld at step %lld, has not completed after %.1f s "
-               "(engine.collective_timeout_s = %.1f); %s. Ending this rank.\n",
+               "(engine.collective_timeout_s = %.1f). Ending this rank.\n",
                rank(), late.what.c_str(), static_cast<long long>(late.sequence), static_cast<long long>(late.step),
-               waited, collective_timeout().count() / 1000.0,
-               behind.empty() ? "every rank issued it: a rank is stuck inside it or the network failed"
-                              : ("rank(s) that did not arrive: " + behind).c_str());
+               waited, collective_timeout().count() / 1000.0);
+  std::fflush(stderr);
+  // Who is behind comes from the progress board, asked with a bound: the error above is out already.
+  auto behind = std::make_shared<std::string>();
+  auto asked = std::make_shared<std::atomic<bool>>(false);
+  std::thread([this, behind, asked, sequence = late.sequence] {
+    *behind = ranks_behind(sequence);
+    *asked = true;
+  }).detach();
+  for (int i = 0; i < 40 && !*asked; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::fprintf(stderr, "zest: error: [rank %d] %s\n", rank(),
+               !*asked         ? "the other ranks' progress could not be read"
+               : behind->empty() ? "every rank issued it: a rank is stuck inside it or the network failed"
+                                 : ("rank(s) that did not arrive: " + *behind).c_str());
   std::fflush(stderr);
   abort_and_exit();
 }

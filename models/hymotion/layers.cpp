@@ -5,6 +5,7 @@
 #include "models/hymotion/layers.h"
 
 #include "core/check.h"
+#include "models/common/fused_norms.h"
 #include "core/compat.h"
 
 #include <cmath>
@@ -39,6 +40,10 @@ torch::Tensor affine_layer_norm(const torch::Tensor& x, const torch::Tensor& wei
 
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
   return x * (1 + scale) + shift;
+}
+
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+  return layer_norm_modulate(x, shift, scale, kNormEps);
 }
 
 // ---------------------------------------------------------------------------------------------------

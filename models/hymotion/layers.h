@@ -24,6 +24,10 @@ torch::Tensor activate(const torch::Tensor& x, Act act);
 torch::Tensor layer_norm_plain(const torch::Tensor& x);
 // x·(1 + scale) + shift, broadcasting [B, 1, D] over the sequence.
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
+// modulate(layer_norm_plain(x), shift, scale) cast to x's dtype (the next Linear would cast it): the same
+// float32 values, but backward keeps only x and the statistics (models/common/fused_norms.h). What the
+// blocks and the final layer run.
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 
 // nn.Linear: weight [out, in], optional bias; default init U(±1/√in) drawn weight then bias, exactly as
 // PyTorch's reset_parameters (same CPU generator, so torch::manual_seed gives the reference's values).

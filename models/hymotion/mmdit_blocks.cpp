@@ -52,9 +52,9 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   // m[0..5] = shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
   const auto mm = motion_.mod->forward(c);
   const auto tm = text_.mod->forward(c);
-  const auto mq = normed_qkv(motion_.qkv->forward(modulate(layer_norm_plain(motion), mm[0], mm[1])), num_heads_,
+  const auto mq = normed_qkv(motion_.qkv->forward(norm_modulate(motion, mm[0], mm[1])), num_heads_,
                              motion_.q_norm, motion_.k_norm);
-  const auto tq = normed_qkv(text_.qkv->forward(modulate(layer_norm_plain(text), tm[0], tm[1])), num_heads_,
+  const auto tq = normed_qkv(text_.qkv->forward(norm_modulate(text, tm[0], tm[1])), num_heads_,
                              text_.q_norm, text_.k_norm);
   // Joint attention over [motion ; text].
   const auto o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1),
@@ -64,9 +64,9 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   const auto to = o.narrow(1, motion_len, text.size(1));
 
   auto m = motion + motion_.out_proj->forward(mo) * mm[2];
-  m = m + motion_.mlp->forward(modulate(layer_norm_plain(m), mm[3], mm[4])) * mm[5];
+  m = m + motion_.mlp->forward(norm_modulate(m, mm[3], mm[4])) * mm[5];
   auto t = text + text_.out_proj->forward(to) * tm[2];
-  t = t + text_.mlp->forward(modulate(layer_norm_plain(t), tm[3], tm[4])) * tm[5];
+  t = t + text_.mlp->forward(norm_modulate(t, tm[3], tm[4])) * tm[5];
   return {m, t};
 }
 
@@ -86,7 +86,7 @@ SingleBlockImpl::SingleBlockImpl(const HyMotionConfig& cfg, const Init& init)
 torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tensor& c,
                                        const AttnContext& ctx) const {
   const auto m = modulation_->forward(c);  // shift, scale, gate
-  const auto h = linear1_->forward(modulate(layer_norm_plain(z), m[0], m[1]));
+  const auto h = linear1_->forward(norm_modulate(z, m[0], m[1]));
   const auto parts = h.split_with_sizes({3 * dim_, mlp_hidden_}, -1);
   const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
   const auto o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
@@ -106,7 +106,7 @@ FinalLayerImpl::FinalLayerImpl(const HyMotionConfig& cfg, const Init& init) {
 
 torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) const {
   const auto m = modulation_->forward(c);  // shift first, then scale
-  return linear_->forward(modulate(layer_norm_plain(x), m[0], m[1]));
+  return linear_->forward(norm_modulate(x, m[0], m[1]));
 }
 
 }  // namespace zest::hymotion

@@ -1,6 +1,9 @@
 // Parameterised primitives of the UNet port: torch.nn-default initialisation, meta-device aware.
 #include "models/unet/layers.h"
 
+#include "core/check.h"
+#include "models/common/fused_norms.h"
+
 #include <cmath>
 
 namespace zest::unet {
@@ -69,11 +72,14 @@ GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,
   bias = register_parameter("bias", torch::zeros({channels}, options));
 }
 
-// GroupNorm and LayerNorm are on autocast's float32 list: statistics, affine and result in float32 (the
-// SiLU after them runs in float32 too; the next conv or Linear casts down).
+// GroupNorm and LayerNorm are on autocast's float32 list: statistics, affine (and the SiLU after them)
+// in float32; the result is returned in x's dtype, which the next conv or Linear casts to anyway.
 torch::Tensor GroupNormImpl::forward(const torch::Tensor& x) const {
-  const auto f32 = torch::kFloat32;
-  return torch::group_norm(x.to(f32), groups_, weight.to(f32), bias.to(f32), eps_);
+  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/false);
+}
+
+torch::Tensor GroupNormImpl::forward_silu(const torch::Tensor& x) const {
+  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/true);
 }
 
 LayerNormImpl::LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions& options)
@@ -83,8 +89,8 @@ LayerNormImpl::LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions
 }
 
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) const {
-  const auto f32 = torch::kFloat32;
-  return torch::layer_norm(x.to(f32), {dim_}, weight.to(f32), bias.to(f32), eps_);
+  ZEST_CHECK(x.size(-1) == dim_, "LayerNorm over ", dim_, " features got ", x.sizes());
+  return layer_norm_affine(x, weight, bias, eps_);
 }
 
 }  // namespace zest::unet

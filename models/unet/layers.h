@@ -51,7 +51,11 @@ TORCH_MODULE(Conv2d);
 class GroupNormImpl : public torch::nn::Module {
  public:
   GroupNormImpl(int64_t groups, int64_t channels, double eps, const torch::TensorOptions& options);
+  // Computed in float32 (autocast's rule), returned in x's dtype: the conv or Linear after it casts
+  // anyway, and backward keeps only x (models/common/fused_norms.h).
   torch::Tensor forward(const torch::Tensor& x) const;
+  // SiLU(GroupNorm(x)) the same way (the SiLU in float32 too).
+  torch::Tensor forward_silu(const torch::Tensor& x) const;
 
   torch::Tensor weight;  // [C]
   torch::Tensor bias;    // [C]

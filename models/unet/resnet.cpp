@@ -52,10 +52,11 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(const ResnetOptions& o, const torch::Tensor
 }
 
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& temb) const {
-  auto h = conv1->forward(activate(o_.act, norm1->forward(x)));
+  const bool is_silu = o_.act == Act::silu;  // the fused norm + SiLU, else the norm then the activation
+  auto h = conv1->forward(is_silu ? norm1->forward_silu(x) : activate(o_.act, norm1->forward(x)));
   const auto t = time_emb_proj->forward(activate(o_.act, temb));
   h = h + t.unsqueeze(-1).unsqueeze(-1);
-  h = activate(o_.act, norm2->forward(h));
+  h = is_silu ? norm2->forward_silu(h) : activate(o_.act, norm2->forward(h));
   if (o_.dropout > 0.0) h = torch::dropout(h, o_.dropout, is_training());
   h = conv2->forward(h);
   const auto shortcut = conv_shortcut ? conv_shortcut->forward(x) : x;

@@ -123,7 +123,8 @@ Tensors UNet2DConditionModel::embed(const Tensors& in) const {
 }
 
 torch::Tensor UNet2DConditionModel::out(const torch::Tensor& h) const {
-  return conv_out->forward(activate(config_.act_fn, conv_norm_out->forward(h)));
+  const bool is_silu = config_.act_fn == Act::silu;
+  return conv_out->forward(is_silu ? conv_norm_out->forward_silu(h) : activate(config_.act_fn, conv_norm_out->forward(h)));
 }
 
 torch::Tensor UNet2DConditionModel::forward(const torch::Tensor& sample, const torch::Tensor& timestep,

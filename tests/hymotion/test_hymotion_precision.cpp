@@ -85,6 +85,11 @@ TEST(HyMotionPrecision, SensitivePartsRunInFloat32) {
   const auto plain = layer_norm_plain(x16);
   EXPECT_EQ(plain.scalar_type(), torch::kFloat32);
   EXPECT_LE(max_abs_diff(plain, exact), 1e-5);
+  // What the blocks run: the float32 norm and modulation, rounded once to the input's dtype.
+  const auto shift = torch::randn({2, 1, 1, 8}).to(torch::kBFloat16), scale = torch::randn({2, 1, 1, 8}).to(torch::kBFloat16);
+  const auto fused = norm_modulate(x16, shift, scale);
+  EXPECT_EQ(fused.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(fused, modulate(exact, shift, scale).to(torch::kBFloat16)));
 
   const Init bf16{torch::TensorOptions().dtype(torch::kBFloat16)};
   const AffineLayerNorm affine(8, bf16);

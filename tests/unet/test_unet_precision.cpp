@@ -89,19 +89,25 @@ TEST(UNetPrecision, Bf16IntermediateActivationsTrackFloat32Golden) {
   std::cout << "[unet bf16] worst activation rel err " << worst << "\n";
 }
 
-// diffusers' float32 islands, as autocast runs them: GroupNorm and LayerNorm compute and return
-// float32 (the SiLU after them runs in float32; the next conv/Linear casts down); the sinusoidal
+// diffusers' float32 islands, as autocast runs them: GroupNorm and LayerNorm compute in float32 (the
+// SiLU after them too; the next conv/Linear casts down, so they return that cast); the sinusoidal
 // embeddings are float32 whatever the timestep dtype.
 TEST(UNetPrecision, SensitivePartsRunInFloat32) {
   torch::manual_seed(3);
   const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
   const auto x16 = (torch::randn({2, 8, 4, 4}) * 3 + 40).to(torch::kBFloat16);
+  // Computed in float32, returned in the input's dtype: exactly the float32 result rounded once (what
+  // the next conv or Linear would cast it to), SiLU included when fused.
   const GroupNorm group_norm(4, 8, 1e-5, bf16);
+  const auto exact_gn = torch::group_norm(x16.to(torch::kFloat32), 4, {}, {}, 1e-5);
   const auto gn = group_norm->forward(x16);
-  EXPECT_EQ(gn.scalar_type(), torch::kFloat32);
-  EXPECT_LE(max_abs_diff(gn, torch::group_norm(x16.to(torch::kFloat32), 4, {}, {}, 1e-5)), 1e-5);
+  EXPECT_EQ(gn.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(gn, exact_gn.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(group_norm->forward_silu(x16), torch::silu(exact_gn).to(torch::kBFloat16)));
   const LayerNorm layer_norm(4, 1e-5, bf16);
-  EXPECT_EQ(layer_norm->forward(x16).scalar_type(), torch::kFloat32);
+  const auto ln = layer_norm->forward(x16);
+  EXPECT_EQ(ln.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(ln, torch::layer_norm(x16.to(torch::kFloat32), {4}, {}, {}, 1e-5).to(torch::kBFloat16)));
 
   const auto t = torch::tensor({10, 999}, torch::kLong);
   EXPECT_EQ(timestep_embedding(t, 8, true, 0.0).scalar_type(), torch::kFloat32);

@@ -1,0 +1,125 @@
+// Float32 norms that save compute-dtype tensors only (see fused_norms.h): custom autograd functions over
+// ATen's own layer/group norm kernels and their backward kernels.
+#include "models/common/fused_norms.h"
+
+#include <ATen/ExpandUtils.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace zest {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
+
+// The gradient of a broadcast operand: summed back to its own shape and dtype.
+torch::Tensor reduce_to(const torch::Tensor& grad, const torch::Tensor& like) {
+  return at::sum_to(grad, like.sizes()).to(like.scalar_type());
+}
+
+struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& shift,
+                               const torch::Tensor& scale, double eps) {
+    const int64_t dim = x.size(-1);
+    auto [normed, mean, rstd] = at::native_layer_norm(f32(x), {dim}, {}, {}, eps);
+    ctx->save_for_backward({x, shift, scale, mean, rstd});
+    ctx->saved_data["eps"] = eps;
+    return (normed * (1 + f32(scale)) + f32(shift)).to(x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& shift = saved[1];
+    const auto& scale = saved[2];
+    const auto& mean = saved[3];
+    const auto& rstd = saved[4];
+    const auto g = f32(grads[0]);
+    const auto xf = f32(x);
+    const auto normed = (xf - mean) * rstd;
+    const auto grad_normed = g * (1 + f32(scale));
+    auto parts = at::native_layer_norm_backward(grad_normed, xf, {x.size(-1)}, mean, rstd, {}, {},
+                                                {true, false, false});
+    return {std::get<0>(parts).to(x.scalar_type()), reduce_to(g, shift), reduce_to(g * normed, scale), {}};
+  }
+};
+
+struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, double eps) {
+    auto [out, mean, rstd] = at::native_layer_norm(f32(x), {x.size(-1)}, f32(weight), f32(bias), eps);
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    return out.to(x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto& bias = saved[2];
+    auto parts = at::native_layer_norm_backward(f32(grads[0]), f32(x), {x.size(-1)}, saved[3], saved[4], f32(weight),
+                                                f32(bias), {true, true, true});
+    return {std::get<0>(parts).to(x.scalar_type()), std::get<1>(parts).to(weight.scalar_type()),
+            std::get<2>(parts).to(bias.scalar_type()), {}};
+  }
+};
+
+struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
+    const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
+    auto [out, mean, rstd] = at::native_group_norm(f32(x), f32(weight), f32(bias), n, c, hw, groups, eps);
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["silu"] = silu;
+    return (silu ? torch::silu(out) : out).to(x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto& bias = saved[2];
+    const auto& mean = saved[3];
+    const auto& rstd = saved[4];
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    const bool silu = ctx->saved_data["silu"].toBool();
+    const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
+    const auto xf = f32(x);
+    auto g = f32(grads[0]);
+    if (silu) {
+      // Recompute the norm's output from the saved statistics: y = (x − μ)·σ⁻¹·w + b, per group.
+      const auto grouped = xf.reshape({n, groups, -1});
+      auto y = ((grouped - mean.reshape({n, groups, 1})) * rstd.reshape({n, groups, 1})).reshape(x.sizes());
+      std::vector<int64_t> channel_shape(x.dim(), 1);
+      channel_shape[1] = c;
+      y = y * f32(weight).reshape(channel_shape) + f32(bias).reshape(channel_shape);
+      const auto sig = torch::sigmoid(y);
+      g = g * sig * (1 + y * (1 - sig));
+    }
+    auto parts = at::native_group_norm_backward(g, xf, mean, rstd, f32(weight), n, c, hw, groups, {true, true, true});
+    return {std::get<0>(parts).to(x.scalar_type()), std::get<1>(parts).to(weight.scalar_type()),
+            std::get<2>(parts).to(bias.scalar_type()), {}, {}, {}};
+  }
+};
+
+}  // namespace
+
+torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                  double eps) {
+  return LayerNormModulate::apply(x, shift, scale, eps);
+}
+
+torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                double eps) {
+  return LayerNormAffine::apply(x, weight, bias, eps);
+}
+
+torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                              const torch::Tensor& bias, double eps, bool silu) {
+  return GroupNormSilu::apply(x, weight, bias, groups, eps, silu);
+}
+
+}  // namespace zest

@@ -1,0 +1,28 @@
+// Norms computed in float32 that keep only compute-dtype tensors for backward. Autocast computes
+// LayerNorm and GroupNorm in float32 and returns float32, so the elementwise op after them (a
+// modulation, a SiLU) runs in float32 too and autograd saves two float32 copies per norm (the upcast
+// input and the norm's output) until backward. These functions give exactly those forward values,
+// cast to the input's dtype for the next matrix product (which would cast them anyway), and save only
+// the input as it came plus the statistics: backward recomputes the normalised values in float32.
+// In float32 runs they are the plain ops.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace zest {
+
+// (LayerNorm(x) · (1 + scale) + shift), LayerNorm over the last dim without affine; float32 math,
+// result in x's dtype. shift and scale broadcast against x.
+torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                  double eps);
+
+// LayerNorm(x) over the last dim with affine weight and bias; float32 math, result in x's dtype.
+torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                double eps);
+
+// GroupNorm(x) with affine weight and bias over [N, C, *], then SiLU when `silu`; float32 math, result in
+// x's dtype.
+torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                              const torch::Tensor& bias, double eps, bool silu);
+
+}  // namespace zest
