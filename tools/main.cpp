@@ -1,13 +1,13 @@
 // The `zest` command-line tool: one binary, one subcommand per file in tools/ (cmd_*.cpp).
 #include "tools/commands.h"
-
-#include "core/check.h"
+#include "tools/error_report.h"
 
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 int main(int argc, char** argv) {
+  zest::install_error_reporting();
   CLI::App app{"zest: ZeRO-style memory-sharding training engine"};
   app.require_subcommand(1);
   zest::cli::add_train_command(app);
@@ -22,11 +22,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const zest::Error& e) {
-    std::cerr << "zest: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "zest: error: " << e.what() << "\n";
+    // zest::Error, LibTorch's c10::Error (without its C++ trace) and allocation failures alike: one line.
+    std::cerr << "zest: error: " << zest::describe_error(e) << "\n";
     return 1;
   }
   return zest::cli::exit_code();

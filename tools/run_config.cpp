@@ -1,11 +1,13 @@
 // RunConfig: reading a run file table by table, the cross-table rules, and printing it back.
 #include "tools/run_config.h"
 
+#include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <map>
 
 namespace zest {
@@ -97,10 +99,20 @@ RunConfig run_config_from_toml(ConfigTable& root) {
 }
 
 RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // Checked here: a folder would otherwise read as an empty document ("[model]: needs name"), and a
+  // device such as /dev/zero would be read forever. A pipe (`<(...)`) is fine.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) throw Error(path + ": run file not found");
+  if (std::filesystem::is_directory(status)) throw Error(path + ": is a folder, not a run file (TOML)");
+  if (!std::filesystem::is_regular_file(status) && !std::filesystem::is_fifo(status))
+    throw Error(path + ": is not a regular file, not a run file (TOML)");
   ConfigTable root = ConfigTable::parse_file(path);
   root.apply_overrides(overrides);
   return run_config_from_toml(root);
 }
+
+ResolvedModel resolve_run_model(const RunConfig& config) { return resolve_model(config.model, ""); }
 
 std::string to_toml(const RunConfig& c) {
   ConfigWriter out;
