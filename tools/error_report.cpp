@@ -57,11 +57,25 @@ void install_error_reporting() {
   c10::SetStackTraceFetcher(std::function<std::string()>([] { return std::string("(set ZEST_DEBUG=1 for a C++ stack trace)"); }));
 }
 
+namespace {
+
+// A message that echoes a huge value (a megabyte string from a run file) is cut in the middle: the
+// start says what is wrong and where, the end what was expected.
+std::string bounded(std::string text) {
+  constexpr size_t kHead = 3000, kTail = 500;
+  if (text.size() <= kHead + kTail + 100) return text;
+  const size_t cut = text.size() - kHead - kTail;
+  return text.substr(0, kHead) + " [... " + std::to_string(cut) + " characters left out ...] " +
+         text.substr(text.size() - kTail);
+}
+
+}  // namespace
+
 std::string describe_error(const std::exception& error) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return describe_c10(*c10_error);
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return bounded(describe_c10(*c10_error));
   if (dynamic_cast<const std::bad_alloc*>(&error) != nullptr)
     return std::string("out of memory: an allocation did not fit (") + error.what() + ")";
-  return error.what();
+  return bounded(error.what());
 }
 
 bool is_out_of_memory(const std::exception& error) {

@@ -16,7 +16,8 @@ bool debug_traces_enabled();
 void install_error_reporting();
 
 // The one-line text of an error: c10::Error without its trace (with it under ZEST_DEBUG=1), an
-// allocation failure as "out of memory: ..." with the size that did not fit, anything else its what().
+// allocation failure as "out of memory: ..." with the size that did not fit, anything else its what();
+// a message longer than a few thousand characters (a huge value echoed back) is cut in the middle.
 std::string describe_error(const std::exception& error);
 
 // True for an allocation failure (std::bad_alloc, or LibTorch's allocator refusing a size).
