@@ -50,6 +50,20 @@ TEST(ErrorReport, LibTorchErrorsLoseTheirTraceUnlessDebugging) {
   }
 }
 
+// After install_error_reporting (first thing in main) LibTorch captures no stack trace at all: capturing
+// one under a memory limit crashed inside c10::get_backtrace.
+TEST(ErrorReport, NoStackTraceIsCapturedOnceInstalled) {
+  ::unsetenv("ZEST_DEBUG");
+  install_error_reporting();
+  try {
+    TORCH_CHECK(false, "bad value");
+  } catch (const c10::Error& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("set ZEST_DEBUG=1 for a C++ stack trace"), std::string::npos) << text;
+    EXPECT_EQ(text.find("frame #"), std::string::npos) << text;
+  }
+}
+
 TEST(ErrorReport, AllocationFailuresSayWhatDidNotFit) {
   try {
     auto huge = torch::empty({int64_t{1} << 52}, torch::kUInt8);  // 4.5 PB: refused by the allocator

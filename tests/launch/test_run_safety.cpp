@@ -14,6 +14,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -71,49 +73,95 @@ class RunSafety : public ::testing::Test {
   static inline TempDir* dir_ = nullptr;
 };
 
-// kill -9 of `zest launch`: each rank gets the launcher's death as a stop, finishes its step, saves, and
-// exits 0, although nobody reads its output any more (a write to the dead pipe killed it by SIGPIPE).
-TEST_F(RunSafety, RanksOfAKilledLauncherSaveAndExitCleanly) {
-  const fs::path run = run_file("orphans", "max_steps = 100000\nlog_every = 1\n[checkpoint]\nevery_steps = 0\n");
-  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphaned ranks become our children: their status is ours
-  Child launcher({zest_binary(), "launch", "-n", "2", "--", zest_binary(), "train", run.string()},
-                 {"ZEST_COMM_TIMEOUT_S=30"});
-  ASSERT_TRUE(launcher.read_until("[rank 0] step 3/")) << launcher.output();
-  std::vector<pid_t> ranks;
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string stat = read_text(entry.path() / "stat");
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream fields(stat.substr(close + 2));
     char state = 0;
-    pid_t parent = 0;
-    fields >> state >> parent;
-    if (parent == launcher.pid()) ranks.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
   }
-  ASSERT_EQ(ranks.size(), 2u) << "could not find the ranks of launcher " << launcher.pid();
-  ::kill(launcher.pid(), SIGKILL);
+  return out;
+}
+
+// Waits (60 s at most) for an orphan reparented to us; its wait status, or nullopt after killing it.
+std::optional<int> wait_orphan(pid_t pid) {
+  int status = 0;
+  for (int waited_ms = 0; waited_ms < 60000; waited_ms += 50) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return std::nullopt;
+}
+
+// Starts 2 ranks of `rank_command` under `zest launch`, lets them train 3 steps, runs `kill_launcher`,
+// and expects every `zest train` process to exit 0 with its stop checkpoint written. `wrapped`: each
+// rank is a shell running zest train (the launcher's direct children are the shells).
+void expect_clean_stop_after_launcher_death(const fs::path& run, bool wrapped,
+                                            const std::function<void(Child&)>& kill_launcher) {
+  std::vector<std::string> argv{zest_binary(), "launch", "-n", "2", "--"};
+  if (wrapped) {
+    argv.insert(argv.end(), {"/bin/sh", "-c", zest_binary() + " train " + run.string() + "; echo shell-done"});
+  } else {
+    argv.insert(argv.end(), {zest_binary(), "train", run.string()});
+  }
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphaned ranks become our children: their status is ours
+  Child launcher(argv, {"ZEST_COMM_TIMEOUT_S=30"});
+  ASSERT_TRUE(launcher.read_until("[rank 0] step 3/")) << launcher.output();
+  std::vector<pid_t> direct = children_of(launcher.pid()), trainers = direct;
+  ASSERT_EQ(direct.size(), 2u) << "could not find the ranks of launcher " << launcher.pid();
+  if (wrapped) {
+    trainers.clear();
+    for (const pid_t shell : direct)
+      for (const pid_t child : children_of(shell)) trainers.push_back(child);
+    ASSERT_EQ(trainers.size(), 2u) << "could not find zest train under the shells";
+  }
+  kill_launcher(launcher);
   launcher.finish();
-  for (const pid_t rank : ranks) {
-    int status = 0;
-    pid_t done = 0;
-    for (int waited_ms = 0; (done = ::waitpid(rank, &status, WNOHANG)) == 0 && waited_ms < 60000; waited_ms += 50)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (done == 0) {
-      ::kill(rank, SIGKILL);
-      ::waitpid(rank, &status, 0);
-      ADD_FAILURE() << "rank " << rank << " did not exit within 60 s of the launcher's death";
-      continue;
-    }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "rank " << rank << (WIFSIGNALED(status) ? " killed by signal " + std::to_string(WTERMSIG(status))
-                                                   : " exit " + std::to_string(WEXITSTATUS(status)));
+  for (const pid_t trainer : trainers) {
+    const std::optional<int> status = wait_orphan(trainer);
+    ASSERT_TRUE(status.has_value()) << "zest train " << trainer << " did not exit within 60 s of the launcher's death";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "zest train " << trainer
+        << (WIFSIGNALED(*status) ? " killed by signal " + std::to_string(WTERMSIG(*status))
+                                 : " exit " + std::to_string(WEXITSTATUS(*status)));
   }
+  if (wrapped)
+    for (const pid_t shell : direct) wait_orphan(shell);
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
   const fs::path checkpoints = run.parent_path() / "run/checkpoints";
   ASSERT_TRUE(fs::exists(checkpoints / "latest")) << "the ranks exited without their stop checkpoint";
-  const auto extra = manifest_extra(checkpoints);
-  EXPECT_GE(extra.at("data").at("consumed").get<int64_t>() + 24 * extra.at("data").at("epoch").get<int64_t>(), 3 * 8);
+  const auto data = manifest_extra(checkpoints).at("data");
+  EXPECT_GE(data.at("consumed").get<int64_t>() + 24 * data.at("epoch").get<int64_t>(), 3 * 8);  // 3+ steps of 8
   EXPECT_FALSE(fs::exists(run.parent_path() / "run/model.safetensors"));  // a stop, not the end of the run
+}
+
+// kill -9 of `zest launch`: each rank takes the launcher's death as a stop, finishes its step, saves and
+// exits 0, although nobody reads its output any more (a write to the dead pipe killed it by SIGPIPE);
+// also when the rank is a shell around zest train (zest train sees its parent die).
+TEST_F(RunSafety, RanksOfAKilledLauncherSaveAndExitCleanly) {
+  const std::string train = "max_steps = 100000\nlog_every = 1\n[checkpoint]\nevery_steps = 0\n";
+  expect_clean_stop_after_launcher_death(run_file("orphans", train), false,
+                                         [](Child& launcher) { ::kill(launcher.pid(), SIGKILL); });
+  expect_clean_stop_after_launcher_death(run_file("orphans_wrapped", train), true,
+                                         [](Child& launcher) { ::kill(launcher.pid(), SIGKILL); });
+}
+
+// A scheduler's SIGTERM (forwarded by the launcher) followed by its SIGKILL: the launcher's death must
+// not count as the second stop signal that aborts a rank in the middle of its save.
+TEST_F(RunSafety, LauncherKilledAfterForwardingAStopDoesNotAbortTheSave) {
+  const std::string train = "max_steps = 100000\nlog_every = 1\n[checkpoint]\nevery_steps = 0\n";
+  expect_clean_stop_after_launcher_death(run_file("term_then_kill", train), false, [](Child& launcher) {
+    ::kill(launcher.pid(), SIGTERM);
+    ASSERT_TRUE(launcher.read_until("forwarding it to the ranks")) << launcher.output();
+    ::kill(launcher.pid(), SIGKILL);
+  });
 }
 
 // --no-resume into a folder with another run's checkpoints is refused before anything is written;
