@@ -215,6 +215,7 @@ void Launch::spawn(int rank, int port) {
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
     ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+    ::signal(SIGXFSZ, SIG_DFL);  // zest itself ignores it; the command gets the usual default
     ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
     const char message[] = "zest launch: cannot execute the command\n";
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);

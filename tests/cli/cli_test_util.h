@@ -38,7 +38,7 @@ struct CliOptions {
   double timeout_s = 60.0;
   std::string cwd;               // "" = ours
   long long address_limit = 0;   // RLIMIT_AS in bytes (0 = none)
-  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (-1 = none); SIGXFSZ is then ignored
+  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (-1 = none); zest must handle SIGXFSZ itself
   std::string stdout_path;       // "" = captured; else stdout goes to this file (e.g. /dev/full)
 };
 
@@ -64,7 +64,6 @@ inline CliResult run_cli(const std::vector<std::string>& argv, const CliOptions&
       ::setrlimit(RLIMIT_AS, &limit);
     }
     if (options.file_size_limit >= 0) {
-      ::signal(SIGXFSZ, SIG_IGN);
       const rlimit limit{static_cast<rlim_t>(options.file_size_limit), static_cast<rlim_t>(options.file_size_limit)};
       ::setrlimit(RLIMIT_FSIZE, &limit);
     }

@@ -91,6 +91,22 @@ TEST(CliErrors, RunFileThatIsNotAFile) {
                         {"/dev/zero: is not a regular file"});
 }
 
+// Output that cannot be written is an error of every command (a full disk behind `> file`), and a
+// file-size limit makes a write fail with a message instead of killing the process (SIGXFSZ).
+TEST(CliErrors, WriteFailuresAreErrors) {
+  const TempDir dir("cli_writes");
+  write_text(fs::path(dir.path()) / "run.toml", "[model]\nname = \"hymotion_tiny\"\n[data]\ndir = \"d\"\n");
+  CliOptions to_full;
+  to_full.stdout_path = "/dev/full";
+  expect_one_line_error(run_cli({zest_exe(), "config", "check", dir.sub("run.toml")}, to_full),
+                        {"cannot write the output (stdout): No space left on device"});
+  CliOptions small_files;
+  small_files.file_size_limit = 4096;
+  expect_one_line_error(run_cli({zest_exe(), "data", "synth", "--model", "hymotion_tiny", "--out", dir.sub("data"),
+                                 "--samples", "64"}, small_files),
+                        {"File too large"});
+}
+
 // A megabyte value echoed back by the error stays a readable line: cut in the middle.
 TEST(CliErrors, HugeValuesAreCutFromTheMessage) {
   const TempDir dir("cli_huge");
