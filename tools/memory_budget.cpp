@@ -32,8 +32,8 @@ double file_number(const std::string& path) {
   return value;
 }
 
-void lower_to(MemoryBudget& budget, double bytes, const char* why) {
-  if (bytes >= 0 && bytes < budget.bytes) budget = {bytes, why};
+void lower_to(MemoryBudget& budget, double bytes, const char* why, bool shared = true) {
+  if (bytes >= 0 && bytes < budget.bytes) budget = {bytes, why, shared};
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ MemoryBudget available_memory() {
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     const double used_kb = std::max(0.0, proc_kb("/proc/self/status", "VmSize"));
-    lower_to(budget, static_cast<double>(limit.rlim_cur) - used_kb * 1024, "ulimit -v");
+    lower_to(budget, static_cast<double>(limit.rlim_cur) - used_kb * 1024, "ulimit -v", /*shared=*/false);
   }
   if (budget.bytes < 0) budget.bytes = 0;
   return budget;

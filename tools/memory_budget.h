@@ -11,6 +11,7 @@ namespace zest {
 struct MemoryBudget {
   double bytes = 0.0;
   std::string limited_by;  // "available memory", "the cgroup limit", "ulimit -v"
+  bool shared = true;      // the machine's or cgroup's memory, shared with the other ranks there (not ulimit -v)
 };
 
 MemoryBudget available_memory();

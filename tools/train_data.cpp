@@ -62,7 +62,12 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   dataset_options.seq_len = config.data.seq_len;
   impl_->dataset = open_dataset(dir, dataset_options, &expected);
   impl_->is_motion = expected.format == DatasetFormat::motion;
-  check_inputs_fit(config.data, impl_->dataset->sample_bytes(), available_memory());
+  MemoryBudget budget = available_memory();
+  if (budget.shared && comm.local_size() > 1) {  // every rank on this machine loads its own batches
+    budget.bytes /= comm.local_size();
+    budget.limited_by += str(", shared by ", comm.local_size(), " ranks on this machine");
+  }
+  check_inputs_fit(config.data, impl_->dataset->sample_bytes(), budget);
   SamplerOptions sampler;
   sampler.seed = static_cast<uint64_t>(config.train.seed);
   LoaderOptions loader;

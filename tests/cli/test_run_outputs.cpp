@@ -151,6 +151,25 @@ TEST(RunOutputs, UnusableFoldersAreFoundAtStart) {
   }
 }
 
+// The input-memory check: half of the budget for the loader's batches, and the largest value that fits.
+TEST(RunOutputs, InputMemoryCheckSaysWhatFits) {
+  DataConfig data;
+  data.batch_size = 100;
+  data.num_workers = 1;  // the loader may hold 2 + 2 + 1 = 5 batches
+  EXPECT_EQ(loader_batches_held(1), 5);
+  EXPECT_EQ(loader_batches_held(0), 2);
+  const SampleBytes sample{1000, 0, 0};                    // 1 KB per sample, no frames
+  EXPECT_NO_THROW(check_inputs_fit(data, sample, {1e6, "available memory"}));  // 500 KB ≤ 500 KB
+  data.batch_size = 101;
+  expect_error([&] { check_inputs_fit(data, sample, {1e6, "ulimit -v"}); },
+               {"data.batch_size = 101 does not fit", "a batch of 101 is 101.0 KB", "may hold 5 batches: 505.0 KB",
+                "more than half of the 1.0 MB left (ulimit -v)", "at most data.batch_size = 100 fits"});
+  data.batch_size = 2;
+  const SampleBytes frames{100, 50, 1'000'000};  // 50 MB per sample
+  expect_error([&] { check_inputs_fit(data, frames, {1e8, "the cgroup limit"}); },
+               {"data.seq_len = 1000000 does not fit", "even with data.batch_size = 1 at most data.seq_len = 199998 fits"});
+}
+
 // The data position of a 16-sample dataset, through TrainData as `zest train` uses it.
 class DataPosition : public ::testing::Test {
  protected:
