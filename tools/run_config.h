@@ -41,7 +41,8 @@ struct RunConfig {
   CheckpointConfig checkpoint;
 };
 
-// Reads a run file (an error naming it when it is missing or not a regular file), applies `overrides` ("section.key=value", TOML values) on top, validates every
+// Reads a run file (an error naming it when it is missing or not a regular file; every error is one
+// line, control characters in quoted values escaped), applies `overrides` ("section.key=value", TOML values) on top, validates every
 // table and the cross-table rules, and resolves derived defaults (checkpoint.dir, scheduler.decay_steps).
 RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // The same from an already parsed (and overridden) document, e.g. ConfigTable::parse_string in tests.

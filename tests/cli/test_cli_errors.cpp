@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "tools/error_report.h"
+#include "tools/run_config.h"
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,26 @@ TEST(CliErrors, WriteFailuresAreErrors) {
   expect_one_line_error(run_cli({zest_exe(), "data", "synth", "--model", "hymotion_tiny", "--out", dir.sub("data"),
                                  "--samples", "64"}, small_files),
                         {"File too large"});
+}
+
+// Found by the fuzz (seeds 2 and 6): a path with a newline was quoted back over two lines, and a path
+// too long for the file system escaped as a std::filesystem error. Both are one zest::Error line now.
+TEST(CliErrors, PathValuesThatBreakMessagesStayOneLine) {
+  const TempDir dir("cli_paths");
+  const fs::path run = fs::path(dir.path()) / "run.toml";
+  for (const std::string& value : {std::string("a\\nb.toml"), std::string(5000, 'p')}) {
+    write_text(run, "[model]\nconfig = \"" + value + "\"\n[data]\ndir = \"d\"\n");
+    try {
+      parse_run_config(run.string());
+      ADD_FAILURE() << "accepted " << value.substr(0, 20);
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      EXPECT_EQ(text.find('\n'), std::string::npos) << text.substr(0, 300);
+      EXPECT_EQ(text.rfind(run.string(), 0), 0u) << text.substr(0, 300);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a zest::Error: " << std::string(e.what()).substr(0, 300);
+    }
+  }
 }
 
 // A megabyte value echoed back by the error stays a readable line: cut in the middle.

@@ -3,7 +3,7 @@
 // TOML, binary garbage, deep nesting, bad --set overrides) go through the run-config parser in-process,
 // and a sample of them through `zest config check`. Every case must end, within a time bound, in OK or
 // in one clear error line naming the file (or the --set argument), never a crash, hang or stack trace.
-// ZEST_FUZZ_SEED=N replays another seed.
+// ZEST_FUZZ_SEED=N replays another seed; ZEST_FUZZ_VERBOSE=1 prints every case's outcome.
 #include "cli_test_util.h"
 #include "common/temp_dir.h"
 
@@ -182,8 +182,8 @@ struct Mutation {
   std::function<std::string(const std::string&, Rng&)> apply;
 };
 
-// Every mutation the fuzz applies, by name (the counts are reported per name).
-std::vector<Mutation> mutations() {
+// Mutations of the structure: keys and sections deleted, duplicated, misspelled.
+std::vector<Mutation> structure_mutations() {
   return {
       {"delete key", [](const std::string& t, Rng& rng) {
          auto lines = lines_of(t);
@@ -221,6 +221,12 @@ std::vector<Mutation> mutations() {
          line = "[" + misspell(line.substr(1, line.size() - 2), rng) + "]";
          return join(lines);
        }},
+  };
+}
+
+// Mutations of values: wrong types, extreme and negative numbers, huge strings, bad paths.
+std::vector<Mutation> value_mutations() {
+  return {
       {"wrong type", [](const std::string& t, Rng& rng) {
          static const std::vector<std::string> values = {"\"text\"", "true", "[1, 2]", "{ a = 1 }", "1.5", "7",
                                                          "1979-05-27T07:32:00Z", "[]", "[\"a\", 1]", "\"\""};
@@ -253,6 +259,12 @@ std::vector<Mutation> mutations() {
            if (line.rfind(key + " = ", 0) == 0) line = key + " = " + pick_of(rng, values);
          return join(lines);
        }},
+  };
+}
+
+// Mutations of the bytes: broken TOML, binary garbage, nesting deeper than any parser should recurse.
+std::vector<Mutation> syntax_mutations() {
+  return {
       {"broken syntax", [](const std::string& t, Rng& rng) {
          std::string text = t;
          switch (pick(rng, 6)) {
@@ -295,6 +307,13 @@ std::vector<Mutation> mutations() {
   };
 }
 
+// Every mutation the fuzz applies, by name (the counts are reported per name).
+std::vector<Mutation> mutations() {
+  std::vector<Mutation> all = structure_mutations();
+  for (auto group : {value_mutations(), syntax_mutations()}) all.insert(all.end(), group.begin(), group.end());
+  return all;
+}
+
 // --set arguments a user could mistype.
 const std::vector<std::string> kBadOverrides = {
     "engine.stage=", "=1", "engine", "a.b.c.d=1", "engine.stage=[[[", "data.batch_size=1e400",
@@ -335,12 +354,44 @@ Outcome check_in_process(const std::string& path, const Case& c) {
   return o;
 }
 
-TEST(ConfigFuzz, EveryMutatedRunFileEndsInOkOrOneClearError) {
-  const char* seed_text = std::getenv("ZEST_FUZZ_SEED");
-  const uint64_t seed = seed_text ? std::strtoull(seed_text, nullptr, 10) : 20240611;
-  Rng rng(seed);
-  const TempDir dir("config_fuzz");
-  const fs::path model = fs::path(dir.path()) / "hymotion_fuzz.toml";
+// The cases of one seed: every mutation 20 times on a random base, 30 stacks of 2-4 mutations, and
+// every bad --set on a random base.
+std::vector<Case> make_cases(Rng& rng, const std::vector<std::string>& bases) {
+  const auto all = mutations();
+  std::vector<Case> cases;
+  for (int round = 0; round < 20; ++round)
+    for (const Mutation& m : all) cases.push_back({m.name, m.apply(pick_of(rng, bases), rng), {}});
+  for (int i = 0; i < 30; ++i) {
+    std::string text = pick_of(rng, bases);
+    for (size_t k = 0, n = 2 + pick(rng, 3); k < n; ++k) text = pick_of(rng, all).apply(text, rng);
+    cases.push_back({"combined", text, {}});
+  }
+  for (const std::string& o : kBadOverrides) cases.push_back({"bad --set", pick_of(rng, bases), {o}});
+  return cases;
+}
+
+// The binary's rules: exit 0 with the resolved config, or exit 1 with one short line on stderr; the
+// same verdict as in-process.
+void check_through_binary(const std::string& path, const Case& c, const Outcome& in_process, const std::string& label) {
+  std::vector<std::string> argv{zest_exe(), "config", "check", path};
+  for (const std::string& s : c.overrides) argv.insert(argv.end(), {"--set", s});
+  CliOptions bounded;
+  bounded.timeout_s = 30;
+  const CliResult r = run_cli(argv, bounded);
+  ASSERT_TRUE(r.exited()) << label << ": " << r.describe();
+  EXPECT_EQ(r.code(), in_process.ok ? 0 : 1) << label << ": " << r.describe();
+  if (r.code() == 0) {
+    EXPECT_TRUE(r.err.empty()) << label << ": " << r.describe();
+    EXPECT_NE(r.out.find("[engine]"), std::string::npos) << label << ": " << r.describe();
+  } else {
+    EXPECT_EQ(one_clear_error_line(r.err), "") << label << ": " << r.describe();
+    EXPECT_LT(r.err.size(), 5000u) << label << ": a huge value was echoed whole";
+  }
+}
+
+// The bases with @MODEL@ pointing at a copy of the tiny HY-Motion configuration in `dir`.
+std::vector<std::string> make_bases(const std::string& dir) {
+  const fs::path model = fs::path(dir) / "hymotion_fuzz.toml";
   fs::copy_file(fs::path(ZEST_SOURCE_DIR) / "configs/models/hymotion_tiny.toml", model);
   std::vector<std::string> bases;
   for (std::string base : kBases) {
@@ -348,22 +399,15 @@ TEST(ConfigFuzz, EveryMutatedRunFileEndsInOkOrOneClearError) {
     if (at != std::string::npos) base.replace(at, 7, model.string());
     bases.push_back(base);
   }
+  return bases;
+}
 
-  const auto all = mutations();
-  std::vector<Case> cases;
-  for (int round = 0; round < 20; ++round)
-    for (const Mutation& m : all) cases.push_back({m.name, m.apply(pick_of(rng, bases), rng), {}});
-  for (int i = 0; i < 30; ++i) {  // several mutations on top of each other
-    std::string text = pick_of(rng, bases), names;
-    for (size_t k = 0, n = 2 + pick(rng, 3); k < n; ++k) {
-      const Mutation& m = pick_of(rng, all);
-      text = m.apply(text, rng);
-      names += (names.empty() ? "" : "+") + m.name;
-    }
-    cases.push_back({"combined", text, {}});
-  }
-  for (const std::string& o : kBadOverrides) cases.push_back({"bad --set", pick_of(rng, bases), {o}});
-
+TEST(ConfigFuzz, EveryMutatedRunFileEndsInOkOrOneClearError) {
+  const char* seed_text = std::getenv("ZEST_FUZZ_SEED");
+  const uint64_t seed = seed_text ? std::strtoull(seed_text, nullptr, 10) : 20240611;
+  Rng rng(seed);
+  const TempDir dir("config_fuzz");
+  const std::vector<Case> cases = make_cases(rng, make_bases(dir.path()));
   std::map<std::string, std::pair<int, int>> per_mutation;  // name → (ok, error)
   int ok = 0, errors = 0, cli_runs = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -383,22 +427,9 @@ TEST(ConfigFuzz, EveryMutatedRunFileEndsInOkOrOneClearError) {
     if (std::getenv("ZEST_FUZZ_VERBOSE")) std::cout << label << ": " << (o.ok ? "OK" : o.error.substr(0, 300)) << "\n";
     (o.ok ? ok : errors) += 1;
     (o.ok ? per_mutation[c.name].first : per_mutation[c.name].second) += 1;
-    if (i % 20 != 0) continue;
-    // A sample through the binary: exit 0 with the resolved config, or 1 with one line on stderr.
-    std::vector<std::string> argv{zest_exe(), "config", "check", path};
-    for (const std::string& s : c.overrides) argv.insert(argv.end(), {"--set", s});
-    CliOptions bounded;
-    bounded.timeout_s = 30;
-    const CliResult r = run_cli(argv, bounded);
-    ++cli_runs;
-    ASSERT_TRUE(r.exited()) << label << ": " << r.describe();
-    EXPECT_EQ(r.code(), o.ok ? 0 : 1) << label << ": " << r.describe();
-    if (r.code() == 0) {
-      EXPECT_TRUE(r.err.empty()) << label << ": " << r.describe();
-      EXPECT_NE(r.out.find("[engine]"), std::string::npos) << label << ": " << r.describe();
-    } else {
-      EXPECT_EQ(one_clear_error_line(r.err), "") << label << ": " << r.describe();
-      EXPECT_LT(r.err.size(), 5000u) << label << ": a huge value was echoed whole";
+    if (i % 20 == 0) {  // a sample through the binary
+      check_through_binary(path, c, o, label);
+      ++cli_runs;
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
