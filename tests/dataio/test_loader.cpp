@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,25 +126,30 @@ TEST(LoaderErrors, AWorkersErrorNamesTheShardFile) {
 }
 
 // 100,000 workers aborted the process (the started threads were still joinable when the constructor
-// threw). Under an address-space limit thread stacks run out early: a child process checks that the
-// loader then throws a zest::Error saying how many started, and exits normally.
+// threw). In a child process, threads get 1 GB stacks under an address-space limit with room for one
+// of them (and the heap the started worker needs): the loader must then throw a zest::Error saying how
+// many started, and the child exit normally.
 TEST(LoaderErrors, WorkersThatCannotStartAreAnError) {
   ScratchDir dir("loader-threads");
   synth_small(dir.path(), "unet_tiny", 4, 4);
   auto dataset = open_dataset(dir.path());
-  // Room for what the process maps now plus 256 MB: not for 1000 thread stacks of 8 MB.
   std::ifstream status_file("/proc/self/status");
   rlim_t mapped_kb = 0;
   for (std::string line; std::getline(status_file, line);)
     if (line.rfind("VmSize:", 0) == 0) mapped_kb = std::stoull(line.substr(7));
   ASSERT_GT(mapped_kb, 0u);
-  const rlimit limit{(mapped_kb << 10) + (256ull << 20), (mapped_kb << 10) + (256ull << 20)};
+  const rlim_t room = (mapped_kb << 10) + (1536ull << 20);  // what is mapped now + 1.5 GB
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    pthread_attr_t big_stacks;
+    ::pthread_attr_init(&big_stacks);
+    ::pthread_attr_setstacksize(&big_stacks, 1ull << 30);
+    ::pthread_setattr_default_np(&big_stacks);
+    const rlimit limit{room, room};
     ::setrlimit(RLIMIT_AS, &limit);
     try {
-      DataLoader loader(dataset, DistributedSampler(dataset->size(), 0, 1), LoaderOptions{.batch_size = 1, .num_workers = 1000});
+      DataLoader loader(dataset, DistributedSampler(dataset->size(), 0, 1), LoaderOptions{.batch_size = 1, .num_workers = 8});
       ::_exit(3);  // every thread started: the limit did not bite
     } catch (const Error& e) {
       ::_exit(std::string(e.what()).find("data loader: could start only") != std::string::npos ? 0 : 4);
