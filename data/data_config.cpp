@@ -32,7 +32,9 @@ DataConfig DataConfig::from_toml(ConfigTable& table) {
 
   check(table, !c.dir.empty(), "dir", "must not be empty");
   check(table, c.batch_size >= 1, "batch_size", "must be >= 1 (samples per rank per micro-batch)");
-  check(table, c.num_workers >= 0, "num_workers", "must be >= 0");
+  check(table, c.num_workers >= 0 && c.num_workers <= kMaxLoaderWorkers, "num_workers",
+        "must be between 0 and " + std::to_string(kMaxLoaderWorkers) +
+            " (loader threads per rank; each builds whole batches ahead, so a few keep a step fed)");
   check(table, c.seq_len >= 0, "seq_len", "must be >= 0 (0 = the dataset's own length)");
   return c;
 }

@@ -9,6 +9,9 @@ namespace zest {
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
 
+// More loader threads than this only cost memory and start-up time (each holds whole batches).
+inline constexpr int kMaxLoaderWorkers = 64;
+
 struct DataConfig {
   std::string dir;       // dataset folder (required; relative to the working directory)
   int batch_size = 1;    // samples per rank per micro-batch (global batch = batch_size · ranks · accumulation)

@@ -25,6 +25,15 @@ struct DatasetOptions {
   int64_t seq_len = 0;  // motion: frames per sample (crop/pad); 0 = the longest clip of the dataset
 };
 
+// The size of one sample as get() returns it (float32 features, bool masks): `fixed` bytes plus
+// `per_frame` bytes for each of `frames` frames (sequence data; 0 for fixed-size samples).
+struct SampleBytes {
+  int64_t fixed = 0;
+  int64_t per_frame = 0;
+  int64_t frames = 0;
+  double total() const { return static_cast<double>(fixed) + static_cast<double>(per_frame) * static_cast<double>(frames); }
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -38,6 +47,8 @@ class Dataset {
   // Sample `index` ∈ [0, size()). `seed` drives its random choices (the motion crop window), so a
   // sample is a pure function of (index, seed). Errors name the shard file.
   virtual Sample get(int64_t index, uint64_t seed) const = 0;
+  // Computed from the shapes, without reading a sample: memory checks happen before any allocation.
+  virtual SampleBytes sample_bytes() const = 0;
   // "DIR/FILE (sample k of the shard)", for messages.
   std::string where(int64_t index) const;
 

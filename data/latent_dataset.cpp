@@ -44,4 +44,10 @@ Sample LatentDataset::get(int64_t index, uint64_t /*seed*/) const {
   return s;
 }
 
+SampleBytes LatentDataset::sample_bytes() const {
+  SampleBytes b;
+  b.fixed = (channels_ * height_ * width_ + text_tokens_ * text_dim_ + pooled_dim_ + (time_ids_ ? 6 : 0)) * 4;
+  return b;
+}
+
 }  // namespace zest

@@ -13,6 +13,7 @@ class LatentDataset final : public Dataset {
   LatentDataset(std::string dir, DatasetManifest manifest);
 
   Sample get(int64_t index, uint64_t seed) const override;
+  SampleBytes sample_bytes() const override;
 
  private:
   void validate_shard(size_t shard) const;

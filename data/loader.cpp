@@ -5,6 +5,10 @@
 #include "data/seed.h"
 #include "core/check.h"
 
+#include <c10/util/Exception.h>
+
+#include <system_error>
+
 namespace zest {
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler,
@@ -43,11 +47,14 @@ DataLoader::Built DataLoader::build(const Planned& planned) const {
     for (; i < planned.indices.size(); ++i) samples.push_back(dataset_->get(planned.indices[i], planned.seeds[i]));
     built.batch = collate(samples);
   } catch (const std::exception& e) {
+    // LibTorch's errors carry a C++ stack trace in what(); the message alone is what a user needs.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string reason = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
     const std::string where = i < planned.indices.size()
                                   ? str("sample ", planned.indices[i], " at ", dataset_->where(planned.indices[i]))
                                   : std::string("collating the batch");
     try {
-      ZEST_FAIL("data loader: ", where, ": ", e.what());
+      ZEST_FAIL("data loader: ", where, ": ", reason);
     } catch (...) {
       built.error = std::current_exception();
     }
@@ -75,7 +82,15 @@ void DataLoader::worker_loop() {
 
 void DataLoader::start_workers() {
   stop_ = false;
-  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // Without this the started threads would still be joinable when the loader unwinds: std::terminate.
+    const size_t started = workers_.size();
+    stop_workers();
+    ZEST_FAIL("data loader: could start only ", started, " of ", options_.num_workers,
+              " worker threads (data.num_workers): ", e.what(), "; use fewer workers");
+  }
 }
 
 void DataLoader::stop_workers() {
@@ -118,6 +133,10 @@ SamplerPosition DataLoader::state() const {
   const int64_t consumed = start_.epoch * per_epoch + start_.index + delivered_ * options_.batch_size;
   return {consumed / per_epoch, consumed % per_epoch};
 }
+
+GlobalPosition DataLoader::global_state() const { return sampler_.to_global(state()); }
+
+void DataLoader::load_global_state(const GlobalPosition& position) { load_state(sampler_.from_global(position)); }
 
 void DataLoader::load_state(const SamplerPosition& position) {
   stop_workers();

@@ -41,6 +41,10 @@ class DataLoader {
   SamplerPosition state() const;
   // Continues from `position` (a state() of a loader over the same dataset, world and options).
   void load_state(const SamplerPosition& position);
+  // The same position as a world-independent GlobalPosition, and continuing from one saved at any
+  // world size (see DistributedSampler::from_global).
+  GlobalPosition global_state() const;
+  void load_global_state(const GlobalPosition& position);
 
   const Dataset& dataset() const { return *dataset_; }
   int64_t batch_size() const { return options_.batch_size; }

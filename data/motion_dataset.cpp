@@ -84,4 +84,12 @@ Sample MotionDataset::get(int64_t index, uint64_t seed) const {
   return s;
 }
 
+SampleBytes MotionDataset::sample_bytes() const {
+  SampleBytes b;
+  b.fixed = text_tokens_ * text_dim_ * 4 + text_tokens_ + pooled_dim_ * 4;  // ctxt_input, ctxt_mask, vtxt_input
+  b.per_frame = motion_dim_ * 4 + 1;                                        // x, x_mask_temporal
+  b.frames = seq_len_;
+  return b;
+}
+
 }  // namespace zest

@@ -1,5 +1,5 @@
 // DistributedSampler: seeded per-epoch permutation, rank split with drop-last or padding, and the
-// resumable position.
+// resumable position (per rank, and re-split across world sizes).
 #include "data/sampler.h"
 
 #include "data/seed.h"
@@ -74,6 +74,21 @@ void DistributedSampler::load_state(const SamplerPosition& position) {
              position.epoch, ", index ", position.index, "} is outside an epoch of ", per_rank_,
              " samples per rank (was the checkpoint made with another dataset, world size or drop_last?)");
   position_ = position;
+}
+
+GlobalPosition DistributedSampler::to_global(const SamplerPosition& position) const {
+  return {position.epoch, position.index * world_size_};
+}
+
+SamplerPosition DistributedSampler::from_global(const GlobalPosition& global) const {
+  // Any world rolls over to the next epoch as soon as its ranks' index reaches the per-rank count, so a
+  // saved position has consumed (per_rank − 1) · W < size positions at most, padded or dropped.
+  ZEST_CHECK(global.epoch >= 0 && global.consumed >= 0 && global.consumed < dataset_size_,
+             "sampler: data position {epoch ", global.epoch, ", ", global.consumed, " samples consumed} is outside "
+             "an epoch of ", dataset_size_, " samples (was the checkpoint made with another dataset?)");
+  const int64_t index = global.consumed / world_size_;
+  if (index >= per_rank_) return {global.epoch + 1, 0};
+  return {global.epoch, index};
 }
 
 }  // namespace zest

@@ -1,6 +1,7 @@
 // DistributedSampler: which dataset samples a rank reads, in which order: a per-epoch seeded shuffle
 // that every rank computes identically, split so that ranks are disjoint and together complete, and a
-// position {epoch, index} that can be saved and restored mid-epoch.
+// position {epoch, index} that can be saved and restored mid-epoch, also at another world size (through
+// the world-independent GlobalPosition).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,14 @@ struct SamplerPosition {
   int64_t epoch = 0;
   int64_t index = 0;  // samples of this rank's epoch list already consumed
   bool operator==(const SamplerPosition& other) const { return epoch == other.epoch && index == other.index; }
+};
+
+// Where all ranks together stand in the sample stream, independent of the world size: `consumed`
+// positions [0, consumed) of epoch `epoch`'s global order have been read (by some rank).
+struct GlobalPosition {
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+  bool operator==(const GlobalPosition& other) const { return epoch == other.epoch && consumed == other.consumed; }
 };
 
 struct SamplerOptions {
@@ -45,6 +54,14 @@ class DistributedSampler {
 
   SamplerPosition state() const;
   void load_state(const SamplerPosition& position);  // checked: index within the epoch
+
+  // Every rank at `position` together: index · world positions of the epoch's order are consumed.
+  GlobalPosition to_global(const SamplerPosition& position) const;
+  // This rank's position continuing `global` (saved by any world size): the epoch's order is re-split,
+  // and each rank resumes at index ⌊consumed / world⌋, so no sample of the epoch is skipped and at most
+  // world − 1 of them are read twice (none when consumed is a multiple of the world size). Past this
+  // world's epoch length it is the start of the next epoch. Checked: consumed within one epoch.
+  SamplerPosition from_global(const GlobalPosition& global) const;
 
  private:
   int64_t dataset_size_;

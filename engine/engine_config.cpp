@@ -7,6 +7,7 @@
 #include "core/config_writer.h"
 
 #include <cmath>
+#include <thread>
 
 namespace zest {
 
@@ -120,7 +121,11 @@ void check_ranges(ConfigTable& table, const EngineConfig& c) {
         std::string("is only used with activation_checkpointing = \"every_k\" (it is \"") +
             to_string(c.activation_checkpointing) + "\")");
   check(table, c.max_nonfinite_steps >= 1, "max_nonfinite_steps", "must be >= 1");
-  check(table, c.threads >= 0, "threads", "must be >= 0 (0 = cores / local ranks)");
+  // Each intra-op thread joins every parallel region: thousands of them stall a run on any machine.
+  constexpr int kMaxThreads = 1024;
+  check(table, c.threads >= 0 && c.threads <= kMaxThreads, "threads",
+        "must be between 0 and " + std::to_string(kMaxThreads) + " (0 = cores / local ranks; this machine has " +
+            std::to_string(std::thread::hardware_concurrency()) + " cores, and more threads than cores only slow a step)");
   check(table, std::isfinite(c.collective_timeout_s) && c.collective_timeout_s > 0, "collective_timeout_s",
         "must be > 0 seconds");
 }

@@ -33,7 +33,7 @@ ExpectedFeatures features_of(const ModelChoice& choice, std::string* data_dir) {
   if (!choice.model.empty()) return builtin_model_features(choice.model);
   const RunConfig run = parse_run_config(choice.config);
   if (data_dir != nullptr) *data_dir = run.data.dir;
-  return model_features(resolve_model(run.model, run.source));
+  return model_features(resolve_run_model(run));
 }
 
 std::map<std::string, int64_t> parse_widths(const std::vector<std::string>& assignments) {

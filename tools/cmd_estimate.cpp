@@ -10,14 +10,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
 namespace zest::cli {
 namespace {
 
+// The formula takes at most 20 bytes per parameter, so int64 byte counts are exact far beyond this
+// (10^15 parameters is a thousand times the largest models trained today).
+constexpr double kMaxParams = 1e15;
+constexpr int kMaxWorld = 1'000'000;
+
 struct EstimateArgs {
-  int64_t params = 0;
+  std::string params;  // text, so that 1e9 and 7000000000 both read, and absurd values get a clear refusal
   std::string config_path;
   int world = 1;
   std::string precision = "bf16";
@@ -29,7 +35,7 @@ Precision parse_precision(const std::string& text, const char* flag) {
   if (text == "bf16") return Precision::bf16;
   if (text == "fp16") return Precision::fp16;
   if (text == "fp32") return Precision::fp32;
-  ZEST_FAIL(flag, " must be bf16, fp16 or fp32, got '", text, "'");
+  throw Error(str(flag, " must be bf16, fp16 or fp32, got '", text, "'"));
 }
 
 std::string format_count(int64_t n) {
@@ -41,21 +47,38 @@ std::string format_count(int64_t n) {
   return out;
 }
 
+// --params as a whole number of parameters in [1, kMaxParams]; "1e9", "1.5e9" and "7000000000" all read.
+int64_t parse_params(const std::string& text) {
+  double value = 0.0;
+  size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !std::isfinite(value))
+    throw Error("--params must be a number of parameters (e.g. 1.3e9), got '" + text + "'");
+  if (value < 1 || value > kMaxParams || value != std::floor(value))
+    throw Error("--params must be a whole number between 1 and 1e15, got " + text);
+  return static_cast<int64_t>(value);
+}
+
 void run_estimate(const EstimateArgs& args) {
-  ZEST_CHECK(args.world >= 1, "--world must be >= 1, got ", args.world);
-  ZEST_CHECK((args.params > 0) != !args.config_path.empty(), "give exactly one of --params P or --config RUN.toml");
-  int64_t params = args.params;
+  if (args.world < 1 || args.world > kMaxWorld)
+    throw Error("--world must be between 1 and " + std::to_string(kMaxWorld) + " ranks, got " + std::to_string(args.world));
+  if (args.params.empty() == args.config_path.empty()) throw Error("give exactly one of --params P or --config RUN.toml");
+  int64_t params = args.params.empty() ? 0 : parse_params(args.params);
   std::string source = "--params";
   MemoryModelInputs in;
   in.precision = parse_precision(args.precision, "--precision");
   in.reduce_dtype = args.reduce_dtype.empty() ? in.precision : parse_precision(args.reduce_dtype, "--reduce-dtype");
   OptimConfig optim;
-  ZEST_CHECK(args.optimizer == "adamw" || args.optimizer == "sgd", "--optimizer must be adamw or sgd, got '",
-             args.optimizer, "'");
+  if (args.optimizer != "adamw" && args.optimizer != "sgd")
+    throw Error("--optimizer must be adamw or sgd, got '" + args.optimizer + "'");
   optim.name = args.optimizer == "adamw" ? OptimizerKind::adamw : OptimizerKind::sgd;
   if (!args.config_path.empty()) {
     const RunConfig run = parse_run_config(args.config_path);
-    const ResolvedModel model = resolve_model(run.model, run.source);
+    const ResolvedModel model = resolve_run_model(run);
     params = count_model_parameters(model);
     source = model.description;
   }
@@ -70,6 +93,8 @@ void run_estimate(const EstimateArgs& args) {
   for (int stage = 0; stage <= 3; ++stage) {
     in.stage = stage;
     const ModelStateBytes b = estimate_model_state_bytes(in);
+    ZEST_CHECK(b.params >= 0 && b.grads >= 0 && b.master >= 0 && b.optimizer >= 0 && b.total() >= b.params,
+               "estimate overflowed for ", params, " parameters");  // unreachable within kMaxParams
     std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", stage, b.params / 1e9, b.grads / 1e9,
                 b.master / 1e9, b.optimizer / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
   }
@@ -82,7 +107,7 @@ void run_estimate(const EstimateArgs& args) {
 void add_estimate_command(CLI::App& app) {
   auto args = std::make_shared<EstimateArgs>();
   CLI::App* cmd = app.add_subcommand("estimate", "Per-rank model-state memory of every ZeRO stage");
-  cmd->add_option("--params", args->params, "number of parameters P");
+  cmd->add_option("--params", args->params, "number of parameters P (e.g. 1.3e9; at most 1e15)");
   cmd->add_option("--config", args->config_path, "run file: take P from its [model]");
   cmd->add_option("--world", args->world, "number of ranks N")->required();
   cmd->add_option("--precision", args->precision, "compute dtype: bf16 | fp16 | fp32")->capture_default_str();

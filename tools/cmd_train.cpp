@@ -2,6 +2,7 @@
 #include "tools/commands.h"
 
 #include "comm/world.h"
+#include "tools/error_report.h"
 #include "tools/run_config.h"
 #include "tools/trainer.h"
 
@@ -19,7 +20,7 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train from a TOML run file (under mpirun, zest launch, or alone)");
   cmd->add_option("config", args->config, "run file (configs/*.toml)")->required();
   cmd->add_option("--set", args->overrides, "override a key: section.key=value (TOML value)");
-  cmd->add_flag("--no-resume", args->no_resume, "start fresh even if <checkpoint.dir>/latest exists");
+  cmd->add_flag("--no-resume", args->no_resume, "start fresh; refused when <checkpoint.dir> already holds checkpoints");
   cmd->callback([args] {
     WorldGuard world;
     try {
@@ -29,7 +30,7 @@ void add_train_command(CLI::App& app) {
       run_training(config, options);
     } catch (const std::exception& e) {
       // Under mpirun, end every rank now rather than leave them waiting in a collective.
-      abort_world(e.what());
+      abort_world(describe_error(e));
     }
   });
 }

@@ -114,7 +114,8 @@ ExecArgs make_exec_args(const LaunchOptions& o, int rank, int port) {
   std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(rank)},           {"WORLD_SIZE", std::to_string(o.nprocs)},
       {"LOCAL_RANK", std::to_string(rank)},     {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)},
-      {"MASTER_ADDR", o.master_addr},           {"MASTER_PORT", std::to_string(port)}};
+      {"MASTER_ADDR", o.master_addr},           {"MASTER_PORT", std::to_string(port)},
+      {"ZEST_LAUNCHER_PID", std::to_string(::getpid())}};
   // N ranks each using every core would oversubscribe the machine many times over.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -214,6 +215,7 @@ void Launch::spawn(int rank, int port) {
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
     ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+    ::signal(SIGXFSZ, SIG_DFL);  // zest itself ignores it; the command gets the usual default
     ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
     const char message[] = "zest launch: cannot execute the command\n";
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);

@@ -19,13 +19,15 @@ struct LaunchOptions {
 };
 
 // Runs the ranks until all have exited. Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT (and OMP_NUM_THREADS = cores / N unless set). Each rank runs in its own
+// MASTER_ADDR, MASTER_PORT, ZEST_LAUNCHER_PID (and OMP_NUM_THREADS = cores / N unless set). Each rank runs in its own
 // process group with stdin from /dev/null; each line it prints to stdout/stderr is written to ours
 // as "[rank R] line".
 //
 // Signals: the first SIGINT/SIGTERM/SIGHUP is forwarded to every rank (a clean stop: zest train saves
 // and exits 0); a second one kills them. If a rank exits non-zero or by a signal, the others get
-// SIGTERM, then SIGKILL after `grace`, and a message names the rank and its status.
+// SIGTERM, then SIGKILL after `grace`, and a message names the rank and its status. If the launcher
+// itself dies (kill -9), each rank gets SIGTERM from the kernel (PR_SET_PDEATHSIG); `zest train` turns
+// that into its clean stop (tools/stop_signal.h).
 //
 // Returns the launcher's exit status: 0 when every rank exited 0, else the first failed rank's exit
 // code (128 + signal number for a rank killed by a signal).

@@ -4,8 +4,9 @@
     python3 tools/plot_metrics.py runs/hymotion_tiny            # writes runs/hymotion_tiny/metrics.png
     python3 tools/plot_metrics.py runs/x/metrics.jsonl -o curves.png
 
-metrics.jsonl holds one JSON object per log step: step, loss, lr, loss_scale, grad_norm, skipped,
-samples_per_s, step_ms, peak_mem_bytes (missing keys are left out of the plot).
+metrics.jsonl holds one JSON object per logged step: step, steps (how many steps its loss and rates
+average over, since the previous record), loss, lr, loss_scale, grad_norm, skipped, samples_per_s,
+step_ms, peak_mem_bytes (missing keys are left out of the plot).
 """
 import argparse
 import json

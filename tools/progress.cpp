@@ -5,8 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,40 +28,35 @@ int64_t peak_memory_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-ProgressReporter::ProgressReporter(bool is_active, int64_t total_steps, int log_every,
-                                   const std::string& metrics_path, const std::string& items_name)
+ProgressReporter::ProgressReporter(bool is_active, int64_t total_steps, const std::string& metrics_path,
+                                   const std::string& items_name)
     : is_active_(is_active),
       is_tty_(is_active && ::isatty(STDOUT_FILENO)),
       total_steps_(total_steps),
-      log_every_(std::max(1, log_every)),
-      items_name_(items_name) {
+      items_name_(items_name),
+      metrics_path_(metrics_path) {
   if (is_active_ && !metrics_path.empty()) {
-    metrics_ = std::fopen(metrics_path.c_str(), "a");
-    ZEST_CHECK(metrics_ != nullptr, "cannot open ", metrics_path, " for writing");
+    metrics_fd_ = ::open(metrics_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (metrics_fd_ < 0) throw Error("cannot open " + metrics_path + " for writing: " + std::strerror(errno));
   }
   started_s_ = now_seconds();
 }
 
 ProgressReporter::~ProgressReporter() {
-  finish();
-  if (metrics_) std::fclose(metrics_);
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);  // only on an error path: finish() closes it and checks
 }
 
 void ProgressReporter::record(const StepRecord& r) {
   if (!is_active_) return;
-  if (first_step_ < 0) first_step_ = r.step - 1;
-  const bool is_log_step = r.step % log_every_ == 0 || r.step == total_steps_ || r.skipped;
-  if (is_log_step) write_jsonl(r);
-  if (is_tty_) {
-    print_line(r, /*is_bar=*/true);
-  } else if (is_log_step) {
-    print_line(r, /*is_bar=*/false);
-  }
+  if (first_step_ < 0) first_step_ = r.step - r.steps;
+  write_jsonl(r);
+  print_line(r, /*is_bar=*/is_tty_);
 }
 
 void ProgressReporter::write_jsonl(const StepRecord& r) {
-  if (!metrics_) return;
+  if (metrics_fd_ < 0) return;
   const nlohmann::json j = {{"step", r.step},
+                            {"steps", r.steps},
                             {"loss", r.loss},
                             {"lr", r.lr},
                             {"loss_scale", r.loss_scale},
@@ -67,8 +67,24 @@ void ProgressReporter::write_jsonl(const StepRecord& r) {
                             {"items_per_s", r.items_per_s},
                             {"step_ms", r.step_ms},
                             {"peak_mem_bytes", r.peak_mem_bytes}};
-  std::fprintf(metrics_, "%s\n", j.dump().c_str());
-  std::fflush(metrics_);
+  const std::string line = j.dump() + "\n";
+  // One unbuffered write per record: a crash loses no logged step, and a full disk is found at this
+  // step, not at exit. A short write is cut off again, so the file never ends in half a line.
+  const off_t before = ::lseek(metrics_fd_, 0, SEEK_END);
+  size_t done = 0;
+  ssize_t n = 0;
+  while (done < line.size()) {
+    n = ::write(metrics_fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done == line.size()) return;
+  const std::string reason = n < 0 ? std::strerror(errno) : "nothing could be written";
+  if (before >= 0 && ::ftruncate(metrics_fd_, before) != 0) {
+    // Nothing more to do: the error below is what matters.
+  }
+  throw Error("cannot write " + metrics_path_ + ": " + reason);
 }
 
 void ProgressReporter::print_line(const StepRecord& r, bool is_bar) {
@@ -82,30 +98,43 @@ void ProgressReporter::print_line(const StepRecord& r, bool is_bar) {
                 static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr, r.loss_scale,
                 r.grad_norm, r.skipped ? " (skipped)" : "", r.samples_per_s, r.items_per_s, items_name_.c_str(),
                 r.step_ms, r.peak_mem_bytes / 1073741824.0, eta);
-  if (is_bar) {
-    const int width = 20;
-    const int filled = total_steps_ > 0 ? static_cast<int>(width * r.step / total_steps_) : width;
-    std::printf("\r[%s%s] %s\033[K", std::string(filled, '#').c_str(),
-                std::string(width - std::min(width, filled), '.').c_str(), text);
-    bar_open_ = true;
-  } else {
-    std::printf("%s\n", text);
+  if (!is_bar) {
+    emit(std::string(text) + "\n");
+    return;
   }
-  std::fflush(stdout);
+  const int width = 20;
+  const int filled = total_steps_ > 0 ? static_cast<int>(width * std::min(r.step, total_steps_) / total_steps_) : width;
+  emit("\r[" + std::string(filled, '#') + std::string(width - filled, '.') + "] " + text + "\033[K");
+  bar_open_ = true;
+}
+
+void ProgressReporter::emit(const std::string& text) {
+  if (stdout_gone_) return;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
+  const int error = errno;
+  std::clearerr(stdout);
+  if (error == EPIPE) {  // nobody reads our output any more (zest launch was killed): keep training quietly
+    stdout_gone_ = true;
+    return;
+  }
+  throw Error(std::string("cannot write the progress output (stdout): ") + std::strerror(error));
 }
 
 void ProgressReporter::message(const std::string& text) {
   if (!is_active_) return;
-  if (bar_open_) std::printf("\n");
+  emit((bar_open_ ? "\n" : "") + text + "\n");
   bar_open_ = false;
-  std::printf("%s\n", text.c_str());
-  std::fflush(stdout);
 }
 
 void ProgressReporter::finish() {
-  if (bar_open_) std::printf("\n");
+  if (!is_active_) return;
+  if (bar_open_) emit("\n");
   bar_open_ = false;
-  std::fflush(stdout);
+  if (metrics_fd_ >= 0) {
+    const int fd = metrics_fd_;
+    metrics_fd_ = -1;
+    if (::close(fd) != 0) throw Error("cannot write " + metrics_path_ + ": " + std::strerror(errno));
+  }
 }
 
 }  // namespace zest

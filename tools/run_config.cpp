@@ -1,11 +1,13 @@
 // RunConfig: reading a run file table by table, the cross-table rules, and printing it back.
 #include "tools/run_config.h"
 
+#include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <map>
 
 namespace zest {
@@ -26,6 +28,20 @@ const std::map<std::string, std::string> kTopLevelHints = {
     {"lr_scheduler", "zest calls it [scheduler]"},
     {"activation_checkpointing", "zest calls it [engine] activation_checkpointing"},
 };
+
+// A config error is one line: a value it quotes back may hold a newline or other control characters
+// (e.g. model.config = "a\nb"), written here as escapes.
+std::string escape_control_characters(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (byte < 0x20 && c != '\t') out += str("\\x", "0123456789abcdef"[byte >> 4], "0123456789abcdef"[byte & 15]);
+    else out += c;
+  }
+  return out;
+}
 
 // Checks that need more than one table; errors point at the key to change.
 void check_across_tables(ConfigTable& root, RunConfig& c) {
@@ -97,10 +113,27 @@ RunConfig run_config_from_toml(ConfigTable& root) {
 }
 
 RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  ConfigTable root = ConfigTable::parse_file(path);
-  root.apply_overrides(overrides);
-  return run_config_from_toml(root);
+  // Checked here: a folder would otherwise read as an empty document ("[model]: needs name"), and a
+  // device such as /dev/zero would be read forever. A pipe (`<(...)`) is fine.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) throw Error(path + ": run file not found");
+  if (std::filesystem::is_directory(status)) throw Error(path + ": is a folder, not a run file (TOML)");
+  if (!std::filesystem::is_regular_file(status) && !std::filesystem::is_fifo(status))
+    throw Error(path + ": is not a regular file, not a run file (TOML)");
+  try {
+    ConfigTable root = ConfigTable::parse_file(path);
+    root.apply_overrides(overrides);
+    return run_config_from_toml(root);
+  } catch (const Error& e) {
+    throw Error(escape_control_characters(e.what()));
+  } catch (const std::exception& e) {
+    // E.g. a std::filesystem check of a path too long for the file system: still this file's error.
+    throw Error(escape_control_characters(path + ": " + e.what()));
+  }
 }
+
+ResolvedModel resolve_run_model(const RunConfig& config) { return resolve_model(config.model, ""); }
 
 std::string to_toml(const RunConfig& c) {
   ConfigWriter out;

@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint_config.h"
 #include "data/data_config.h"
 #include "engine/engine_config.h"
+#include "models/model_resolve.h"
 #include "models/model_selection.h"
 #include "optim/optim_config.h"
 
@@ -40,11 +41,16 @@ struct RunConfig {
   CheckpointConfig checkpoint;
 };
 
-// Reads a run file, applies `overrides` ("section.key=value", TOML values) on top, validates every
+// Reads a run file (an error naming it when it is missing or not a regular file; every error is one
+// line, control characters in quoted values escaped), applies `overrides` ("section.key=value", TOML values) on top, validates every
 // table and the cross-table rules, and resolves derived defaults (checkpoint.dir, scheduler.decay_steps).
 RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // The same from an already parsed (and overridden) document, e.g. ConfigTable::parse_string in tests.
 RunConfig run_config_from_toml(ConfigTable& root);
+
+// The run's model. model.config is already usable as it stands: reading the run file resolved a
+// relative path against the run file's folder, so it must not be resolved against it a second time.
+ResolvedModel resolve_run_model(const RunConfig& config);
 
 // The resolved config as TOML, every default written out, each key with its one-line doc.
 std::string to_toml(const RunConfig& config);

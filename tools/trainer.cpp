@@ -1,24 +1,25 @@
-// `zest train`: assembly in a fixed order (threads → run dir → model → engine → data → resume →
-// logging), then the step loop, read top to bottom like llm.c's: micro-batches → backward → step →
-// agree on stop → log → checkpoint.
+// `zest train`: assembly in a fixed order (signals → threads → run folders → model → engine → data →
+// resume → logging), then the step loop, read top to bottom like llm.c's: micro-batches → backward →
+// step → agree on stop → report (on logged steps) → checkpoint.
 #include "tools/trainer.h"
 
+#include "checkpoint/directory.h"
 #include "checkpoint/load.h"
 #include "checkpoint/merge.h"
-#include "checkpoint/directory.h"
 #include "checkpoint/save.h"
+#include "comm/world.h"
 #include "core/check.h"
 #include "engine/engine.h"
-#include "comm/world.h"
 #include "models/model_resolve.h"
+#include "tools/error_report.h"
 #include "tools/progress.h"
+#include "tools/run_folder.h"
 #include "tools/stop_signal.h"
 #include "tools/train_data.h"
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 namespace zest {
@@ -30,14 +31,6 @@ void set_threads(const EngineConfig& engine, const Communicator& comm) {
   if (engine.threads > 0) return;  // the engine applies an explicit count itself
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(std::max(1, cores / std::max(1, comm.local_size())));
-}
-
-void prepare_run_dir(const RunConfig& config, Communicator& comm) {
-  if (comm.rank() == 0) {
-    fs::create_directories(config.train.run_dir);
-    std::ofstream(fs::path(config.train.run_dir) / "config.toml") << to_toml(config);
-  }
-  comm.barrier();
 }
 
 // Noise and timesteps of micro-batch `micro` of step `step` on `rank`: a pure function of the seed, so
@@ -57,127 +50,251 @@ checkpoint::SaveRequest save_request(const RunConfig& config, const ResolvedMode
   return request;
 }
 
-// Per-step figures agreed over ranks: mean loss, slowest step time, largest memory, and whether any
-// rank was asked to stop (so every rank stops after the same step).
-struct AgreedStep {
-  double loss = 0.0;
-  double step_ms = 0.0;
-  int64_t peak_mem_bytes = 0;
-  bool stop = false;
+// The loader builds batches on the CPU; the step runs on the engine's device. non_blocking lets the
+// copy overlap with work already queued there (a no-op on the CPU).
+TensorMap to_device(TensorMap batch, torch::Device device) {
+  for (auto& [name, tensor] : batch) tensor = tensor.to(device, /*non_blocking=*/true);
+  return batch;
+}
+
+// What the steps since the previous report add up to on this rank. The loss stays a tensor on the
+// device, so a step never waits for it; a report reads it (the one device synchronisation).
+struct Window {
+  torch::Tensor loss_sum;  // float64 sum of the micro-batch losses
+  int64_t micro_batches = 0;
+  int64_t steps = 0;
+  int64_t items = 0;
+  double started_s = 0.0;
 };
 
-AgreedStep agree(Communicator& comm, double local_loss, double local_ms) {
-  auto sums = torch::tensor({local_loss}, torch::kFloat64);
-  auto maxes = torch::tensor({local_ms, static_cast<double>(peak_memory_bytes()), stop_requested() ? 1.0 : 0.0},
-                             torch::kFloat64);
+Window new_window(torch::Device device) {
+  return {torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device)), 0, 0, 0, now_seconds()};
+}
+
+// One small CPU collective per step: whether any rank got a stop signal, so that all stop after the same step.
+bool agree_stop(Communicator& comm) {
+  auto flag = torch::tensor({stop_requested() ? 1.0 : 0.0}, torch::kFloat64);
+  comm.allreduce(flag, ReduceOp::max)->wait();
+  return flag.item<double>() > 0.0;
+}
+
+// The window's figures agreed over ranks (collective): the mean loss over every micro-batch of every
+// rank, the slowest rank's time, the largest memory; lr, scale and norm are those of the last step.
+StepRecord report_window(Communicator& comm, const Window& w, const StepStats& stats, double global_batch) {
+  const double local_loss = w.loss_sum.item<double>();  // waits for the device
+  const double local_s = now_seconds() - w.started_s;
+  auto sums = torch::tensor({local_loss, static_cast<double>(w.micro_batches), static_cast<double>(w.items)},
+                            torch::kFloat64);
+  auto maxes = torch::tensor({local_s, static_cast<double>(peak_memory_bytes())}, torch::kFloat64);
   auto w1 = comm.allreduce(sums, ReduceOp::sum);
   auto w2 = comm.allreduce(maxes, ReduceOp::max);
   w1->wait();
   w2->wait();
-  return {sums.item<double>() / comm.size(), maxes[0].item<double>(), static_cast<int64_t>(maxes[1].item<double>()),
-          maxes[2].item<double>() > 0.0};
+  const double seconds = std::max(maxes[0].item<double>(), 1e-9);
+  StepRecord r;
+  r.step = stats.step;
+  r.steps = w.steps;
+  r.loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+  r.lr = stats.lr;
+  r.loss_scale = stats.loss_scale;
+  r.grad_norm = stats.grad_norm;
+  r.skipped = stats.skipped;
+  r.skipped_total = stats.skipped_total;
+  r.step_ms = seconds * 1000.0 / static_cast<double>(std::max<int64_t>(1, w.steps));
+  r.samples_per_s = global_batch * static_cast<double>(w.steps) / seconds;
+  r.items_per_s = sums[2].item<double>() / seconds;
+  r.peak_mem_bytes = static_cast<int64_t>(maxes[1].item<double>());
+  return r;
+}
+
+// Noise and timesteps are drawn where the batch lives: a CUDA generator on a GPU (reseeded per
+// micro-batch like the CPU one, so a resumed run draws what the uninterrupted one would have).
+torch::Generator noise_generator(const torch::Device& device) {
+  if (device.is_cuda()) return at::globalContext().defaultGenerator(device).clone();
+  return at::detail::createCPUGenerator(0);
+}
+
+// The checkpoint's caller object: {"data": <TrainData::state()>, "seed": S}. Errors say what is wrong.
+nlohmann::json saved_data_state(const checkpoint::LoadedState& loaded) {
+  try {
+    return nlohmann::json::parse(loaded.extra_json).at("data");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(loaded.path + "/manifest.json: the saved data position (extra.data) is missing or unreadable: " +
+                e.what());
+  }
+}
+
+// One `zest train` run, assembled by the constructor; `phase` always says what it is doing, for errors.
+class TrainRun {
+ public:
+  TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase);
+  TrainOutcome train();
+
+ private:
+  void resume();
+  void step_once(Window& window);
+  void save_now();
+  void finish(const TrainOutcome& outcome);
+
+  const RunConfig& config_;
+  std::string& phase_;
+  std::shared_ptr<Communicator> comm_;
+  ResolvedModel resolved_;
+  std::shared_ptr<UnitModule> model_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<TrainData> data_;
+  checkpoint::SaveRequest request_;
+  std::unique_ptr<ProgressReporter> progress_;
+  checkpoint::Saver saver_;
+  torch::Generator generator_ = at::detail::createCPUGenerator(0);
+  int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
+  bool already_finished_ = false;  // resumed at or past max_steps
+};
+
+TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase)
+    : config_(config), phase_(phase), comm_(world_communicator()) {
+  phase_ = "preparing the run folders";
+  set_threads(config.engine, *comm_);
+  prepare_run_folders(config, options.resume, *comm_);
+  // The seed makes every rank build the same initial weights.
+  phase_ = "building the model";
+  torch::manual_seed(config.train.seed);
+  resolved_ = resolve_run_model(config);
+  model_ = build_model(resolved_);
+  phase_ = "creating the engine";
+  engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
+  generator_ = noise_generator(engine_->device());
+  phase_ = "opening the data";
+  data_ = std::make_unique<TrainData>(config, resolved_, *comm_);
+  request_ = save_request(config, resolved_);
+  progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
+                                                 (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
+                                                 data_->items_name());
+  if (options.resume && checkpoint::find_latest(request_.dir)) resume();
+}
+
+void TrainRun::resume() {
+  phase_ = "resuming";
+  const auto loaded = checkpoint::load(*engine_, {request_.dir, request_.model_name, request_.model_config, true});
+  data_->load_state(saved_data_state(loaded), loaded.saved_world_size);
+  last_saved_ = loaded.step;
+  already_finished_ = loaded.step >= config_.train.max_steps;
+  progress_->message("resumed from " + loaded.path + " at step " + std::to_string(loaded.step) +
+                     (loaded.saved_world_size != comm_->size()
+                          ? " (saved by " + std::to_string(loaded.saved_world_size) + " ranks)" : ""));
+  if (already_finished_)
+    progress_->message(str("the run is complete: its checkpoint is at step ", loaded.step, " and train.max_steps is ",
+                           config_.train.max_steps, "; nothing to train (raise train.max_steps to continue)"));
+}
+
+void TrainRun::step_once(Window& window) {
+  const int64_t step = engine_->step_count();
+  phase_ = str("training step ", step + 1);
+  for (int micro = 0; micro < config_.engine.accumulation_steps; ++micro) {
+    TensorMap batch = data_->next();
+    window.items += data_->items_in(batch);  // counted on the CPU batch: no device read
+    batch = to_device(std::move(batch), engine_->device());
+    generator_.set_current_seed(micro_batch_seed(config_.train.seed, comm_->rank(), step, micro));
+    const auto loss = resolved_.family->training_loss(*model_, batch, generator_);
+    window.loss_sum += loss.detach().to(torch::kFloat64);
+    ++window.micro_batches;
+    engine_->backward(loss);
+  }
+  ++window.steps;
+}
+
+void TrainRun::save_now() {
+  phase_ = str("saving the checkpoint of step ", engine_->step_count());
+  auto r = request_;
+  r.extra_json = nlohmann::json{{"data", data_->state()}, {"seed", config_.train.seed}}.dump();
+  const std::string path = saver_.save(*engine_, r);
+  last_saved_ = engine_->step_count();
+  progress_->message("checkpoint " + path + (r.async ? " (writing in the background)" : ""));
+}
+
+TrainOutcome TrainRun::train() {
+  const int64_t global_batch =
+      static_cast<int64_t>(config_.data.batch_size) * comm_->size() * config_.engine.accumulation_steps;
+  progress_->message(str("zest train: ", resolved_.description, ", ", engine_->num_parameters(), " parameters, ",
+                         comm_->size(), " rank(s), stage ", config_.engine.stage, ", ",
+                         to_string(config_.engine.precision), ", global batch ", global_batch));
+  TrainOutcome outcome;
+  if (agree_stop(*comm_)) {  // a stop signal during start-up: nothing trained, nothing to save
+    progress_->message("stop signal received before the first step: stopped without training");
+    outcome.preempted = true;
+    outcome.final_step = engine_->step_count();
+    return outcome;
+  }
+  Window window = new_window(engine_->device());
+  while (engine_->step_count() < config_.train.max_steps) {
+    step_once(window);
+    engine_->step();  // never waits for the device; a skipped step is reported by the engine itself
+    saver_.poll(*comm_);
+    const bool stop = agree_stop(*comm_);  // the same answer on every rank, as are the conditions below
+    const int64_t done = engine_->step_count();
+    const bool save_due = stop || (config_.checkpoint.every_steps > 0 && done % config_.checkpoint.every_steps == 0);
+    if (done % config_.train.log_every == 0 || save_due || done == config_.train.max_steps) {
+      const StepStats stats = engine_->read_stats();  // the host reads numbers on logging steps only
+      const StepRecord record = report_window(*comm_, window, stats, static_cast<double>(global_batch));
+      progress_->record(record);
+      outcome.last_loss = record.loss;
+      window = new_window(engine_->device());
+    }
+    if (save_due) save_now();
+    if (stop) {
+      progress_->message(str("stop signal received: stopped after step ", done, " with a checkpoint"));
+      outcome.preempted = true;
+      break;
+    }
+  }
+  finish(outcome);
+  outcome.final_step = engine_->step_count();
+  return outcome;
+}
+
+void TrainRun::finish(const TrainOutcome& outcome) {
+  if (last_saved_ != engine_->step_count()) save_now();
+  saver_.wait(*comm_);
+  progress_->finish();
+  const auto merged = (fs::path(config_.train.run_dir) / "model.safetensors").string();
+  // A complete run that was merged before is not merged again (nor saved again, above).
+  if (!config_.checkpoint.merge_at_end || outcome.preempted || (already_finished_ && fs::exists(merged))) return;
+  phase_ = "merging the final checkpoint";
+  checkpoint::MergeOptions merge;
+  merge.model_name = resolved_.name;
+  checkpoint::merge_online(*engine_, merged, merge);
+  progress_->message("merged model: " + merged);
+}
+
+// A LibTorch or allocation failure, said with what the run was doing; when memory ran out in a step,
+// with the settings that decide a step's memory.
+Error explain_failure(const std::exception& error, const std::string& phase, const RunConfig& config) {
+  std::string text = describe_error(error) + " (while " + phase + ")";
+  if (is_out_of_memory(error) && phase.rfind("training", 0) == 0) {
+    text += str("; lower data.batch_size (", config.data.batch_size, ")",
+                config.data.seq_len > 0 ? str(" or data.seq_len (", config.data.seq_len, ")") : std::string(),
+                ", or set engine.activation_checkpointing = \"all\"");
+  }
+  return Error(text);
 }
 
 }  // namespace
 
 TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) {
-  auto comm = world_communicator();
-  const bool is_rank0 = comm->rank() == 0;
-  set_threads(config.engine, *comm);
-  prepare_run_dir(config, *comm);
-
-  // ---- model and engine (the seed makes every rank build the same initial weights) ----
-  torch::manual_seed(config.train.seed);
-  const ResolvedModel resolved = resolve_model(config.model, config.source);
-  auto model = build_model(resolved);
-  Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
-  TrainData data(config, resolved, *comm);
-
-  // ---- resume ----
-  const auto request = save_request(config, resolved);
-  ProgressReporter progress(is_rank0, config.train.max_steps, config.train.log_every,
-                            (fs::path(config.train.run_dir) / "metrics.jsonl").string(), data.items_name());
-  if (options.resume && checkpoint::find_latest(request.dir)) {
-    const auto loaded = checkpoint::load(engine, {request.dir, request.model_name, request.model_config, true});
-    data.load_state(nlohmann::json::parse(loaded.extra_json).at("data"));
-    progress.message("resumed from " + loaded.path + " at step " + std::to_string(loaded.step) +
-                     (loaded.saved_world_size != comm->size()
-                          ? " (saved by " + std::to_string(loaded.saved_world_size) + " ranks)" : ""));
-  }
-  progress.message(str("zest train: ", resolved.description, ", ", engine.num_parameters(), " parameters, ",
-                       comm->size(), " rank(s), stage ", config.engine.stage, ", ", to_string(config.engine.precision),
-                       ", global batch ", config.data.batch_size * comm->size() * config.engine.accumulation_steps));
-
-  // ---- training loop ----
+  // First, so that a stop or a vanished launcher during start-up is seen, and output that has nowhere
+  // to go cannot kill the rank (tools/stop_signal.h).
+  ignore_write_signals();
   install_stop_handlers();
-  checkpoint::Saver saver;
-  auto save_now = [&] {
-    auto r = request;
-    r.extra_json = nlohmann::json{{"data", data.state()}, {"seed", config.train.seed}}.dump();
-    const std::string path = saver.save(engine, r);
-    progress.message("checkpoint " + path + (r.async ? " (writing in the background)" : ""));
-  };
-  TrainOutcome outcome;
-  int64_t last_saved = -1;
-  torch::Generator generator = at::detail::createCPUGenerator(0);
-  while (engine.step_count() < config.train.max_steps) {
-    const double t0 = now_seconds();
-    const int64_t step = engine.step_count();
-    auto loss_sum = torch::zeros({}, torch::kFloat64);
-    int64_t items = 0;
-    for (int micro = 0; micro < config.engine.accumulation_steps; ++micro) {
-      const TensorMap batch = data.next();
-      items += data.items_in(batch);
-      generator.set_current_seed(micro_batch_seed(config.train.seed, comm->rank(), step, micro));
-      const auto loss = resolved.family->training_loss(*model, batch, generator);
-      loss_sum += loss.detach().to(torch::kFloat64);
-      engine.backward(loss);
-    }
-    engine.step();
-    const StepStats stats = engine.read_stats();
-    const double local_ms = (now_seconds() - t0) * 1000.0;
-    const AgreedStep agreed = agree(*comm, loss_sum.item<double>() / config.engine.accumulation_steps, local_ms);
-    saver.poll(*comm);
-
-    StepRecord record;
-    record.step = stats.step;
-    record.loss = agreed.loss;
-    record.lr = stats.lr;
-    record.loss_scale = stats.loss_scale;
-    record.grad_norm = stats.grad_norm;
-    record.skipped = stats.skipped;
-    record.skipped_total = stats.skipped_total;
-    record.step_ms = agreed.step_ms;
-    const double global = static_cast<double>(config.data.batch_size) * comm->size() * config.engine.accumulation_steps;
-    record.samples_per_s = global / (agreed.step_ms / 1000.0);
-    record.items_per_s = static_cast<double>(items) * comm->size() / (agreed.step_ms / 1000.0);
-    record.peak_mem_bytes = agreed.peak_mem_bytes;
-    progress.record(record);
-    outcome.last_loss = agreed.loss;
-
-    const bool is_due = config.checkpoint.every_steps > 0 && engine.step_count() % config.checkpoint.every_steps == 0;
-    if (is_due || agreed.stop) {
-      save_now();
-      last_saved = engine.step_count();
-    }
-    if (agreed.stop) {
-      progress.message(str("stop signal received: stopped after step ", engine.step_count(), " with a checkpoint"));
-      outcome.preempted = true;
-      break;
-    }
+  stop_when_launcher_exits();
+  std::string phase = "starting";
+  try {
+    TrainRun run(config, options, phase);
+    return run.train();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw explain_failure(error, phase, config);
   }
-  if (last_saved != engine.step_count()) save_now();
-  saver.wait(*comm);
-  progress.finish();
-  if (config.checkpoint.merge_at_end && !outcome.preempted) {
-    checkpoint::MergeOptions merge;
-    merge.model_name = resolved.name;
-    const auto out = (fs::path(config.train.run_dir) / "model.safetensors").string();
-    checkpoint::merge_online(engine, out, merge);
-    progress.message("merged model: " + out);
-  }
-  outcome.final_step = engine.step_count();
-  return outcome;
 }
 
 }  // namespace zest

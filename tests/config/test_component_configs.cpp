@@ -93,7 +93,10 @@ TEST(EngineConfigToml, RangeErrors) {
   expect_error([] { engine("accumulation_steps = 0\n"); }, {"cfg.toml:2:22: engine.accumulation_steps: must be >= 1"});
   expect_error([] { engine("clip_norm = -1.0\n"); }, {"engine.clip_norm: must be >= 0"});
   expect_error([] { engine("bucket_mb = 0\n"); }, {"engine.bucket_mb: must be > 0"});
-  expect_error([] { engine("threads = -2\n"); }, {"engine.threads: must be >= 0"});
+  expect_error([] { engine("threads = -2\n"); }, {"engine.threads: must be between 0 and 1024"});
+  // Ten thousand intra-op threads stalled a run: the bound says what fits and names the core count.
+  expect_error([] { engine("threads = 1000000\n"); }, {"engine.threads: must be between 0 and 1024", "cores"});
+  EXPECT_EQ(engine("threads = 1024\n").threads, 1024);
   expect_error([] { engine("max_nonfinite_steps = 0\n"); }, {"engine.max_nonfinite_steps: must be >= 1"});
 }
 

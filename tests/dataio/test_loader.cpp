@@ -1,12 +1,19 @@
-// DataLoader: batches independent of the worker count and timing, exact mid-epoch resume, a worker's
-// error reaching next() with the file name, and clean shutdown with a full queue.
+// DataLoader: batches independent of the worker count and timing, exact mid-epoch resume (also through
+// the global position), a worker's error reaching next() with the file name, clean shutdown with a full
+// queue, and worker threads that cannot all start being an error rather than an abort.
 #include "data/loader.h"
 #include "dataio_test_util.h"
 #include "core/check.h"
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 namespace zest::testing {
 namespace {
@@ -69,6 +76,20 @@ TEST_F(LoaderTest, ResumeMidEpochGivesTheSameFollowingBatches) {
   EXPECT_EQ(resumed->state(), uninterrupted->state());
 }
 
+// The global position of 2 ranks, resumed on 1 rank: the next batch holds the epoch's next samples.
+TEST_F(LoaderTest, GlobalPositionResumesAtAnotherWorldSize) {
+  auto two = make(1, 0, 2);
+  take(*two, 1);  // 3 samples per rank: 6 positions of epoch 0
+  const GlobalPosition saved = two->global_state();
+  EXPECT_EQ(saved, (GlobalPosition{0, 6}));
+  auto one = make(0, 0, 1);
+  one->load_global_state(saved);
+  EXPECT_EQ(one->state(), (SamplerPosition{0, 6}));
+  auto reference = make(0, 0, 1);
+  take(*reference, 2);
+  expect_same(take(*reference, 1), take(*one, 1));
+}
+
 TEST_F(LoaderTest, CropsDependOnTheSeed) {
   const auto a = take(*make(0, 0, 1, 4), 8);  // one rank: 11 per epoch
   const auto b = take(*make(0, 0, 1, 5), 8);
@@ -102,6 +123,44 @@ TEST(LoaderErrors, AWorkersErrorNamesTheShardFile) {
     EXPECT_NE(std::string(e.what()).find(shard), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("sample 4"), std::string::npos) << e.what();
   }
+}
+
+// 100,000 workers aborted the process (the started threads were still joinable when the constructor
+// threw). In a child process, threads get 1 GB stacks under an address-space limit with room for one
+// of them (and the heap the started worker needs): the loader must then throw a zest::Error saying how
+// many started, and the child exit normally.
+TEST(LoaderErrors, WorkersThatCannotStartAreAnError) {
+  ScratchDir dir("loader-threads");
+  synth_small(dir.path(), "unet_tiny", 4, 4);
+  auto dataset = open_dataset(dir.path());
+  std::ifstream status_file("/proc/self/status");
+  rlim_t mapped_kb = 0;
+  for (std::string line; std::getline(status_file, line);)
+    if (line.rfind("VmSize:", 0) == 0) mapped_kb = std::stoull(line.substr(7));
+  ASSERT_GT(mapped_kb, 0u);
+  const rlim_t room = (mapped_kb << 10) + (1536ull << 20);  // what is mapped now + 1.5 GB
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    pthread_attr_t big_stacks;
+    ::pthread_attr_init(&big_stacks);
+    ::pthread_attr_setstacksize(&big_stacks, 1ull << 30);
+    ::pthread_setattr_default_np(&big_stacks);
+    const rlimit limit{room, room};
+    ::setrlimit(RLIMIT_AS, &limit);
+    try {
+      DataLoader loader(dataset, DistributedSampler(dataset->size(), 0, 1), LoaderOptions{.batch_size = 1, .num_workers = 8});
+      ::_exit(3);  // every thread started: the limit did not bite
+    } catch (const Error& e) {
+      ::_exit(std::string(e.what()).find("data loader: could start only") != std::string::npos ? 0 : 4);
+    } catch (...) {
+      ::_exit(5);
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the loader took the process down (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no failure to provoke, 4: another message, 5: another exception";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // DistributedSampler: ranks disjoint and complete for N ∈ {1, 2, 3, 4} with drop-last and padding,
-// per-epoch reshuffles that every rank agrees on, and mid-epoch resume; plus a real multi-rank check.
+// per-epoch reshuffles that every rank agrees on, mid-epoch resume, and resume at another world size
+// through the global position; plus a real multi-rank check.
 #include "data/sampler.h"
 #include "comm/world.h"
 
@@ -92,6 +93,57 @@ TEST(Sampler, StreamCrossesEpochsAndResumesMidEpoch) {
   resumed.load_state(saved);
   EXPECT_EQ(resumed.next_n(5), rest);
   EXPECT_THROW(resumed.load_state({0, 4}), std::exception);  // index past the epoch
+}
+
+// A position saved by W ranks, re-split for W' ranks: with what the old world read and what the new one
+// reads for the rest of the epoch, every sample of the epoch is read, and no position of the epoch's
+// order is read more than once beyond the at most W' − 1 that the split repeats.
+TEST(Sampler, ResumeAtAnotherWorldSizeSkipsNothing) {
+  const SamplerOptions o{.seed = 7};
+  for (int64_t size : {10, 13, 24, 64}) {
+    for (int old_world : {1, 2, 3, 4}) {
+      const int64_t old_per_rank = DistributedSampler(size, 0, old_world, o).samples_per_rank();
+      for (int64_t index = 0; index < old_per_rank; ++index) {
+        for (int new_world : {1, 2, 3, 4}) {
+          std::map<int64_t, int> reads;  // sample → times read in epoch 3
+          for (int r = 0; r < old_world; ++r) {
+            const auto list = DistributedSampler(size, r, old_world, o).epoch_indices(3);
+            for (int64_t k = 0; k < index; ++k) ++reads[list[static_cast<size_t>(k)]];
+          }
+          const GlobalPosition global = DistributedSampler(size, 0, old_world, o).to_global({3, index});
+          EXPECT_EQ(global, (GlobalPosition{3, index * old_world}));
+          for (int r = 0; r < new_world; ++r) {
+            DistributedSampler s(size, r, new_world, o);
+            const SamplerPosition p = s.from_global(global);
+            ASSERT_EQ(p.epoch, 3);
+            s.load_state(p);
+            for (int64_t k = p.index; k < s.samples_per_rank(); ++k) ++reads[s.next()];
+          }
+          const std::string where = "size " + std::to_string(size) + ", " + std::to_string(old_world) + " → " +
+                                    std::to_string(new_world) + " ranks at index " + std::to_string(index);
+          ASSERT_EQ(static_cast<int64_t>(reads.size()), size) << where << ": a sample of the epoch was skipped";
+          int64_t extra = 0;
+          for (const auto& [sample, times] : reads) extra += times - 1;
+          const int64_t padding = (size + new_world - 1) / new_world * new_world - size;
+          EXPECT_LE(extra, padding + new_world - 1) << where;
+          if (global.consumed % new_world == 0) {
+            EXPECT_EQ(extra, padding) << where << ": an exact split repeats nothing";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, GlobalPositionOutsideTheEpochIsAnError) {
+  DistributedSampler s(10, 0, 2, SamplerOptions{});
+  EXPECT_EQ(s.from_global({2, 9}), (SamplerPosition{2, 4}));
+  EXPECT_THROW(s.from_global({0, 10}), std::exception);
+  EXPECT_THROW(s.from_global({-1, 0}), std::exception);
+  EXPECT_THROW(s.from_global({0, -2}), std::exception);
+  // With drop-last a re-split position past the shorter epoch starts the next one.
+  DistributedSampler dropped(10, 1, 4, SamplerOptions{.drop_last = true});  // 2 per rank
+  EXPECT_EQ(dropped.from_global({0, 9}), (SamplerPosition{1, 0}));
 }
 
 TEST(Sampler, DropLastWithTooFewSamplesIsAnError) {
