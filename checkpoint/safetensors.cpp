@@ -208,6 +208,7 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
     struct stat st {};
     ZEST_CHECK(::fstat(fd, &st) == 0, path_, ": stat failed: ", errno_text());
     const auto file_bytes = static_cast<uint64_t>(st.st_size);
+    file_bytes_ = file_bytes;
     ZEST_CHECK(file_bytes >= 8, path_, ": file has ", file_bytes,
                " bytes, too short for a safetensors header length (8 bytes)");
 
@@ -248,6 +249,7 @@ Reader::Reader(Reader&& other) noexcept
     : path_(std::move(other.path_)),
       file_(std::exchange(other.file_, nullptr)),
       data_start_(other.data_start_),
+      file_bytes_(other.file_bytes_),
       tensors_(std::move(other.tensors_)),
       index_(std::move(other.index_)),
       metadata_(std::move(other.metadata_)) {}
@@ -258,6 +260,7 @@ Reader& Reader::operator=(Reader&& other) noexcept {
     path_ = std::move(other.path_);
     file_ = std::exchange(other.file_, nullptr);
     data_start_ = other.data_start_;
+    file_bytes_ = other.file_bytes_;
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
@@ -301,6 +304,12 @@ void Reader::read_bytes(const std::string& name, uint64_t byte_offset, uint64_t 
              " bytes");
   pread_exact(::fileno(file_), dst, nbytes, data_start_ + t.data_begin + byte_offset,
               path_ + ": tensor '" + name + "'");
+}
+
+void Reader::read_file_range(uint64_t offset, uint64_t nbytes, void* dst) const {
+  ZEST_CHECK(offset <= file_bytes_ && nbytes <= file_bytes_ - offset, path_, ": byte range [", offset, ", ",
+             offset + nbytes, ") is outside the file's ", file_bytes_, " bytes");
+  pread_exact(::fileno(file_), dst, nbytes, offset, path_);
 }
 
 // ---------------------------------------------------------------------------------------------------
