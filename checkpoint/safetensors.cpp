@@ -76,6 +76,13 @@ void pread_exact(int fd, void* dst, uint64_t nbytes, uint64_t offset, const std:
   }
 }
 
+// Removes what a failed writer created, and nothing that is not a regular file (a device or FIFO the
+// caller named is never unlinked).
+void remove_if_regular(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) std::remove(path.c_str());
+}
+
 void fwrite_exact(std::FILE* file, const void* src, size_t nbytes, const std::string& path) {
   if (nbytes == 0) return;
   ZEST_CHECK(std::fwrite(src, 1, nbytes, file) == nbytes, path, ": write failed: ", errno_text());
@@ -344,7 +351,7 @@ Writer::Writer(std::string path, std::vector<TensorDecl> decls, const Metadata& 
     fwrite_exact(file_, text.data(), text.size(), path_);
   } catch (...) {  // the destructor does not run for a throwing constructor
     std::fclose(file_);
-    std::remove(path_.c_str());
+    remove_if_regular(path_);
     throw;
   }
 }
@@ -353,7 +360,7 @@ Writer::~Writer() {
   if (file_ == nullptr) return;
   std::fclose(file_);
   // An unfinished file is invalid; removing it keeps readers from ever seeing a half-written shard.
-  if (!finished_) std::remove(path_.c_str());
+  if (!finished_) remove_if_regular(path_);
 }
 
 // A piece may span several tensors; each part is converted to the dtype of the tensor it lands in.
