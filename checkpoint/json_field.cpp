@@ -8,10 +8,13 @@
 namespace zest::checkpoint {
 namespace {
 
+// " >= 0", " in [1, 4]", or "" for a bound that is only the C++ type's (int or int64).
 std::string range_phrase(int64_t min, int64_t max) {
-  if (min == std::numeric_limits<int64_t>::min() && max == std::numeric_limits<int64_t>::max()) return "";
-  if (max == std::numeric_limits<int64_t>::max()) return " >= " + std::to_string(min);
-  if (min == std::numeric_limits<int64_t>::min()) return " <= " + std::to_string(max);
+  const bool no_min = min <= std::numeric_limits<int>::min();
+  const bool no_max = max >= std::numeric_limits<int>::max();
+  if (no_min && no_max) return "";
+  if (no_max) return " >= " + std::to_string(min);
+  if (no_min) return " <= " + std::to_string(max);
   return " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
 }
 
@@ -36,6 +39,15 @@ std::string json_type_phrase(const Json& value) {
     case Json::value_t::object: return "an object";
     default: return "an unsupported value";
   }
+}
+
+std::string json_error_text(const std::exception& error) {
+  std::string text = error.what();
+  if (text.rfind("[json.exception.", 0) == 0) {
+    const size_t end = text.find("] ");
+    if (end != std::string::npos) text.erase(0, end + 2);
+  }
+  return text;
 }
 
 void JsonField::fail(const std::string& message) const {

@@ -60,4 +60,8 @@ class JsonField {
 // "an integer", "a string", ... for messages.
 std::string json_type_phrase(const Json& value);
 
+// A JSON library error as a sentence: "parse error at line 3, column 7: ..." without the library's
+// "[json.exception.parse_error.101]" tag.
+std::string json_error_text(const std::exception& error);
+
 }  // namespace zest::checkpoint

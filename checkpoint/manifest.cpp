@@ -74,7 +74,7 @@ Json object_from_text(const std::string& text, const std::string& what) {
   try {
     value = Json::parse(text.empty() ? "{}" : text);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(what, " is not valid JSON: ", e.what());
+    ZEST_FAIL(what, " is not valid JSON: ", json_error_text(e));
   }
   ZEST_CHECK(value.is_object(), what, " must be a JSON object, got ", value.type_name());
   return value;
@@ -88,6 +88,15 @@ uint64_t checksum_of(Json manifest) {
 }
 
 // ---- reading ----
+
+uint64_t checksum_from(const JsonField& field) {
+  const std::string text = field.string();
+  try {
+    return from_hex(text, field.path());
+  } catch (const Error&) {
+    field.fail("must be an xxh64 checksum (16 lowercase hex digits), got '" + text + "'");
+  }
+}
 
 ParamSlot slot_from_json(const JsonField& j) {
   ParamSlot slot;
@@ -177,8 +186,7 @@ void files_from_json(const JsonField& j, Manifest& m) {
     if (record.name != rank_file_name(static_cast<int>(r)))
       name.fail("is '" + record.name + "', expected '" + rank_file_name(static_cast<int>(r)) + "'");
     record.bytes = static_cast<uint64_t>(files[r].at("bytes").integer(8));  // 8: a safetensors length field
-    const JsonField hash = files[r].at("xxh64");
-    record.xxh64 = from_hex(hash.string(), hash.path());
+    record.xxh64 = checksum_from(files[r].at("xxh64"));
     m.files.push_back(record);
   }
 }
@@ -187,7 +195,7 @@ Json parse_json(const std::string& text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(source, ": not valid JSON (truncated or corrupt manifest): ", e.what());
+    ZEST_FAIL(source, ": not valid JSON (truncated or corrupt manifest): ", json_error_text(e));
   }
 }
 
@@ -206,8 +214,7 @@ int check_format_and_checksum(const Json& j, const std::string& source) {
              kOldestFormatVersion, " to ", kFormatVersion, (version > kFormatVersion ? " (written by a newer zest?)" : ""));
   // Version 1 manifests have no checksum; one that is present is always checked.
   if (version == 1 && !root.has(kManifestChecksumField)) return version;
-  const JsonField field = root.at(kManifestChecksumField);
-  const uint64_t saved = from_hex(field.string(), source + ": " + kManifestChecksumField);
+  const uint64_t saved = checksum_from(root.at(kManifestChecksumField));
   const uint64_t actual = checksum_of(j);
   ZEST_CHECK(saved == actual, source, ": the manifest's content does not match its checksum (",
              kManifestChecksumField, " is ", to_hex(saved), ", the content hashes to ", to_hex(actual),

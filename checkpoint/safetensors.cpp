@@ -2,6 +2,7 @@
 // and the atomic whole-file helpers (see safetensors.h).
 #include "checkpoint/safetensors.h"
 
+#include "checkpoint/json_field.h"
 #include "core/check.h"
 #include "core/compat.h"
 
@@ -102,7 +103,7 @@ Json parse_header_json(const std::string& text, const std::string& path) {
   try {
     header = Json::parse(text, on_event);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", e.what());
+    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", checkpoint::json_error_text(e));
   }
   ZEST_CHECK(duplicate.empty(), path, ": safetensors header names tensor '", duplicate, "' twice");
   ZEST_CHECK(header.is_object(), path, ": safetensors header must be a JSON object, got ", header.type_name());
