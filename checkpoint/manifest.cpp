@@ -211,7 +211,8 @@ int check_format_and_checksum(const Json& j, const std::string& source) {
   const int version = version_field.to_int();
   ZEST_CHECK(version >= kOldestFormatVersion && version <= kFormatVersion, source,
              ": unknown checkpoint format version ", version, "; this build of zest reads versions ",
-             kOldestFormatVersion, " to ", kFormatVersion, (version > kFormatVersion ? " (written by a newer zest?)" : ""));
+             kOldestFormatVersion, " to ", kFormatVersion,
+             (version > kFormatVersion ? " (written by a newer zest?)" : ""));
   // Version 1 manifests have no checksum; one that is present is always checked.
   if (version == 1 && !root.has(kManifestChecksumField)) return version;
   const uint64_t saved = checksum_from(root.at(kManifestChecksumField));
@@ -320,7 +321,9 @@ Manifest parse_manifest_of(const std::string& step_dir, const std::string& text)
   return m;
 }
 
-Manifest read_manifest(const std::string& step_dir) { return parse_manifest_of(step_dir, read_manifest_text(step_dir)); }
+Manifest read_manifest(const std::string& step_dir) {
+  return parse_manifest_of(step_dir, read_manifest_text(step_dir));
+}
 
 std::string with_manifest_checksum(const std::string& text, const std::string& source) {
   Json j = parse_json(text, source);

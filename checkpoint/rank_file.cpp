@@ -54,7 +54,8 @@ void check_tensors(const safetensors::Reader& file, const Manifest& m, std::vect
     }
   }
   for (const safetensors::TensorInfo& info : file.tensors())
-    if (!expected.count(info.name)) problems.push_back("holds tensor '" + info.name + "' that the manifest does not list");
+    if (!expected.count(info.name))
+      problems.push_back("holds tensor '" + info.name + "' that the manifest does not list");
 }
 
 }  // namespace

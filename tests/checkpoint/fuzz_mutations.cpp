@@ -26,7 +26,13 @@ template <typename T>
 T pick(std::mt19937& rng, const std::vector<T>& values) {
   return values[std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng)];
 }
-int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+// A position in [0, size).
+size_t position(std::mt19937& rng, size_t size) {
+  return static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(size) - 1));
+}
 bool coin(std::mt19937& rng, double p) { return std::bernoulli_distribution(p)(rng); }
 
 std::string read_text(const std::string& path) {
@@ -141,47 +147,53 @@ Mutation manifest_number(const std::string& root, std::mt19937& rng) {
           rehash ? Expect::either : Expect::refused, rehash};
 }
 
-// Targeted layout lies: each contradicts a layout rule or the rank files. Shape transposes keep every
-// rule, so they are only made without rehashing (the checksum must catch them).
-Mutation manifest_layout(const std::string& root, std::mt19937& rng) {
-  const ManifestEdit edit{root};
-  Json j = edit.load();
+// Targeted layout lies: each contradicts a layout rule or the rank files, except swapping two units
+// (order does not matter: a valid manifest). A transposed shape keeps every rule, so it is only made
+// without rehashing (the checksum must catch it).
+std::string lie_about_layout(Json& j, std::mt19937& rng, bool& rehash) {
   Json& units = j["units"];
   const size_t u = static_cast<size_t>(uniform(rng, 1, 2));  // blocks.0 / blocks.1: four parameters each
   Json& params = units[u]["params"];
-  const int a = static_cast<int>(uniform(rng, 0, 3));
-  const int b = (a + 1 + static_cast<int>(uniform(rng, 0, 2))) % 4;
-  const int kind = static_cast<int>(uniform(rng, 0, 15));
-  std::string what;
-  bool rehash = true;
-  switch (kind) {
-    case 0: std::swap(params[a]["offset"], params[b]["offset"]); what = "swapped two offsets"; break;
-    case 1: params[a]["offset"] = params[b]["offset"]; what = "overlapping offsets"; break;
-    case 2: params[a]["offset"] = params[a]["offset"].get<int64_t>() + (coin(rng, 0.5) ? 1 : -1); what = "offset ±1"; break;
-    case 3: std::swap(params[a], params[b]); what = "two parameter entries swapped"; break;
-    case 4: std::swap(units[1], units[2]); what = "two units swapped"; break;
-    case 5: params.push_back(params[a]); what = "parameter entry duplicated"; break;
-    case 6: params.erase(static_cast<size_t>(a)); what = "parameter entry removed"; break;
-    case 7: params[a]["numel"] = params[a]["numel"].get<int64_t>() + 1; what = "numel +1"; break;
-    case 8: params[a]["shape"] = {3, 3, 3}; what = "shape with another numel"; break;
-    case 9: params[a]["dtype"] = pick(rng, std::vector<std::string>{"BF16", "F16", "I32", "F64"}); what = "dtype"; break;
-    case 10: units[u]["padded_numel"] = units[u]["padded_numel"].get<int64_t>() + 32;
-             units[u]["shard_numel"] = units[u]["shard_numel"].get<int64_t>() + 16; what = "padding grown"; break;
-    case 11: j["kinds"] = pick(rng, std::vector<Json>{Json{"master", "exp_avg"}, Json{"master", "exp_avg_sq", "exp_avg"},
-                                                       Json{"master", "exp_avg", "exp_avg_sq", "foo"},
-                                                       Json{"master", "master", "exp_avg"}, Json{"momentum"}});
-             what = "kinds " + j["kinds"].dump(); break;
-    case 12: j["optimizer"]["name"] = "sgd"; what = "optimizer sgd"; break;
-    case 13: std::swap(j["files"][0], j["files"][1]); what = "file entries swapped"; break;
-    case 14: params[a]["name"] = params[b]["name"]; what = "two parameters with one name"; break;
+  const size_t a = position(rng, 4);
+  const size_t b = (a + 1 + position(rng, 3)) % 4;
+  switch (uniform(rng, 0, 15)) {
+    case 0: std::swap(params[a]["offset"], params[b]["offset"]); return "swapped two offsets";
+    case 1: params[a]["offset"] = params[b]["offset"]; return "overlapping offsets";
+    case 2: params[a]["offset"] = params[a]["offset"].get<int64_t>() + (coin(rng, 0.5) ? 1 : -1); return "offset ±1";
+    case 3: std::swap(params[a], params[b]); return "two parameter entries swapped";
+    case 4: std::swap(units[1], units[2]); return "two units swapped";
+    case 5: params.push_back(params[a]); return "parameter entry duplicated";
+    case 6: params.erase(a); return "parameter entry removed";
+    case 7: params[a]["numel"] = params[a]["numel"].get<int64_t>() + 1; return "numel +1";
+    case 8: params[a]["shape"] = {3, 3, 3}; return "shape with another numel";
+    case 9: params[a]["dtype"] = pick(rng, std::vector<std::string>{"BF16", "F16", "I32", "F64"}); return "dtype";
+    case 10:
+      units[u]["padded_numel"] = units[u]["padded_numel"].get<int64_t>() + 32;
+      units[u]["shard_numel"] = units[u]["shard_numel"].get<int64_t>() + 16;
+      return "padding grown";
+    case 11:
+      j["kinds"] = pick(rng, std::vector<Json>{Json::array({"master", "exp_avg"}),
+                                               Json::array({"master", "exp_avg_sq", "exp_avg"}),
+                                               Json::array({"master", "exp_avg", "exp_avg_sq", "foo"}),
+                                               Json::array({"master", "master", "exp_avg"}), Json::array({"momentum"})});
+      return "kinds " + j["kinds"].dump();
+    case 12: j["optimizer"]["name"] = "sgd"; return "optimizer sgd";
+    case 13: std::swap(j["files"][0], j["files"][1]); return "file entries swapped";
+    case 14: params[a]["name"] = params[b]["name"]; return "two parameters with one name";
     default: {
       Json& shape = units[0]["params"][0]["shape"];  // embed.weight [13, 7] → [7, 13]
       std::swap(shape[0], shape[1]);
       rehash = false;
-      what = "shape transposed (not rehashed)";
+      return "shape transposed";
     }
   }
-  if (coin(rng, 0.2)) rehash = false;
+}
+
+Mutation manifest_layout(const std::string& root, std::mt19937& rng) {
+  const ManifestEdit edit{root};
+  Json j = edit.load();
+  bool rehash = coin(rng, 0.8);
+  const std::string what = lie_about_layout(j, rng, rehash);
   edit.save(j, rehash);
   return {"manifest: layout lie", what + (rehash ? " (rehashed)" : ""), rehash ? Expect::either : Expect::refused,
           rehash};
@@ -221,8 +233,8 @@ Mutation manifest_text(const std::string& root, std::mt19937& rng) {
   std::string text = read_text(edit.path());
   std::string what;
   switch (uniform(rng, 0, 4)) {
-    case 0: text.resize(static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(text.size()) - 1))); what = "truncated"; break;
-    case 1: text[static_cast<size_t>(uniform(rng, 0, static_cast<int64_t>(text.size()) - 1))] ^= 0x04; what = "a byte flipped"; break;
+    case 0: text.resize(position(rng, text.size())); what = "truncated"; break;
+    case 1: text[position(rng, text.size())] ^= 0x04; what = "a byte flipped"; break;
     case 2: text = "[]"; what = "an array"; break;
     case 3: text = ""; what = "empty"; break;
     default: text += "}garbage"; what = "trailing garbage";
@@ -291,7 +303,7 @@ Mutation files_damaged(const std::string& root, std::mt19937& rng) {
     case 0: fs::remove(path); return {"files: missing / replaced", "rank file removed", Expect::refused};
     case 1: fs::remove(root + "/" + kLatestStep + "/manifest.json");
             return {"files: missing / replaced", "manifest removed", Expect::either};  // falls back to step 3
-    case 2: fs::resize_file(path, static_cast<uintmax_t>(uniform(rng, 0, static_cast<int64_t>(fs::file_size(path)) - 1)));
+    case 2: fs::resize_file(path, position(rng, fs::file_size(path)));
             return {"files: missing / replaced", "rank file truncated", Expect::refused};
     case 3: fs::copy_file(other, path, fs::copy_options::overwrite_existing);
             return {"files: missing / replaced", "rank file duplicated over the other", Expect::refused};

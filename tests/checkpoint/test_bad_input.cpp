@@ -78,7 +78,7 @@ class BadCheckpoint : public ::testing::Test {
         EXPECT_NE(problems.find(part), std::string::npos) << "inspect lacks '" << part << "': " << problems;
     } catch (const zest::Error& e) {
       for (const std::string& part : parts)
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "inspect lacks '" << part << "': " << e.what();
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "inspect lacks " << part << ": " << e.what();
     }
   }
 
@@ -248,7 +248,8 @@ TEST_F(BadCheckpoint, SwappedRankFilesAreNamed) {
                                   "this is rank 0's position", "swapped"});
   // Merge lists both files in one message.
   expect_error([&] { checkpoint::merge_offline(bad, dir_.sub("m.safetensors"), {}); },
-               {"2 of 2 rank file(s) cannot be merged", "rank_00001.safetensors: does not match the checkpoint manifest",
+               {"2 of 2 rank file(s) cannot be merged",
+                "rank_00001.safetensors: does not match the checkpoint manifest",
                 "its header says rank 0 of 2"});
 }
 

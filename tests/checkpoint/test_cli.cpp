@@ -83,7 +83,8 @@ TEST(CheckpointCli, LatestFileAndStepFolderWorkAsTheRoot) {
   for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003")}) {
     const Ran inspect = run_zest("ckpt inspect " + name + " --verify", dir.sub("i.log"));
     EXPECT_EQ(inspect.status, 0) << name << ":\n" << inspect.output;
-    EXPECT_NE(inspect.output.find("checkpoint   " + dir.sub("ckpt/step_00000003")), std::string::npos) << inspect.output;
+    const std::string shown = "checkpoint   " + dir.sub("ckpt/step_00000003");
+    EXPECT_NE(inspect.output.find(shown), std::string::npos) << inspect.output;
     EXPECT_NE(inspect.output.find("all verified"), std::string::npos) << inspect.output;
   }
   for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003/manifest.json")}) {

@@ -36,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kCases = 240;
+constexpr unsigned kSeed = 20260801;
 constexpr int kCliEvery = 30;               // every 30th case also runs through the zest binary
 constexpr double kSecondsPerOperation = 10;  // far above the few milliseconds a case takes
 constexpr int kHangSeconds = 120;            // the watchdog's limit for one case
@@ -258,80 +259,101 @@ void check_cli(const std::string& path, const std::string& dir, bool inspect_ok,
   }
 }
 
-TEST(CheckpointFuzz, MutatedCheckpointsEndInOkOrAClearError) {
-  TempDir work("fuzz");
-  const std::string base = work.sub("base");
-  const Reference ref = make_base(base);
-  std::mt19937 rng(20260801);
+// The state shared by the cases of one fuzz run.
+struct FuzzRun {
+  const Reference& ref;
+  const TempDir& work;
   std::map<std::string, Counts> counts;
-  int failures = 0, cli_runs = 0;
   double slowest = 0;
-  std::ostringstream notes;  // load's notes (`latest` fallbacks, ...) would flood the test output
-  std::streambuf* const stderr_buffer = std::cerr.rdbuf(notes.rdbuf());
-  Watchdog watchdog;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kCases && failures < 20; ++i) {
-    const std::string& category = fuzz_categories()[i % fuzz_categories().size()];
-    const std::string case_name = "case_" + std::to_string(i);
-    const std::string root = work.sub(case_name);
-    fs::copy(base, root, fs::copy_options::recursive);
-    const Mutation m = mutate_checkpoint(root, category, rng);
-    const std::string what = case_name + " [" + category + ": " + m.description + "]";
-    watchdog.progress(what);
-    // The checkpoint as a user may name it: its root, DIR/latest, or the step folder.
-    const bool latest_is_file = fs::is_regular_file(root + "/latest");
-    const std::string path = i % 3 == 1 && latest_is_file ? root + "/latest"
-                             : i % 3 == 2 && category != "latest" ? root + "/step_00000005" : root;
+  int cli_runs = 0;
+};
 
-    const Outcome inspect = run_inspect(path);
-    const Outcome merge = run_merge(path, work.sub(case_name + "_out/model.safetensors"), ref);
-    const Outcome load = run_load(path, ref);
-    Counts& c = counts[category];
-    ++c.cases;
-    c.rehashed += m.rehashed;
-    if (c.example.empty() && !load.ok) c.example = excerpt(load.error);
-    c.inspect_ok += inspect.ok;
-    c.merge_ok += merge.ok;
-    c.load_ok += load.ok;
-    int problems = 0;
-    auto fail = [&](const std::string& message) {
-      ++problems;
-      ADD_FAILURE() << what << ": " << message;
-    };
-    for (const auto& [tool, o] : {std::pair<std::string, const Outcome*>{"inspect --verify", &inspect},
-                                  {"merge", &merge}, {"resume", &load}}) {
-      if (const std::string bad = unclear_message(*o, case_name); !bad.empty()) fail(tool + ": " + bad);
-      if (o->seconds > kSecondsPerOperation) fail(str(tool, " took ", o->seconds, " s"));
-      slowest = std::max(slowest, o->seconds);
-      if (m.expect == Expect::refused && o->ok) fail(tool + " accepted damage");
-      if (m.expect == Expect::ok && !o->ok) fail(tool + " refused a harmless change: " + o->error);
-    }
-    if (inspect.ok != merge.ok) fail("inspect --verify and merge disagree: " + inspect.error + " | " + merge.error);
-    if (load.ok && !inspect.ok) fail("a resume succeeded where inspect --verify refused: " + inspect.error);
-    if (merge.ok && load.ok && merge.step != load.step) fail("merge and resume read different steps");
-    if (i % kCliEvery == 7) check_cli(path, work.sub(case_name + "_out"), inspect.ok, merge.ok, what, cli_runs);
-    failures += problems > 0;
-    fs::remove_all(root);
-    fs::remove_all(work.sub(case_name + "_out"));
+// The three verdicts on one checkpoint, judged; returns the number of problems (each also a failure).
+int judge(const std::string& what, const std::string& case_name, const Mutation& m, const Outcome& inspect,
+          const Outcome& merge, const Outcome& load, FuzzRun& run) {
+  int problems = 0;
+  auto fail = [&](const std::string& message) {
+    ++problems;
+    ADD_FAILURE() << what << ": " << message;
+  };
+  for (const auto& [tool, o] : {std::pair<std::string, const Outcome*>{"inspect --verify", &inspect},
+                                {"merge", &merge}, {"resume", &load}}) {
+    if (const std::string bad = unclear_message(*o, case_name); !bad.empty()) fail(tool + ": " + bad);
+    if (o->seconds > kSecondsPerOperation) fail(str(tool, " took ", o->seconds, " s"));
+    run.slowest = std::max(run.slowest, o->seconds);
+    if (m.expect == Expect::refused && o->ok) fail(tool + " accepted damage");
+    if (m.expect == Expect::ok && !o->ok) fail(tool + " refused a harmless change: " + o->error);
   }
-  std::cerr.rdbuf(stderr_buffer);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (inspect.ok != merge.ok) fail("inspect --verify and merge disagree: " + inspect.error + " | " + merge.error);
+  if (load.ok && !inspect.ok) fail("a resume succeeded where inspect --verify refused: " + inspect.error);
+  if (merge.ok && load.ok && merge.step != load.step) fail("merge and resume read different steps");
+  return problems;
+}
 
+// Case i: a fresh copy of the base checkpoint, one mutation, the three tools (and a CLI sample).
+int run_case(int i, const std::string& base, std::mt19937& rng, Watchdog& watchdog, FuzzRun& run) {
+  const std::string& category = fuzz_categories()[static_cast<size_t>(i) % fuzz_categories().size()];
+  const std::string case_name = "case_" + std::to_string(i);
+  const std::string root = run.work.sub(case_name), out = run.work.sub(case_name + "_out");
+  fs::copy(base, root, fs::copy_options::recursive);
+  const Mutation m = mutate_checkpoint(root, category, rng);
+  const std::string what = case_name + " [" + category + ": " + m.description + "]";
+  watchdog.progress(what);
+  // The checkpoint as a user may name it: its root, DIR/latest, or the step folder.
+  const bool latest_is_file = fs::is_regular_file(root + "/latest");
+  const std::string path = i % 3 == 1 && latest_is_file ? root + "/latest"
+                           : i % 3 == 2 && category != "latest" ? root + "/step_00000005" : root;
+  const Outcome inspect = run_inspect(path);
+  const Outcome merge = run_merge(path, out + "/model.safetensors", run.ref);
+  const Outcome load = run_load(path, run.ref);
+  Counts& c = run.counts[category];
+  ++c.cases;
+  c.rehashed += m.rehashed;
+  c.inspect_ok += inspect.ok;
+  c.merge_ok += merge.ok;
+  c.load_ok += load.ok;
+  if (c.example.empty() && !load.ok) c.example = excerpt(load.error);
+  const int problems = judge(what, case_name, m, inspect, merge, load, run);
+  if (i % kCliEvery == 7) check_cli(path, out, inspect.ok, merge.ok, what, run.cli_runs);
+  fs::remove_all(root);
+  fs::remove_all(out);
+  return problems;
+}
+
+void print_counts(FuzzRun& run, double seconds) {
   Counts total;
   std::printf("[ fuzz ] %-33s %5s %8s | %-16s | %-16s | %-16s\n", "category", "cases", "rehashed",
               "inspect ok / ref", "merge ok / ref", "resume ok / ref");
   for (const std::string& category : fuzz_categories()) {
-    counts[category].print(category);
-    total.add(counts[category]);
+    run.counts[category].print(category);
+    total.add(run.counts[category]);
   }
   total.print("total");
-  std::printf("[ fuzz ] %d cases in %.1f s (slowest operation %.2f s), %d CLI runs; seed 20260801\n", total.cases,
-              seconds, slowest, cli_runs);
+  std::printf("[ fuzz ] %d cases in %.1f s (slowest operation %.2f s), %d CLI runs; seed %u\n", total.cases,
+              seconds, run.slowest, run.cli_runs, kSeed);
   std::printf("[ fuzz ] a refusal of each category, as the resume reports it:\n");
   for (const std::string& category : fuzz_categories())
-    if (!counts[category].example.empty())
-      std::printf("[ fuzz ]   %s: %s\n", category.c_str(), counts[category].example.c_str());
-  EXPECT_EQ(total.cases, kCases) << "stopped after 20 failing cases";
+    if (!run.counts[category].example.empty())
+      std::printf("[ fuzz ]   %s: %s\n", category.c_str(), run.counts[category].example.c_str());
+}
+
+TEST(CheckpointFuzz, MutatedCheckpointsEndInOkOrAClearError) {
+  const TempDir work("fuzz");
+  const std::string base = work.sub("base");
+  const Reference ref = make_base(base);
+  FuzzRun run{ref, work, {}, 0, 0};
+  std::mt19937 rng(kSeed);
+  std::ostringstream notes;  // load's notes (`latest` fallbacks, ...) would flood the test output
+  std::streambuf* const stderr_buffer = std::cerr.rdbuf(notes.rdbuf());
+  const auto start = std::chrono::steady_clock::now();
+  int cases = 0, failing = 0;
+  {
+    Watchdog watchdog;
+    for (; cases < kCases && failing < 20; ++cases) failing += run_case(cases, base, rng, watchdog, run) > 0;
+  }
+  std::cerr.rdbuf(stderr_buffer);
+  print_counts(run, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(cases, kCases) << "stopped after 20 failing cases";
 }
 
 }  // namespace
