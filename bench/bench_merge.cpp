@@ -64,7 +64,8 @@ void generate(const std::string& dir) {
       snap.slices.push_back(per_unit);
     }
     for (const auto& unit : m.units) snap.units.push_back(unit.name);
-    m.files.push_back(checkpoint::write_rank_file(snap, tmp + "/" + checkpoint::rank_file_name(r), {}));
+    const checkpoint::RankFileIdentity identity{r, kWorld, m.step};
+    m.files.push_back(checkpoint::write_rank_file(snap, tmp + "/" + checkpoint::rank_file_name(r), identity));
     std::printf("rank %d: %.1f MB\n", r, m.files.back().bytes / 1e6);
   }
   checkpoint::write_manifest(tmp, m);

@@ -9,7 +9,7 @@
 //   checkpoint::merge_online(engine, "model.safetensors", {torch::kBFloat16});
 #pragma once
 
-// provides: find_latest, resolve_checkpoint, step/rank file names, retention
+// provides: find_latest, locate_checkpoint, resolve_checkpoint, step/rank file names, retention
 #include "checkpoint/directory.h"
 // provides: LoadRequest, LoadedState, load, check_compatibility
 #include "checkpoint/load.h"
@@ -19,3 +19,5 @@
 #include "checkpoint/merge.h"
 // provides: SaveRequest, Saver, save
 #include "checkpoint/save.h"
+// provides: check_rank_file, inspect_checkpoint (what `zest ckpt inspect --verify` checks)
+#include "checkpoint/verify.h"

@@ -17,17 +17,28 @@ namespace zest::checkpoint {
 uint64_t xxh64_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   ZEST_CHECK(file != nullptr, path, ": cannot open to compute its checksum: ", std::strerror(errno));
-  XXH64_state_t state;
-  XXH64_reset(&state, 0);
+  Xxh64Stream hash;
   std::vector<char> buffer(8 << 20);  // fixed: hashing never holds more than this of the file
   while (true) {
     const size_t got = std::fread(buffer.data(), 1, buffer.size(), file.get());
-    XXH64_update(&state, buffer.data(), got);
+    hash.update(buffer.data(), got);
     if (got < buffer.size()) break;
   }
   ZEST_CHECK(!std::ferror(file.get()), path, ": read failed while computing its checksum");
-  return XXH64_digest(&state);
+  return hash.digest();
 }
+
+struct Xxh64Stream::State {
+  XXH64_state_t xxh;
+};
+
+Xxh64Stream::Xxh64Stream() : state_(std::make_unique<State>()) { XXH64_reset(&state_->xxh, 0); }
+Xxh64Stream::~Xxh64Stream() = default;
+Xxh64Stream::Xxh64Stream(Xxh64Stream&&) noexcept = default;
+Xxh64Stream& Xxh64Stream::operator=(Xxh64Stream&&) noexcept = default;
+
+void Xxh64Stream::update(const void* data, size_t nbytes) { XXH64_update(&state_->xxh, data, nbytes); }
+uint64_t Xxh64Stream::digest() const { return XXH64_digest(&state_->xxh); }
 
 uint64_t xxh64_bytes(const void* data, size_t nbytes) { return XXH64(data, nbytes, 0); }
 

@@ -170,11 +170,11 @@ void apply_state(Engine& engine, const Manifest& m, const std::vector<torch::Ten
 }
 
 // Each rank checks every size-th file (round robin), so checksums cost one read of the checkpoint
-// spread over all ranks.
+// spread over all ranks; the checks are those of `zest ckpt inspect --verify`.
 void check_files(const std::string& dir, const Manifest& m, const Communicator& comm, bool hash) {
   for (int f = comm.rank(); f < m.world_size; f += comm.size()) {
-    const FileStatus status = check_file(dir, m.files[f], hash);
-    ZEST_CHECK(status.ok(), status.problem(m.files[f]));
+    const FileStatus status = check_rank_file(dir, m, f, hash);
+    ZEST_CHECK(status.ok(), status.problem(m.files[static_cast<size_t>(f)]));
   }
 }
 
@@ -199,10 +199,12 @@ Compatibility check_compatibility(const Manifest& m, Engine& engine, const LoadR
 
 LoadedState load(Engine& engine, const LoadRequest& request) {
   Communicator& comm = engine.comm();
-  std::string dir, text;
+  std::string dir, text, where_note;
   if (comm.rank() == 0) {
     raise_if_any(comm, capture_error([&] {
-      dir = resolve_checkpoint(request.path);
+      const CheckpointLocation where = locate_checkpoint(request.path);
+      dir = where.step_dir;
+      where_note = where.note;
       text = read_manifest_text(dir);
     }));
   } else {
@@ -214,7 +216,7 @@ LoadedState load(Engine& engine, const LoadRequest& request) {
   Manifest manifest;
   Compatibility compat;
   raise_if_any(comm, capture_error([&] {
-    manifest = parse_manifest(text, (std::filesystem::path(dir) / kManifestName).string());
+    manifest = parse_manifest_of(dir, text);
     compat = check_compatibility(manifest, engine, request);
     if (compat.errors.empty()) return;
     std::string message = "checkpoint " + dir + " does not fit this run:";
@@ -226,10 +228,12 @@ LoadedState load(Engine& engine, const LoadRequest& request) {
   raise_if_any(comm, capture_error([&] { staged = read_staged(dir, manifest, engine); }));
   apply_state(engine, manifest, staged);  // nothing above changed the engine
 
+  if (!where_note.empty()) compat.notes.insert(compat.notes.begin(), where_note);
   if (comm.rank() == 0)
     for (const auto& note : compat.notes) std::cerr << "zest: checkpoint note: " << note << "\n";
   LoadedState loaded;
   loaded.path = dir;
+  loaded.manifest_path = (std::filesystem::path(dir) / kManifestName).string();
   loaded.step = manifest.step;
   loaded.saved_world_size = manifest.world_size;
   loaded.saved_stage = manifest.stage;

@@ -20,7 +20,8 @@ struct LoadRequest {
 };
 
 struct LoadedState {
-  std::string path;        // the step folder loaded
+  std::string path;           // the step folder loaded
+  std::string manifest_path;  // its manifest.json (for messages about fields of `extra`)
   int64_t step = 0;
   int saved_world_size = 1;
   int saved_stage = 0;
@@ -30,8 +31,9 @@ struct LoadedState {
 };
 
 // Collective. Throws zest::Error on every rank, with the engine untouched, when the checkpoint does not
-// fit (model, parameters, optimizer kind), a file is missing, truncated or corrupt, or the format
-// version is unknown.
+// fit (model, parameters, optimizer kind), the manifest is invalid (parse_manifest), a file is missing,
+// truncated, corrupt or does not match the manifest (another rank's or step's), or the format version
+// is unknown.
 LoadedState load(Engine& engine, const LoadRequest& request);
 
 // The mismatches that make `manifest` unloadable into `engine` given the expected identity (empty when

@@ -3,10 +3,10 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/directory.h"
+#include "checkpoint/json_field.h"
+#include "checkpoint/manifest_check.h"
 #include "core/check.h"
 #include "engine/engine_config.h"
-
-#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -19,27 +19,15 @@
 namespace zest::checkpoint {
 namespace {
 
-using Json = nlohmann::ordered_json;
-
-// A required field of `object`, converted to T; errors name the manifest, the path and the type.
-template <typename T>
-T field(const Json& object, const std::string& key, const std::string& where) {
-  ZEST_CHECK(object.is_object() && object.contains(key), where, ": missing field '", key, "'");
-  try {
-    return object.at(key).get<T>();
-  } catch (const Json::exception& e) {
-    ZEST_FAIL(where, ": field '", key, "' has the wrong type (", object.at(key).type_name(), "): ", e.what());
-  }
-}
-
 template <typename Enum, size_t N>
-Enum enum_from(const std::string& name, const Enum (&values)[N], const std::string& where) {
+Enum enum_from(const JsonField& field, const Enum (&values)[N]) {
+  const std::string name = field.string();
   std::string allowed;
   for (const Enum v : values) {
     if (name == to_string(v)) return v;
     allowed += std::string(allowed.empty() ? "" : ", ") + to_string(v);
   }
-  ZEST_FAIL(where, ": unknown value '", name, "' (expected one of ", allowed, ")");
+  field.fail("is '" + name + "', expected one of " + allowed);
 }
 
 std::string now_utc() {
@@ -50,6 +38,8 @@ std::string now_utc() {
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
 }
+
+// ---- writing ----
 
 Json units_to_json(const std::vector<UnitLayout>& units) {
   Json out = Json::array();
@@ -65,66 +55,11 @@ Json units_to_json(const std::vector<UnitLayout>& units) {
   return out;
 }
 
-ParamSlot slot_from_json(const Json& j, const std::string& where) {
-  ParamSlot slot;
-  slot.name = field<std::string>(j, "name", where);
-  const std::string at = where + " param '" + slot.name + "'";
-  slot.aliases = field<std::vector<std::string>>(j, "aliases", at);
-  slot.shape = field<std::vector<int64_t>>(j, "shape", at);
-  slot.offset = field<int64_t>(j, "offset", at);
-  slot.numel = field<int64_t>(j, "numel", at);
-  slot.decay = field<bool>(j, "decay", at);
-  const auto dtype = field<std::string>(j, "dtype", at);
-  ZEST_CHECK(dtype == "F32", at, ": dtype '", dtype, "' (checkpoint tensors are F32)");
-  int64_t product = 1;
-  for (const int64_t d : slot.shape) product *= d;
-  ZEST_CHECK(product == slot.numel, at, ": numel ", slot.numel, " differs from the shape's ", product);
-  return slot;
-}
-
-UnitLayout unit_from_json(const Json& j, int world_size, const std::string& where) {
-  UnitLayout unit;
-  unit.name = field<std::string>(j, "name", where);
-  const std::string at = where + ": unit '" + unit.name + "'";
-  unit.world_size = world_size;
-  unit.numel = field<int64_t>(j, "numel", at);
-  unit.padded_numel = field<int64_t>(j, "padded_numel", at);
-  ZEST_CHECK(unit.padded_numel >= unit.numel && unit.padded_numel % world_size == 0, at, ": padded_numel ",
-             unit.padded_numel, " must be >= numel ", unit.numel, " and divisible by world_size ", world_size);
-  ZEST_CHECK(field<int64_t>(j, "shard_numel", at) == unit.shard_numel(), at, ": shard_numel is not padded_numel / "
-             "world_size");
-  for (const Json& p : field<Json>(j, "params", at)) {
-    unit.slots.push_back(slot_from_json(p, at));
-    const ParamSlot& slot = unit.slots.back();
-    ZEST_CHECK(slot.offset >= 0 && slot.offset + slot.numel <= unit.numel, at, ": param '", slot.name,
-               "' [", slot.offset, ", ", slot.offset + slot.numel, ") lies outside the unit's ", unit.numel,
-               " elements");
-  }
-  return unit;
-}
-
 Json optimizer_to_json(const Manifest& m) {
   const OptimConfig& o = m.optimizer;
   return {{"name", to_string(o.name)}, {"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps},
           {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"nesterov", o.nesterov},
           {"no_decay", o.no_decay}, {"step_count", m.optimizer_step}};
-}
-
-void optimizer_from_json(const Json& j, Manifest& m, const std::string& where) {
-  const std::string at = where + ": optimizer";
-  constexpr OptimizerKind kinds[] = {OptimizerKind::adamw, OptimizerKind::sgd};
-  m.optimizer.name = enum_from(field<std::string>(j, "name", at), kinds, at + ".name");
-  m.optimizer.lr = field<double>(j, "lr", at);
-  const auto betas = field<std::vector<double>>(j, "betas", at);
-  ZEST_CHECK(betas.size() == 2, at, ": betas must have two values");
-  m.optimizer.beta1 = betas[0];
-  m.optimizer.beta2 = betas[1];
-  m.optimizer.eps = field<double>(j, "eps", at);
-  m.optimizer.weight_decay = field<double>(j, "weight_decay", at);
-  m.optimizer.momentum = field<double>(j, "momentum", at);
-  m.optimizer.nesterov = field<bool>(j, "nesterov", at);
-  m.optimizer.no_decay = field<std::vector<std::string>>(j, "no_decay", at);
-  m.optimizer_step = field<int64_t>(j, "step_count", at);
 }
 
 Json scheduler_to_json(const Manifest& m) {
@@ -133,59 +68,186 @@ Json scheduler_to_json(const Manifest& m) {
           {"min_lr", s.min_lr}, {"step", m.step}, {"lr", m.lr}};
 }
 
-void scheduler_from_json(const Json& j, Manifest& m, const std::string& where) {
-  const std::string at = where + ": scheduler";
-  constexpr ScheduleKind kinds[] = {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::linear};
-  m.scheduler.name = enum_from(field<std::string>(j, "name", at), kinds, at + ".name");
-  m.scheduler.warmup_steps = field<int>(j, "warmup_steps", at);
-  m.scheduler.decay_steps = field<int>(j, "decay_steps", at);
-  m.scheduler.min_lr = field<double>(j, "min_lr", at);
-  m.lr = field<double>(j, "lr", at);
-}
-
 // Caller-provided JSON must be an object; it is stored as a JSON value, not a string.
 Json object_from_text(const std::string& text, const std::string& what) {
   Json value;
   try {
     value = Json::parse(text.empty() ? "{}" : text);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(what, " is not valid JSON: ", e.what());
+    ZEST_FAIL(what, " is not valid JSON: ", json_error_text(e));
   }
   ZEST_CHECK(value.is_object(), what, " must be a JSON object, got ", value.type_name());
   return value;
+}
+
+// The checksum covers the compact spelling of every other member, in order: whitespace does not count,
+// every value (and its place) does.
+uint64_t checksum_of(Json manifest) {
+  manifest.erase(kManifestChecksumField);
+  return xxh64_string(manifest.dump());
+}
+
+// ---- reading ----
+
+uint64_t checksum_from(const JsonField& field) {
+  const std::string text = field.string();
+  try {
+    return from_hex(text, field.path());
+  } catch (const Error&) {
+    field.fail("must be an xxh64 checksum (16 lowercase hex digits), got '" + text + "'");
+  }
+}
+
+ParamSlot slot_from_json(const JsonField& j) {
+  ParamSlot slot;
+  slot.name = j.at("name").string();
+  slot.aliases = j.at("aliases").strings();
+  slot.shape = j.at("shape").integers(0);
+  slot.offset = j.at("offset").integer(0);
+  slot.numel = j.at("numel").integer(0);
+  slot.decay = j.at("decay").boolean();
+  const JsonField dtype = j.at("dtype");
+  if (dtype.string() != "F32") dtype.fail("is '" + dtype.string() + "', expected 'F32' (checkpoint tensors are fp32)");
+  return slot;
+}
+
+UnitLayout unit_from_json(const JsonField& j, int world_size) {
+  UnitLayout unit;
+  unit.name = j.at("name").string();
+  unit.world_size = world_size;
+  unit.numel = j.at("numel").integer(0);
+  const JsonField padded = j.at("padded_numel");
+  unit.padded_numel = padded.integer(0);
+  if (unit.padded_numel % world_size != 0)
+    padded.fail(str("is ", unit.padded_numel, ", not a multiple of world_size ", world_size));
+  const JsonField shard = j.at("shard_numel");
+  if (shard.integer(0) != unit.shard_numel())
+    shard.fail(str("is ", shard.integer(0), ", expected padded_numel / world_size = ", unit.shard_numel()));
+  for (const JsonField& p : j.at("params").items()) unit.slots.push_back(slot_from_json(p));
+  return unit;
+}
+
+void optimizer_from_json(const JsonField& j, Manifest& m) {
+  constexpr OptimizerKind kinds[] = {OptimizerKind::adamw, OptimizerKind::sgd};
+  m.optimizer.name = enum_from(j.at("name"), kinds);
+  m.optimizer.lr = j.at("lr").number();
+  const auto betas = j.at("betas").items();
+  if (betas.size() != 2) j.at("betas").fail(str("has ", betas.size(), " values, expected two [beta1, beta2]"));
+  m.optimizer.beta1 = betas[0].number();
+  m.optimizer.beta2 = betas[1].number();
+  m.optimizer.eps = j.at("eps").number();
+  m.optimizer.weight_decay = j.at("weight_decay").number();
+  m.optimizer.momentum = j.at("momentum").number();
+  m.optimizer.nesterov = j.at("nesterov").boolean();
+  m.optimizer.no_decay = j.at("no_decay").strings();
+  m.optimizer_step = j.at("step_count").integer(0);
+}
+
+void scheduler_from_json(const JsonField& j, Manifest& m) {
+  constexpr ScheduleKind kinds[] = {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::linear};
+  m.scheduler.name = enum_from(j.at("name"), kinds);
+  m.scheduler.warmup_steps = j.at("warmup_steps").to_int(0);
+  m.scheduler.decay_steps = j.at("decay_steps").to_int(0);
+  m.scheduler.min_lr = j.at("min_lr").number();
+  m.lr = j.at("lr").number();
+  const JsonField step = j.at("step");
+  if (step.integer() != m.step) step.fail(str("is ", step.integer(), " but the manifest's step is ", m.step));
+}
+
+void loss_scaler_from_json(const JsonField& j, Manifest& m) {
+  m.loss_scale_enabled = j.at("enabled").boolean();
+  const JsonField scale = j.at("scale");
+  m.loss_scaler.scale = scale.number();
+  if (m.loss_scaler.scale <= 0) scale.fail(str("is ", m.loss_scaler.scale, ", expected a loss scale > 0"));
+  m.loss_scaler.clean_steps = j.at("clean_steps").integer(0);
+  m.loss_scaler.hysteresis_left = j.at("hysteresis_left").to_int(0);
+  m.loss_scaler.overflows = j.at("overflows").integer(0);
+}
+
+void ranks_from_json(const JsonField& j, Manifest& m) {
+  const auto ranks = j.items();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const JsonField rank = ranks[r].at("rank");
+    if (rank.integer() != static_cast<int64_t>(r)) rank.fail(str("is ", rank.integer(), ", expected ", r));
+    m.rank_extra_json.push_back(ranks[r].at("extra").object().dump());
+  }
+  if (!ranks.empty() && static_cast<int>(ranks.size()) != m.world_size)
+    j.fail(str("has ", ranks.size(), " entries, expected one per rank (world_size ", m.world_size, ")"));
+}
+
+void files_from_json(const JsonField& j, Manifest& m) {
+  const auto files = j.items();
+  if (static_cast<int>(files.size()) != m.world_size)
+    j.fail(str("lists ", files.size(), " files, expected one per rank (world_size ", m.world_size, ")"));
+  for (size_t r = 0; r < files.size(); ++r) {
+    FileRecord record;
+    const JsonField name = files[r].at("name");
+    record.name = name.string();
+    if (record.name != rank_file_name(static_cast<int>(r)))
+      name.fail("is '" + record.name + "', expected '" + rank_file_name(static_cast<int>(r)) + "'");
+    record.bytes = static_cast<uint64_t>(files[r].at("bytes").integer(8));  // 8: a safetensors length field
+    record.xxh64 = checksum_from(files[r].at("xxh64"));
+    m.files.push_back(record);
+  }
 }
 
 Json parse_json(const std::string& text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(source, ": not valid JSON (truncated or corrupt manifest): ", e.what());
+    ZEST_FAIL(source, ": not valid JSON (truncated or corrupt manifest): ", json_error_text(e));
   }
 }
 
-void check_format(const Json& j, const std::string& source) {
-  ZEST_CHECK(j.is_object(), source, ": a manifest is a JSON object");
-  const auto format = field<std::string>(j, "format", source);
-  ZEST_CHECK(format == kFormatName, source, ": format is '", format, "', expected '", kFormatName, "'");
-  const auto version = field<int>(j, "format_version", source);
-  ZEST_CHECK(version == kFormatVersion, source, ": unknown checkpoint format version ", version,
-             "; this build of zest reads version ", kFormatVersion, " only (written by a newer zest?)");
+// Format name and version first (a newer format is reported as such, not as a checksum mismatch), then
+// the checksum: nothing else is read from a manifest whose bytes changed.
+int check_format_and_checksum(const Json& j, const std::string& source) {
+  const JsonField root(j, source);
+  root.object();
+  const std::string format = root.at("format").string();
+  ZEST_CHECK(format == kFormatName, source, ": format is '", format, "', expected '", kFormatName,
+             "' (not a zest checkpoint manifest)");
+  const JsonField version_field = root.at("format_version");
+  const int version = version_field.to_int();
+  ZEST_CHECK(version >= kOldestFormatVersion && version <= kFormatVersion, source,
+             ": unknown checkpoint format version ", version, "; this build of zest reads versions ",
+             kOldestFormatVersion, " to ", kFormatVersion,
+             (version > kFormatVersion ? " (written by a newer zest?)" : ""));
+  // Version 1 manifests have no checksum; one that is present is always checked.
+  if (version == 1 && !root.has(kManifestChecksumField)) return version;
+  const uint64_t saved = checksum_from(root.at(kManifestChecksumField));
+  const uint64_t actual = checksum_of(j);
+  ZEST_CHECK(saved == actual, source, ": the manifest's content does not match its checksum (",
+             kManifestChecksumField, " is ", to_hex(saved), ", the content hashes to ", to_hex(actual),
+             "): the file is corrupt or was edited; restore it from a copy");
+  return version;
 }
 
-void files_from_json(const Json& j, Manifest& m, const std::string& source) {
-  for (const Json& f : field<Json>(j, "files", source)) {
-    FileRecord record;
-    record.name = field<std::string>(f, "name", source + ": files[]");
-    record.bytes = field<uint64_t>(f, "bytes", source + ": files[" + record.name + "]");
-    record.xxh64 = from_hex(field<std::string>(f, "xxh64", source + ": files[" + record.name + "]"),
-                            source + ": files[" + record.name + "].xxh64");
-    m.files.push_back(record);
-  }
-  ZEST_CHECK(static_cast<int>(m.files.size()) == m.world_size, source, ": lists ", m.files.size(),
-             " files for world_size ", m.world_size);
-  for (int r = 0; r < m.world_size; ++r)
-    ZEST_CHECK(m.files[r].name == rank_file_name(r), source, ": files[", r, "] is '", m.files[r].name,
-               "', expected '", rank_file_name(r), "'");
+Manifest manifest_from_json(const Json& j, const std::string& source) {
+  const JsonField root(j, source);
+  Manifest m;
+  const JsonField model = root.at("model");
+  m.model_name = model.at("name").string();
+  m.model_config = model.at("config").string();
+  m.config_hash = model.at("config_hash").string();
+  m.step = root.at("step").integer(0);
+  m.world_size = root.at("world_size").to_int(1);
+  m.stage = root.at("stage").to_int();
+  m.precision = root.at("precision").string();
+  m.kinds = root.at("kinds").strings();
+  for (const JsonField& u : root.at("units").items()) m.units.push_back(unit_from_json(u, m.world_size));
+  const JsonField count = root.at("num_parameters");
+  if (count.integer() != m.num_parameters())
+    count.fail(str("is ", count.integer(), " but the units hold ", m.num_parameters(), " elements"));
+  optimizer_from_json(root.at("optimizer"), m);
+  scheduler_from_json(root.at("scheduler"), m);
+  loss_scaler_from_json(root.at("loss_scaler"), m);
+  m.skipped_total = root.at("skipped_total").integer(0);
+  m.extra_json = root.at("extra").object().dump();
+  ranks_from_json(root.at("ranks"), m);
+  files_from_json(root.at("files"), m);
+  if (root.has("created_utc")) m.created_utc = root.at("created_utc").string();
+  return m;
 }
 
 }  // namespace
@@ -210,7 +272,7 @@ std::string to_json_text(const Manifest& m) {
   const LossScalerState& s = m.loss_scaler;
   Json j = {
       {"format", kFormatName},
-      {"format_version", m.format_version},
+      {"format_version", kFormatVersion},
       {"model", {{"name", m.model_name}, {"config", m.model_config}, {"config_hash", m.config_hash}}},
       {"step", m.step},
       {"world_size", m.world_size},
@@ -229,41 +291,16 @@ std::string to_json_text(const Manifest& m) {
       {"files", files},
       {"created_utc", m.created_utc.empty() ? now_utc() : m.created_utc},
   };
+  j[kManifestChecksumField] = to_hex(checksum_of(j));
   return j.dump(1) + "\n";
 }
 
 Manifest parse_manifest(const std::string& text, const std::string& source) {
   const Json j = parse_json(text, source);
-  check_format(j, source);
-  Manifest m;
-  const Json model = field<Json>(j, "model", source);
-  m.model_name = field<std::string>(model, "name", source + ": model");
-  m.model_config = field<std::string>(model, "config", source + ": model");
-  m.config_hash = field<std::string>(model, "config_hash", source + ": model");
-  m.step = field<int64_t>(j, "step", source);
-  m.world_size = field<int>(j, "world_size", source);
-  ZEST_CHECK(m.world_size >= 1, source, ": world_size ", m.world_size, " must be >= 1");
-  m.stage = field<int>(j, "stage", source);
-  m.precision = field<std::string>(j, "precision", source);
-  m.kinds = field<std::vector<std::string>>(j, "kinds", source);
-  ZEST_CHECK(!m.kinds.empty() && m.kinds.front() == "master", source, ": kinds must start with \"master\"");
-  for (const Json& u : field<Json>(j, "units", source)) m.units.push_back(unit_from_json(u, m.world_size, source));
-  optimizer_from_json(field<Json>(j, "optimizer", source), m, source);
-  scheduler_from_json(field<Json>(j, "scheduler", source), m, source);
-  const Json scaler = field<Json>(j, "loss_scaler", source);
-  m.loss_scale_enabled = field<bool>(scaler, "enabled", source + ": loss_scaler");
-  m.loss_scaler.scale = field<double>(scaler, "scale", source + ": loss_scaler");
-  m.loss_scaler.clean_steps = field<int64_t>(scaler, "clean_steps", source + ": loss_scaler");
-  m.loss_scaler.hysteresis_left = field<int>(scaler, "hysteresis_left", source + ": loss_scaler");
-  m.loss_scaler.overflows = field<int64_t>(scaler, "overflows", source + ": loss_scaler");
-  m.skipped_total = field<int64_t>(j, "skipped_total", source);
-  m.extra_json = field<Json>(j, "extra", source).dump();
-  for (const Json& r : field<Json>(j, "ranks", source))
-    m.rank_extra_json.push_back(field<Json>(r, "extra", source).dump());
-  ZEST_CHECK(m.rank_extra_json.empty() || static_cast<int>(m.rank_extra_json.size()) == m.world_size, source,
-             ": 'ranks' has ", m.rank_extra_json.size(), " entries for world_size ", m.world_size);
-  files_from_json(j, m, source);
-  m.created_utc = j.value("created_utc", "");
+  const int version = check_format_and_checksum(j, source);
+  Manifest m = manifest_from_json(j, source);
+  m.format_version = version;
+  validate_manifest(m, source);
   return m;
 }
 
@@ -273,12 +310,26 @@ std::string read_manifest_text(const std::string& step_dir) {
   ZEST_CHECK(in.good(), path, ": cannot open the checkpoint manifest: ", std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
+  ZEST_CHECK(!in.bad(), path, ": cannot read the checkpoint manifest: ", std::strerror(errno));
   return text.str();
 }
 
+Manifest parse_manifest_of(const std::string& step_dir, const std::string& text) {
+  const std::string source = (std::filesystem::path(step_dir) / kManifestName).string();
+  Manifest m = parse_manifest(text, source);
+  check_step_folder(m, step_dir, source);
+  return m;
+}
+
 Manifest read_manifest(const std::string& step_dir) {
-  return parse_manifest(read_manifest_text(step_dir),
-                        (std::filesystem::path(step_dir) / kManifestName).string());
+  return parse_manifest_of(step_dir, read_manifest_text(step_dir));
+}
+
+std::string with_manifest_checksum(const std::string& text, const std::string& source) {
+  Json j = parse_json(text, source);
+  ZEST_CHECK(j.is_object(), source, ": a manifest is a JSON object");
+  j[kManifestChecksumField] = to_hex(checksum_of(j));
+  return j.dump(1) + "\n";
 }
 
 void write_manifest(const std::string& step_dir, const Manifest& manifest) {

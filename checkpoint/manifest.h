@@ -1,7 +1,8 @@
 // Manifest: everything a checkpoint folder says about itself besides the tensor bytes (manifest.json):
 // format version, model identity, step, world size, stage, precision, every unit's parameter layout,
-// optimizer, loss scaler, LR schedule, caller state (data position, RNG per rank) and the checksum of
-// every rank file. docs/checkpoint_format.md is the field-by-field reference.
+// optimizer, loss scaler, LR schedule, caller state (data position, RNG per rank), the checksum of
+// every rank file and (format 2) a checksum of the manifest itself. docs/checkpoint_format.md is the
+// field-by-field reference.
 #pragma once
 
 #include "engine/loss_scaler.h"
@@ -15,7 +16,9 @@
 namespace zest::checkpoint {
 
 inline constexpr const char* kFormatName = "zest-checkpoint";
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;        // what this build writes
+inline constexpr int kOldestFormatVersion = 1;  // version 1: no manifest checksum; otherwise read alike
+inline constexpr const char* kManifestChecksumField = "manifest_xxh64";
 
 struct FileRecord {
   std::string name;    // relative to the step folder, e.g. rank_00003.safetensors
@@ -24,7 +27,7 @@ struct FileRecord {
 };
 
 struct Manifest {
-  int format_version = kFormatVersion;
+  int format_version = kFormatVersion;  // as read (1 or 2); writing always writes kFormatVersion
   std::string model_name;
   std::string model_config;  // the model's configuration text (TOML), compared on load
   std::string config_hash;   // xxh64 hex of model_name + '\n' + model_config
@@ -57,12 +60,20 @@ std::string config_hash(const std::string& model_name, const std::string& model_
 // The tensor name of one unit's slice of a kind in a rank file.
 inline std::string tensor_name(const std::string& kind, const std::string& unit) { return kind + "." + unit; }
 
-std::string to_json_text(const Manifest& manifest);  // pretty-printed
+// Pretty-printed, with format_version = kFormatVersion and the manifest's own checksum as last field.
+std::string to_json_text(const Manifest& manifest);
 // Parses and checks a manifest: format name, version (an unknown one is refused with the versions this
-// build reads), required fields, layout arithmetic. `source` names the file in errors.
+// build reads), the manifest checksum, every field's presence and type, then validate_manifest()
+// (manifest_check.h). `source` names the file in errors. Every reader (load, merge, inspect) goes
+// through here, so they accept and refuse the same manifests.
 Manifest parse_manifest(const std::string& text, const std::string& source);
 std::string read_manifest_text(const std::string& step_dir);
+// parse_manifest of step_dir/manifest.json, plus: a folder named step_N must hold the manifest of step N.
 Manifest read_manifest(const std::string& step_dir);
+// The same checks for a manifest text read elsewhere (load: rank 0 reads, every rank parses).
+Manifest parse_manifest_of(const std::string& step_dir, const std::string& text);
+// The manifest text with its checksum recomputed (for tools and tests that edit a manifest on purpose).
+std::string with_manifest_checksum(const std::string& text, const std::string& source);
 // Writes manifest.json into `step_dir` and fsyncs it.
 void write_manifest(const std::string& step_dir, const Manifest& manifest);
 

@@ -4,6 +4,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/merged_writer.h"
+#include "checkpoint/output_path.h"
 #include "checkpoint/rank_agreement.h"
 #include "checkpoint/shard_reader.h"
 #include "checkpoint/verify.h"
@@ -44,7 +45,20 @@ void check_dtype(torch::Dtype dtype) {
 }
 
 MergeResult result_of(MergedWriter& writer, std::vector<std::string> files, size_t tensors) {
-  return {std::move(files), writer.index_path(), writer.total_bytes(), static_cast<int64_t>(tensors)};
+  return {std::move(files), writer.index_path(), writer.total_bytes(), static_cast<int64_t>(tensors), {}};
+}
+
+// Presence, size and header of every rank file before anything is written; one message lists them all.
+void check_all_files(const std::string& dir, const Manifest& manifest) {
+  std::string problems;
+  int bad = 0;
+  for (int r = 0; r < manifest.world_size; ++r) {
+    const FileStatus status = check_rank_file(dir, manifest, r, /*hash=*/false);
+    if (status.ok()) continue;
+    ++bad;
+    problems += "\n  - " + status.problem(manifest.files[static_cast<size_t>(r)]);
+  }
+  ZEST_CHECK(bad == 0, dir, ": ", bad, " of ", manifest.world_size, " rank file(s) cannot be merged:", problems);
 }
 
 }  // namespace
@@ -52,12 +66,11 @@ MergeResult result_of(MergedWriter& writer, std::vector<std::string> files, size
 MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options) {
   check_dtype(options.dtype);
   ZEST_CHECK(options.chunk_numel > 0, "merge: chunk_numel must be > 0");
-  const std::string dir = resolve_checkpoint(ckpt);
+  const CheckpointLocation where = locate_checkpoint(ckpt);
+  const std::string& dir = where.step_dir;
+  check_output_outside(out_path, where.root.empty() ? dir : where.root);
   const Manifest manifest = read_manifest(dir);
-  for (const FileRecord& file : manifest.files) {
-    const FileStatus status = check_file(dir, file, /*hash=*/false);
-    ZEST_CHECK(status.ok(), status.problem(file));
-  }
+  check_all_files(dir, manifest);
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
@@ -67,7 +80,7 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
                                           {"zest.step", std::to_string(manifest.step)},
                                           {"zest.aliases", aliases.dump()}};
   MergedWriter writer(out_path, tensors, options.dtype, options.shard_size_bytes, metadata);
-  ShardReader reader(dir, manifest);
+  ShardReader reader(dir, manifest, /*verify_checksums=*/true);
   // One fixed buffer for the whole merge: memory stays at chunk_numel fp32 (+ its converted copy).
   auto buffer = torch::empty({options.chunk_numel}, torch::kFloat32);
   for (const Source& s : sources) {
@@ -77,7 +90,10 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
       writer.append(buffer.narrow(0, 0, n));
     }
   }
-  return result_of(writer, writer.finish(), tensors.size());
+  reader.finish_verification();  // a corrupt file fails the merge before any output gets its final name
+  MergeResult result = result_of(writer, writer.finish(), tensors.size());
+  if (!where.note.empty()) result.notes.push_back(where.note);
+  return result;
 }
 
 MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options) {

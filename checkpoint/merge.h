@@ -27,10 +27,15 @@ struct MergeResult {
   std::string index_path;  // "" for a single file
   uint64_t total_bytes = 0;
   int64_t tensors = 0;
+  std::vector<std::string> notes;  // offline: how the checkpoint was found, when `latest` was not followed
 };
 
-// Offline: `ckpt` is a step folder or a checkpoint root (its latest). Rank files are checked against
-// the manifest's sizes first (checksums: `zest ckpt inspect --verify`).
+// Offline: `ckpt` is anything locate_checkpoint() accepts (a step folder, a root, DIR/latest). Refused
+// before anything is written: an output inside the checkpoint (its root when it has one), an output that
+// is not a regular file, an invalid manifest, a rank file that is missing, has the wrong size, or whose
+// header does not match the manifest (another rank's, step's or checkpoint's file). Every rank file is
+// checksummed while it is read (the optimizer state too, so each file is read once in full); a mismatch
+// fails the merge before the output gets its final name.
 MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options);
 
 // Online, collective: every rank takes part in the gathers; rank 0 writes. Returns rank 0's result

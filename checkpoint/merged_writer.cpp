@@ -2,11 +2,14 @@
 #include "checkpoint/merged_writer.h"
 
 #include "checkpoint/directory.h"
+#include "checkpoint/output_path.h"
 #include "core/check.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace zest::checkpoint {
@@ -57,15 +60,41 @@ MergedWriter::MergedWriter(std::string out_path, std::vector<MergedTensor> tenso
     index_path_ = out.string() + ".index.json";
   }
   files_ = std::move(files);
-  if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
-  open_file(0);
-  skip_empty_tensors();
+  // Nothing is created before every name the merge will write or rename over has been checked.
+  for (const File& f : files_) {
+    check_output_target(f.path);
+    check_output_target(f.path + ".tmp");
+  }
+  if (!index_path_.empty()) {
+    check_output_target(index_path_);
+    check_output_target(index_path_ + ".tmp");
+  }
+  create_output_folder(out.string());
+  try {  // the destructor does not run for a throwing constructor
+    open_file(0);
+    skip_empty_tensors();
+  } catch (...) {
+    remove_partial_files();
+    throw;
+  }
 }
 
 MergedWriter::~MergedWriter() {
+  if (!finished_) remove_partial_files();
+}
+
+void MergedWriter::remove_partial_files() {
   writer_.reset();  // an unfinished safetensors::Writer removes its own file
-  if (finished_) return;
-  for (size_t f = 0; f < file_; ++f) std::remove((files_[f].path + ".tmp").c_str());
+  // Files [0, file_] were created under .tmp names; a failed finish() may have renamed some already.
+  for (size_t f = 0; f <= file_ && f < files_.size(); ++f) std::remove((files_[f].path + ".tmp").c_str());
+  if (!index_path_.empty()) std::remove((index_path_ + ".tmp").c_str());
+}
+
+void MergedWriter::rename_into_place(const std::string& path) {
+  check_output_target(path);  // again: never rename over what is not a regular file
+  const std::string tmp = path + ".tmp";
+  ZEST_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ",
+             std::strerror(errno));
 }
 
 void MergedWriter::open_file(size_t file_idx) {
@@ -107,7 +136,7 @@ std::vector<std::string> MergedWriter::finish() {
   std::vector<std::string> paths;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (const File& f : files_) {
-    ZEST_CHECK(std::rename((f.path + ".tmp").c_str(), f.path.c_str()) == 0, "cannot rename ", f.path, ".tmp");
+    rename_into_place(f.path);
     paths.push_back(f.path);
     for (size_t i = f.first; i < f.end; ++i) weight_map[tensors_[i].name] = fs::path(f.path).filename().string();
   }
@@ -115,8 +144,7 @@ std::vector<std::string> MergedWriter::finish() {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
     for (const auto& [key, value] : metadata_) index["metadata"][key] = value;
     write_file_synced(index_path_ + ".tmp", index.dump(2) + "\n");
-    ZEST_CHECK(std::rename((index_path_ + ".tmp").c_str(), index_path_.c_str()) == 0, "cannot rename ",
-               index_path_, ".tmp");
+    rename_into_place(index_path_);
   }
   const fs::path parent = fs::path(paths.front()).parent_path();
   safetensors::fsync_dir(parent.empty() ? "." : parent.string());

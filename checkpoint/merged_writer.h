@@ -1,6 +1,7 @@
 // MergedWriter: the consolidated model file(s) written tensor by tensor in pieces — one safetensors
 // file, or several of at most shard_size bytes plus a hub-style index (NAME.index.json with
-// "weight_map"). Files are written under .tmp names and renamed when all are complete.
+// "weight_map"). Files are written under .tmp names and renamed when all are complete; every target is
+// checked first (output_path.h), so nothing is ever renamed over a folder, device, FIFO or link.
 #pragma once
 
 #include "checkpoint/safetensors.h"
@@ -45,6 +46,8 @@ class MergedWriter {
   };
   void open_file(size_t file_idx);
   void skip_empty_tensors();
+  void rename_into_place(const std::string& path);  // path.tmp → path
+  void remove_partial_files();                      // every .tmp this writer created
 
   std::vector<MergedTensor> tensors_;
   torch::Dtype dtype_;

@@ -2,6 +2,7 @@
 // and the atomic whole-file helpers (see safetensors.h).
 #include "checkpoint/safetensors.h"
 
+#include "checkpoint/json_field.h"
 #include "core/check.h"
 #include "core/compat.h"
 
@@ -76,6 +77,13 @@ void pread_exact(int fd, void* dst, uint64_t nbytes, uint64_t offset, const std:
   }
 }
 
+// Removes what a failed writer created, and nothing that is not a regular file (a device or FIFO the
+// caller named is never unlinked).
+void remove_if_regular(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) std::remove(path.c_str());
+}
+
 void fwrite_exact(std::FILE* file, const void* src, size_t nbytes, const std::string& path) {
   if (nbytes == 0) return;
   ZEST_CHECK(std::fwrite(src, 1, nbytes, file) == nbytes, path, ": write failed: ", errno_text());
@@ -95,7 +103,7 @@ Json parse_header_json(const std::string& text, const std::string& path) {
   try {
     header = Json::parse(text, on_event);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", e.what());
+    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", checkpoint::json_error_text(e));
   }
   ZEST_CHECK(duplicate.empty(), path, ": safetensors header names tensor '", duplicate, "' twice");
   ZEST_CHECK(header.is_object(), path, ": safetensors header must be a JSON object, got ", header.type_name());
@@ -208,6 +216,7 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
     struct stat st {};
     ZEST_CHECK(::fstat(fd, &st) == 0, path_, ": stat failed: ", errno_text());
     const auto file_bytes = static_cast<uint64_t>(st.st_size);
+    file_bytes_ = file_bytes;
     ZEST_CHECK(file_bytes >= 8, path_, ": file has ", file_bytes,
                " bytes, too short for a safetensors header length (8 bytes)");
 
@@ -248,6 +257,7 @@ Reader::Reader(Reader&& other) noexcept
     : path_(std::move(other.path_)),
       file_(std::exchange(other.file_, nullptr)),
       data_start_(other.data_start_),
+      file_bytes_(other.file_bytes_),
       tensors_(std::move(other.tensors_)),
       index_(std::move(other.index_)),
       metadata_(std::move(other.metadata_)) {}
@@ -258,6 +268,7 @@ Reader& Reader::operator=(Reader&& other) noexcept {
     path_ = std::move(other.path_);
     file_ = std::exchange(other.file_, nullptr);
     data_start_ = other.data_start_;
+    file_bytes_ = other.file_bytes_;
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
@@ -303,6 +314,12 @@ void Reader::read_bytes(const std::string& name, uint64_t byte_offset, uint64_t 
               path_ + ": tensor '" + name + "'");
 }
 
+void Reader::read_file_range(uint64_t offset, uint64_t nbytes, void* dst) const {
+  ZEST_CHECK(offset <= file_bytes_ && nbytes <= file_bytes_ - offset, path_, ": byte range [", offset, ", ",
+             offset + nbytes, ") is outside the file's ", file_bytes_, " bytes");
+  pread_exact(::fileno(file_), dst, nbytes, offset, path_);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Writer
 
@@ -335,7 +352,7 @@ Writer::Writer(std::string path, std::vector<TensorDecl> decls, const Metadata& 
     fwrite_exact(file_, text.data(), text.size(), path_);
   } catch (...) {  // the destructor does not run for a throwing constructor
     std::fclose(file_);
-    std::remove(path_.c_str());
+    remove_if_regular(path_);
     throw;
   }
 }
@@ -344,7 +361,7 @@ Writer::~Writer() {
   if (file_ == nullptr) return;
   std::fclose(file_);
   // An unfinished file is invalid; removing it keeps readers from ever seeing a half-written shard.
-  if (!finished_) std::remove(path_.c_str());
+  if (!finished_) remove_if_regular(path_);
 }
 
 // A piece may span several tensors; each part is converted to the dtype of the tensor it lands in.

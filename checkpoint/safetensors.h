@@ -57,10 +57,17 @@ class Reader {
   // Raw bytes [byte_offset, byte_offset + nbytes) of the tensor's data into dst.
   void read_bytes(const std::string& name, uint64_t byte_offset, uint64_t nbytes, void* dst) const;
 
+  // The file as bytes: its size, where tensor data starts (8 + header length), and any byte range of it
+  // (checksums over the whole file read through these).
+  uint64_t file_bytes() const { return file_bytes_; }
+  uint64_t data_start() const { return data_start_; }
+  void read_file_range(uint64_t offset, uint64_t nbytes, void* dst) const;
+
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
   uint64_t data_start_ = 0;  // 8 + header length
+  uint64_t file_bytes_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> index_;
   Metadata metadata_;

@@ -3,7 +3,9 @@
 #include "checkpoint/save.h"
 
 #include "checkpoint/directory.h"
+#include "checkpoint/manifest_check.h"
 #include "checkpoint/rank_agreement.h"
+#include "checkpoint/save_phase.h"
 #include "checkpoint/snapshot.h"
 #include "core/check.h"
 
@@ -72,11 +74,13 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   auto pending = std::make_unique<Pending>();
   pending->root = request.dir;
   pending->keep_last = request.keep_last;
-  // Validates the caller's JSON on every rank before anything touches the disk.
+  // Validates the caller's JSON and the layout on every rank before anything touches the disk.
   raise_if_any(comm, capture_error([&] {
     pending->manifest = describe_engine(engine, request);
     Manifest probe = pending->manifest;
     probe.rank_extra_json = {request.rank_extra_json};
+    for (int r = 0; r < comm.size(); ++r) probe.files.push_back({rank_file_name(r), 0, 0});
+    validate_manifest(probe, "the checkpoint being saved to " + request.dir);
     to_json_text(probe);
   }));
   pending->manifest.rank_extra_json = allgather_strings(comm, request.rank_extra_json);
@@ -85,15 +89,12 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   std::string tmp = (std::filesystem::path(request.dir) / (step_dir_name(step) + ".tmp")).string();
   raise_if_any(comm, comm.rank() == 0 ? capture_error([&] { tmp = prepare_tmp_dir(request.dir, step); }) : "");
 
-  const safetensors::Metadata metadata = {
-      {"format", kFormatName}, {"format_version", std::to_string(kFormatVersion)},
-      {"rank", std::to_string(comm.rank())}, {"world_size", std::to_string(comm.size())},
-      {"step", std::to_string(step)}};
+  const RankFileIdentity identity{comm.rank(), comm.size(), step};
   const std::string file = (std::filesystem::path(tmp) / rank_file_name(comm.rank())).string();
   auto snapshot = std::make_shared<RankSnapshot>(snapshot_engine(engine, request.async));
   Pending* p = pending.get();
-  auto write = [p, snapshot, file, metadata] {
-    p->error = capture_error([&] { p->record = write_rank_file(*snapshot, file, metadata); });
+  auto write = [p, snapshot, file, identity] {
+    p->error = capture_error([&] { p->record = write_rank_file(*snapshot, file, identity); });
     p->written.store(true);
   };
   pending_ = std::move(pending);
@@ -133,8 +134,10 @@ void Saver::commit(Communicator& comm) {
       for (int r = 0; r < comm.size(); ++r)
         m.files.push_back({rank_file_name(r), static_cast<uint64_t>(records[2 * r]),
                            static_cast<uint64_t>(records[2 * r + 1])});
+      validate_manifest(m, "the manifest of " + p->path);  // never write one that readers would refuse
       const std::string tmp = p->path + ".tmp";
       write_manifest(tmp, m);
+      reach_save_phase(SavePhase::manifest_written, 0, m.step);
       commit_tmp_dir(p->root, m.step);
       apply_retention(p->root, p->keep_last);
     });

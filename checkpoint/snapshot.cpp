@@ -2,6 +2,7 @@
 #include "checkpoint/snapshot.h"
 
 #include "checkpoint/checksum.h"
+#include "checkpoint/save_phase.h"
 #include "core/check.h"
 
 #include <filesystem>
@@ -46,21 +47,31 @@ RankSnapshot snapshot_engine(Engine& engine, bool copy) {
   return snap;
 }
 
-FileRecord write_rank_file(const RankSnapshot& snapshot, const std::string& path,
-                           const safetensors::Metadata& metadata) {
+FileRecord write_rank_file(const RankSnapshot& snapshot, const std::string& path, const RankFileIdentity& identity) {
+  ZEST_CHECK(identity.rank == snapshot.rank, path, ": rank ", snapshot.rank, "'s snapshot written as rank ",
+             identity.rank);
   std::vector<safetensors::TensorDecl> decls;
-  for (size_t k = 0; k < snapshot.kinds.size(); ++k)
-    for (size_t u = 0; u < snapshot.units.size(); ++u)
+  std::vector<torch::Tensor> pieces;  // in file order
+  for (size_t k = 0; k < snapshot.kinds.size(); ++k) {
+    for (size_t u = 0; u < snapshot.units.size(); ++u) {
       decls.push_back({tensor_name(snapshot.kinds[k], snapshot.units[u]), torch::kFloat32,
                        {snapshot.slices[k][u].numel()}});
+      pieces.push_back(snapshot.slices[k][u]);
+    }
+  }
   {
-    safetensors::Writer writer(path, decls, metadata);
-    for (size_t k = 0; k < snapshot.kinds.size(); ++k)
-      for (size_t u = 0; u < snapshot.units.size(); ++u) writer.append(snapshot.slices[k][u]);
+    safetensors::Writer writer(path, decls, rank_file_metadata(identity));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (i == pieces.size() / 2) reach_save_phase(SavePhase::rank_file_partial, identity.rank, identity.step);
+      writer.append(pieces[i]);
+    }
     writer.finish();  // flush + fsync
   }
   // Hashing re-reads the file just written (from the page cache): what is hashed is what is on disk.
-  return {std::filesystem::path(path).filename().string(), std::filesystem::file_size(path), xxh64_file(path)};
+  FileRecord record{std::filesystem::path(path).filename().string(), std::filesystem::file_size(path),
+                    xxh64_file(path)};
+  reach_save_phase(SavePhase::rank_file_written, identity.rank, identity.step);
+  return record;
 }
 
 }  // namespace zest::checkpoint

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "checkpoint/manifest.h"
-#include "checkpoint/safetensors.h"
+#include "checkpoint/rank_file.h"
 #include "engine/engine.h"
 
 #include <torch/torch.h>
@@ -28,9 +28,9 @@ struct RankSnapshot {
 // copy = true: host copies that later training does not touch (asynchronous saves).
 RankSnapshot snapshot_engine(Engine& engine, bool copy);
 
-// Writes `snapshot` to `path` (tensors "<kind>.<unit>", kinds outermost), fsyncs it, and returns its size
-// and checksum. A failed write leaves no file behind.
-FileRecord write_rank_file(const RankSnapshot& snapshot, const std::string& path,
-                           const safetensors::Metadata& metadata);
+// Writes `snapshot` to `path` (tensors "<kind>.<unit>", kinds outermost; header metadata from
+// `identity`, whose rank must be the snapshot's), fsyncs it, and returns its size and checksum. A failed
+// write leaves no file behind.
+FileRecord write_rank_file(const RankSnapshot& snapshot, const std::string& path, const RankFileIdentity& identity);
 
 }  // namespace zest::checkpoint

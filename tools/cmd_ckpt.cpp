@@ -1,10 +1,9 @@
 // `zest ckpt inspect DIR [--verify]`: the manifest summary of a checkpoint (step, world size, stage,
-// model, optimizer, size per rank) and, with --verify, every rank file's size and xxh64 checksum.
+// model, optimizer, size per rank) and, with --verify, every rank file's size, header and xxh64 checksum
+// (the checks load and merge make; checkpoint/verify.h). DIR may be a root, DIR/latest or a step folder.
 #include "tools/commands.h"
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/directory.h"
-#include "checkpoint/manifest.h"
 #include "checkpoint/verify.h"
 
 #include <CLI/CLI.hpp>
@@ -26,7 +25,8 @@ void print_summary(const std::string& step_dir, const checkpoint::Manifest& m) {
   for (const auto& unit : m.units)
     for (const auto& slot : unit.slots) aliases += static_cast<int64_t>(slot.aliases.size());
   std::printf("checkpoint   %s\n", step_dir.c_str());
-  std::printf("format       %s v%d, created %s\n", checkpoint::kFormatName, m.format_version, m.created_utc.c_str());
+  std::printf("format       %s v%d%s, created %s\n", checkpoint::kFormatName, m.format_version,
+              m.format_version < 2 ? " (no manifest checksum)" : "", m.created_utc.c_str());
   std::printf("model        %s (config hash %s)\n", m.model_name.empty() ? "(unnamed)" : m.model_name.c_str(),
               m.config_hash.c_str());
   std::printf("step         %lld (lr of the next step %.6g, %lld skipped so far)\n", static_cast<long long>(m.step),
@@ -41,17 +41,20 @@ void print_summary(const std::string& step_dir, const checkpoint::Manifest& m) {
 }
 
 void run_inspect(const InspectArgs& args) {
-  const std::string step_dir = checkpoint::resolve_checkpoint(args.dir);
-  const checkpoint::Manifest m = checkpoint::read_manifest(step_dir);
-  print_summary(step_dir, m);
+  // Without --verify the listing shows what the manifest promises (files are not hashed or reported).
+  const checkpoint::CheckpointReport report = checkpoint::inspect_checkpoint(args.dir, args.verify);
+  const checkpoint::Manifest& m = report.manifest;
+  if (!report.location.note.empty()) std::fprintf(stderr, "zest: note: %s\n", report.location.note.c_str());
+  print_summary(report.location.step_dir, m);
   std::printf("%-26s %14s  %-16s  %s\n", "file", "bytes", "xxh64", args.verify ? "status" : "");
   uint64_t total = 0;
   int bad = 0;
-  for (const auto& file : m.files) {
+  for (size_t r = 0; r < m.files.size(); ++r) {
+    const checkpoint::FileRecord& file = m.files[r];
     total += file.bytes;
     std::string status;
     if (args.verify) {
-      const checkpoint::FileStatus s = checkpoint::check_file(step_dir, file, /*hash=*/true);
+      const checkpoint::FileStatus& s = report.files[r];
       status = s.ok() ? "ok" : "BAD: " + s.problem(file);
       bad += s.ok() ? 0 : 1;
     }
@@ -70,8 +73,10 @@ void add_ckpt_command(CLI::App& app) {
   ckpt->require_subcommand(1);
   auto args = std::make_shared<InspectArgs>();
   CLI::App* inspect = ckpt->add_subcommand("inspect", "Summary of a checkpoint's manifest and files");
-  inspect->add_option("dir", args->dir, "checkpoint folder (a step_N/ folder, or a root: its latest)")->required();
-  inspect->add_flag("--verify", args->verify, "check every rank file's size and xxh64 checksum (exit 1 if bad)");
+  inspect->add_option("dir", args->dir, "checkpoint: a root (its latest), DIR/latest, or a step_N/ folder")
+      ->required();
+  inspect->add_flag("--verify", args->verify,
+                    "check every rank file's size, header and xxh64 checksum against the manifest (exit 1 if bad)");
   inspect->callback([args] { run_inspect(*args); });
 }
 

@@ -1,5 +1,6 @@
 // `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB]`: one consolidated
-// model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece.
+// model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece with every
+// rank file checksummed on the way (checkpoint/merge.h says what is refused).
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
@@ -36,6 +37,7 @@ void run_merge(const MergeArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   const checkpoint::MergeResult result = checkpoint::merge_offline(args.checkpoint, args.output, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", note.c_str());
   for (const std::string& file : result.files) std::printf("wrote %s\n", file.c_str());
   if (!result.index_path.empty()) std::printf("wrote %s\n", result.index_path.c_str());
   std::printf("%lld tensors, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",
@@ -48,9 +50,11 @@ void run_merge(const MergeArgs& args) {
 void add_merge_command(CLI::App& app) {
   auto args = std::make_shared<MergeArgs>();
   CLI::App* cmd = app.add_subcommand("merge", "Merge a sharded checkpoint into one model safetensors file");
-  cmd->add_option("checkpoint", args->checkpoint, "checkpoint folder (a step_N/ folder, or a root: its latest)")
+  cmd->add_option("checkpoint", args->checkpoint, "checkpoint: a root (its latest), DIR/latest, or a step_N/ folder")
       ->required();
-  cmd->add_option("-o,--output", args->output, "output file, e.g. model.safetensors")->required();
+  cmd->add_option("-o,--output", args->output,
+                  "output file outside the checkpoint folder, e.g. model.safetensors (replaced if it exists)")
+      ->required();
   cmd->add_option("--dtype", args->dtype, "output dtype: fp32 | bf16 | fp16")->capture_default_str();
   cmd->add_option("--shard-size", args->shard_size,
                   "split into files of at most this size with an index json (e.g. 5GB, 2GiB; 0 = one file)")

@@ -1,5 +1,6 @@
-// The CLI front ends: `zest merge` and `zest ckpt inspect [--verify]` on a real checkpoint (skipped when
-// the zest binary has not been built in this build tree).
+// The CLI front ends: `zest merge` and `zest ckpt inspect [--verify]` on a real checkpoint, named as its
+// root, as DIR/latest (the file a user sees) or as a step folder; refusals exit 1 with one message.
+// Skipped when the zest binary has not been built in this build tree.
 #include "ckpt_test_util.h"
 #include "thread_world.h"
 
@@ -9,6 +10,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -67,6 +69,59 @@ TEST(CheckpointCli, MergeAndInspect) {
   const Ran missing = run_zest("merge " + dir.sub("nothing") + " -o " + dir.sub("x.safetensors"), dir.sub("x.log"));
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.output.find("no such checkpoint folder"), std::string::npos) << missing.output;
+}
+
+TEST(CheckpointCli, LatestFileAndStepFolderWorkAsTheRoot) {
+  if (!std::filesystem::exists(std::string(ZEST_BINARY_DIR) + "/zest")) GTEST_SKIP() << "zest not built";
+  TempDir dir;
+  run_ranks(2, [&](int, std::shared_ptr<Communicator> comm) {
+    ToyRun run = make_toy_run(comm, {2, false, 7});
+    train_toy(run, 0, 3);
+    checkpoint::save(*run.engine, toy_save_request(dir.sub("ckpt")));
+  });
+  // inspect and merge accept the same names (both go through locate_checkpoint): each is run on two.
+  for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003")}) {
+    const Ran inspect = run_zest("ckpt inspect " + name + " --verify", dir.sub("i.log"));
+    EXPECT_EQ(inspect.status, 0) << name << ":\n" << inspect.output;
+    const std::string shown = "checkpoint   " + dir.sub("ckpt/step_00000003");
+    EXPECT_NE(inspect.output.find(shown), std::string::npos) << inspect.output;
+    EXPECT_NE(inspect.output.find("all verified"), std::string::npos) << inspect.output;
+  }
+  for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003/manifest.json")}) {
+    const Ran merge = run_zest("merge " + name + " -o " + dir.sub("m.safetensors"), dir.sub("m.log"));
+    EXPECT_EQ(merge.status, 0) << name << ":\n" << merge.output;
+    EXPECT_EQ(safetensors::load_file(dir.sub("m.safetensors")).size(), 14u);
+    std::filesystem::remove(dir.sub("m.safetensors"));
+  }
+  // `latest` naming nothing: the newest committed checkpoint, with a note saying so.
+  std::ofstream(dir.sub("ckpt/latest"), std::ios::trunc) << "step_00000099\n";
+  const Ran dangling = run_zest("ckpt inspect " + dir.sub("ckpt/latest"), dir.sub("d.log"));
+  EXPECT_EQ(dangling.status, 0) << dangling.output;
+  EXPECT_NE(dangling.output.find("names 'step_00000099', which is not a committed checkpoint; using"),
+            std::string::npos) << dangling.output;
+}
+
+TEST(CheckpointCli, MergeRefusalsExitOneWithOneMessage) {
+  if (!std::filesystem::exists(std::string(ZEST_BINARY_DIR) + "/zest")) GTEST_SKIP() << "zest not built";
+  TempDir dir;
+  run_ranks(2, [&](int, std::shared_ptr<Communicator> comm) {
+    ToyRun run = make_toy_run(comm, {2, false, 7});
+    checkpoint::save(*run.engine, toy_save_request(dir.sub("ckpt")));
+  });
+  const std::string rank0 = dir.sub("ckpt/step_00000000/rank_00000.safetensors");
+  const auto size = std::filesystem::file_size(rank0);
+  const Ran inside = run_zest("merge " + dir.sub("ckpt") + " -o " + rank0, dir.sub("a.log"));
+  EXPECT_EQ(inside.status, 1);
+  EXPECT_NE(inside.output.find("zest: error: " + rank0 + ": is inside the checkpoint folder"), std::string::npos)
+      << inside.output;
+  EXPECT_EQ(std::filesystem::file_size(rank0), size);
+  std::filesystem::create_directories(dir.sub("adir"));
+  const Ran onto_dir = run_zest("merge " + dir.sub("ckpt") + " -o " + dir.sub("adir"), dir.sub("b.log"));
+  EXPECT_EQ(onto_dir.status, 1);
+  EXPECT_NE(onto_dir.output.find("the merge output would replace a folder"), std::string::npos) << onto_dir.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("adir.tmp")));
+  for (const Ran& ran : {inside, onto_dir})  // one line: no stack trace, no second message
+    EXPECT_EQ(std::count(ran.output.begin(), ran.output.end(), '\n'), 1) << ran.output;
 }
 
 }  // namespace

@@ -118,8 +118,11 @@ TEST(CheckpointMerge, ResavedAfterReshardingMergesToTheSameModel) {
   expect_bitwise_equal(read_all({dir.sub("m4.safetensors")}), read_all({dir.sub("m3.safetensors")}), "m4 vs m3");
 }
 
-// PyTorch 1.13 (/usr/bin/python3) reads the merged file with its own few lines of safetensors parsing and
-// loads it into an equivalent nn.Module with strict=True; values must match the C++ model's.
+// PyTorch 1.13 (/usr/bin/python3) reads the merged file with its own few lines of safetensors parsing,
+// compares every tensor of the file by name (a tied pair's two names each) and loads it into an
+// equivalent nn.Module with strict=True; values must match the C++ model's. The test also corrupts the
+// primary of the tied pair (embed.weight) in a copy and requires the check to fail: loading alone would
+// hide it, as the alias is loaded last into the same tensor.
 TEST(CheckpointMerge, LoadsIntoPyTorchWithStrictTrue) {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
@@ -143,7 +146,7 @@ def read(path):
         assert e["dtype"] == "F32", e
         b, end = e["data_offsets"]
         out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
-    return out
+    return out, header.get("__metadata__", {})
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -158,23 +161,47 @@ class ToyNet(torch.nn.Module):
         self.head_extra = torch.nn.Module()
         self.head_extra.tied = self.embed.weight
         self.head_extra.unused_bias = torch.nn.Parameter(torch.zeros(3, 3))
-merged, expected = read(sys.argv[1]), read(sys.argv[2])
-model = ToyNet()
-model.load_state_dict(merged, strict=True)
-state = model.state_dict()
-assert set(state) == set(expected), (sorted(state), sorted(expected))
-for name, value in expected.items():
-    assert torch.equal(state[name], value), name
-assert model.head_extra.tied is model.embed.weight
-print("ok", len(state))
+expected, _ = read(sys.argv[2])
+def check(path):
+    merged, metadata = read(path)
+    # Every tensor of the file, by name, before any loading: load_state_dict copies a tied pair into one
+    # tensor, so whichever name it loads last would hide a wrong value under the other.
+    assert set(merged) == set(expected), (sorted(merged), sorted(expected))
+    for name, value in expected.items():
+        assert torch.equal(merged[name], value), "file tensor " + name
+    for alias, primary in json.loads(metadata["zest.aliases"]).items():
+        assert torch.equal(merged[alias], merged[primary]), alias + " differs from " + primary
+    model = ToyNet()
+    model.load_state_dict(merged, strict=True)
+    state = model.state_dict()
+    assert set(state) == set(expected), (sorted(state), sorted(expected))
+    for name, value in expected.items():
+        assert torch.equal(state[name], value), name
+    assert model.head_extra.tied is model.embed.weight
+    return len(state)
+print("ok", check(sys.argv[1]))
+try:
+    check(sys.argv[3])
+    print("the corrupted copy passed")
+except AssertionError as e:
+    print("corrupted copy refused:", e)
 )PY";
+  // A copy with embed.weight (not its alias head_extra.tied) changed must fail the same check.
+  safetensors::NamedTensors corrupted;
+  const safetensors::Metadata metadata = safetensors::Reader(dir.sub("model.safetensors")).metadata();
+  for (auto& [name, t] : safetensors::load_file(dir.sub("model.safetensors")))
+    corrupted.emplace_back(name, name == "embed.weight" ? t + 1.0f : t);
+  safetensors::save_file(dir.sub("corrupt.safetensors"), corrupted, metadata);
+
   const std::string command = "/usr/bin/python3 " + script + " " + dir.sub("model.safetensors") + " " +
-                              dir.sub("expected.safetensors") + " > " + dir.sub("py.log") + " 2>&1";
+                              dir.sub("expected.safetensors") + " " + dir.sub("corrupt.safetensors") + " > " +
+                              dir.sub("py.log") + " 2>&1";
   const int rc = std::system(command.c_str());
   std::ifstream log(dir.sub("py.log"));
   const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rc, 0) << output;
   EXPECT_NE(output.find("ok 14"), std::string::npos) << output;
+  EXPECT_NE(output.find("corrupted copy refused: file tensor embed.weight"), std::string::npos) << output;
 }
 
 }  // namespace
