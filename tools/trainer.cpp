@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "comm/world.h"
 #include "models/model_resolve.h"
+#include "models/pretrained_load.h"
 #include "tools/progress.h"
 #include "tools/stop_signal.h"
 #include "tools/train_data.h"
@@ -90,6 +91,10 @@ TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) 
   torch::manual_seed(config.train.seed);
   const ResolvedModel resolved = resolve_model(config.model, config.source);
   auto model = build_model(resolved);
+  // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).
+  const nlohmann::json model_source = start_from_pretrained(
+      *model, resolved, config.model,
+      options.resume ? checkpoint::find_latest(config.checkpoint.dir).value_or("") : std::string(), *comm);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   TrainData data(config, resolved, *comm);
 
@@ -113,7 +118,8 @@ TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) 
   checkpoint::Saver saver;
   auto save_now = [&] {
     auto r = request;
-    r.extra_json = nlohmann::json{{"data", data.state()}, {"seed", config.train.seed}}.dump();
+    r.extra_json =
+        nlohmann::json{{"data", data.state()}, {"seed", config.train.seed}, {"model_source", model_source}}.dump();
     const std::string path = saver.save(engine, r);
     progress.message("checkpoint " + path + (r.async ? " (writing in the background)" : ""));
   };
