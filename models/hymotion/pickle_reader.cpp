@@ -187,6 +187,7 @@ class Machine {
   }
 
   void step(uint8_t op);
+  bool push_scalar(uint8_t op);
 
   const std::string& data_;
   std::string source_;
@@ -197,23 +198,21 @@ class Machine {
   std::map<uint64_t, PickleRef> memo_;
 };
 
-void Machine::step(uint8_t op) {
+// Opcodes that push one scalar or string; false for every other opcode.
+bool Machine::push_scalar(uint8_t op) {
   switch (op) {
-    case 0x80: u8(); break;      // PROTO
-    case 0x95: le(8); break;     // FRAME
-    case '(': marks_.push_back(stack_.size()); break;
-    case 'N': push(make(Kind::none)); break;
-    case 0x88: push(make_int(1, Kind::boolean)); break;
-    case 0x89: push(make_int(0, Kind::boolean)); break;
-    case 'J': push(make_int(static_cast<int32_t>(le(4)))); break;
-    case 'K': push(make_int(u8())); break;
-    case 'M': push(make_int(static_cast<int64_t>(le(2)))); break;
-    case 0x8a: push(make_int(signed_le(u8()))); break;
-    case 0x8b: push(make_int(signed_le(le(4)))); break;
+    case 'N': push(make(Kind::none)); return true;
+    case 0x88: push(make_int(1, Kind::boolean)); return true;
+    case 0x89: push(make_int(0, Kind::boolean)); return true;
+    case 'J': push(make_int(static_cast<int32_t>(le(4)))); return true;
+    case 'K': push(make_int(u8())); return true;
+    case 'M': push(make_int(static_cast<int64_t>(le(2)))); return true;
+    case 0x8a: push(make_int(signed_le(u8()))); return true;
+    case 0x8b: push(make_int(signed_le(le(4)))); return true;
     case 'I': {  // INT (protocol 0): "01"/"00" are booleans
       const std::string text = line();
       push(text == "01" || text == "00" ? make_int(text == "01", Kind::boolean) : make_int(std::stoll(text)));
-      break;
+      return true;
     }
     case 'G': {  // BINFLOAT: big-endian double
       uint64_t bits = 0;
@@ -221,16 +220,26 @@ void Machine::step(uint8_t op) {
       PickleRef v = make(Kind::floating);
       std::memcpy(&v->floating, &bits, sizeof(bits));
       push(v);
-      break;
+      return true;
     }
-    case 'X': push(make_text(Kind::string, bytes(le(4)))); break;
-    case 0x8c: push(make_text(Kind::string, bytes(u8()))); break;
-    case 0x8d: push(make_text(Kind::string, bytes(le(8)))); break;
-    case 'T': push(make_text(Kind::string, bytes(le(4)))); break;
-    case 'U': push(make_text(Kind::string, bytes(u8()))); break;
-    case 'B': push(make_text(Kind::bytes, bytes(le(4)))); break;
-    case 'C': push(make_text(Kind::bytes, bytes(u8()))); break;
-    case 0x8e: push(make_text(Kind::bytes, bytes(le(8)))); break;
+    case 'X': push(make_text(Kind::string, bytes(le(4)))); return true;
+    case 0x8c: push(make_text(Kind::string, bytes(u8()))); return true;
+    case 0x8d: push(make_text(Kind::string, bytes(le(8)))); return true;
+    case 'T': push(make_text(Kind::string, bytes(le(4)))); return true;
+    case 'U': push(make_text(Kind::string, bytes(u8()))); return true;
+    case 'B': push(make_text(Kind::bytes, bytes(le(4)))); return true;
+    case 'C': push(make_text(Kind::bytes, bytes(u8()))); return true;
+    case 0x8e: push(make_text(Kind::bytes, bytes(le(8)))); return true;
+    default: return false;
+  }
+}
+
+void Machine::step(uint8_t op) {
+  if (push_scalar(op)) return;
+  switch (op) {
+    case 0x80: u8(); break;      // PROTO
+    case 0x95: le(8); break;     // FRAME
+    case '(': marks_.push_back(stack_.size()); break;
     case ')': push(make(Kind::tuple)); break;
     case 0x85: { PickleRef a = pop(); push(tuple({a})); break; }
     case 0x86: { PickleRef b = pop(), a = pop(); push(tuple({a, b})); break; }

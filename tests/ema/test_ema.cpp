@@ -3,6 +3,7 @@
 // read strictly and printed back.
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "engine/memory_model.h"
 #include "optim/ema.h"
 
 #include <gtest/gtest.h>
@@ -179,6 +180,19 @@ TEST(ShardedEma, StartsAsACopyAndLoadsShards) {
   EXPECT_TRUE(ema.shard().equal(values));
   EXPECT_THROW(ema.load_shard(torch::randn({47})), std::exception);
   EXPECT_THROW(ShardedEma(c, torch::randn({4}, torch::kFloat64)), std::exception);
+}
+
+// The EMA is laid out like the master: 4P bytes at stage 0 (whole units everywhere), 4P/N when sharded.
+TEST(EmaMemory, FormulaFollowsTheMaster) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    MemoryModelInputs in{8'000'000, 8, stage, Precision::bf16, Precision::fp32, 8, true};
+    const ModelStateBytes with = estimate_model_state_bytes(in);
+    in.ema = false;
+    const ModelStateBytes without = estimate_model_state_bytes(in);
+    EXPECT_EQ(with.ema, stage == 0 ? 32'000'000 : 4'000'000) << "stage " << stage;
+    EXPECT_EQ(with.total(), without.total() + with.ema);
+    EXPECT_EQ(without.ema, 0);
+  }
 }
 
 }  // namespace

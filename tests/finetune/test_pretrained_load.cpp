@@ -177,5 +177,25 @@ TEST(PretrainedRunFile, StartFromPretrainedLoadsOnAFreshStart) {
             std::string::npos);
 }
 
+// A plain safetensors file with the model's own names (e.g. a zest merge) needs name/config for the
+// architecture; its sharded .index.json form is a file too.
+TEST(PretrainedRunFile, APlainSafetensorsFileWithTheModelsOwnNames) {
+  const TempDir dir("plain");
+  const Named values = write_diffusers_folder(dir.sub("u"), torch::kBFloat16);
+  const std::string file = dir.sub("model.safetensors");
+  fs::rename(dir.sub("u/diffusion_pytorch_model.safetensors"), file);
+  const RunConfig c = parse_run("[model]\nname = \"unet_tiny\"\npretrained = \"" + file + "\"\n");
+  const ResolvedModel resolved = resolve_model(c.model, c.source);
+  EXPECT_EQ(resolved.pretrained, file);
+  SelfCommunicator comm;
+  auto model = fresh("unet_tiny");
+  EXPECT_EQ(start_from_pretrained(*model, resolved, c.model, "", comm)["format"], "zest");
+  expect_equal(named_tensors(*model), values);
+  std::ofstream(dir.sub("model.safetensors.index.json"))
+      << nlohmann::json{{"weight_map", {{"conv_in.weight", "model.safetensors"}}}}.dump();
+  EXPECT_EQ(find_pretrained_layout(dir.sub("model.safetensors.index.json")).format, PretrainedFormat::safetensors);
+  EXPECT_EQ(open_weights(dir.sub("model.safetensors.index.json"))->tensors().size(), values.size());
+}
+
 }  // namespace
 }  // namespace zest::testing
