@@ -207,6 +207,14 @@ TEST(FinetuneRoundTrip, AResumedFineTuneDoesNotReloadTheBaseWeights) {
   EXPECT_NE(out.find("not loaded: the run resumes from its checkpoint"), std::string::npos) << out;
   expect_identical(read_safetensors((w / "split" / "model.safetensors").string()),
                    read_safetensors((w / "full" / "model.safetensors").string()), "resumed vs uninterrupted");
+  // The resumed run's checkpoints still carry the release's config and pipeline tensors to an export.
+  run_ok({zest_binary(), "merge", (w / "split" / "checkpoints").string(), "--format", "hymotion", "-o",
+          (w / "export").string()});
+  EXPECT_EQ(read_text((w / "export" / "config.yml").string()), read_text((w / "base" / "config.yml").string()));
+  const hymotion::TorchArchiveReader archive((w / "export" / "latest.ckpt").string());
+  size_t carried = 0;
+  for (const auto& entry : archive.state_dict("model_state_dict")) carried += entry.name == "null_vtxt_feat";
+  EXPECT_EQ(carried, 1u);
 }
 
 }  // namespace
