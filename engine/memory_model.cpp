@@ -22,6 +22,7 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   bytes.master = in.stage == 0 ? 4 * P : 4 * P / N;
   bytes.optimizer = in.stage == 0 ? in.optimizer_bytes_per_element * P
                                   : in.optimizer_bytes_per_element * P / N;
+  bytes.ema = in.ema ? bytes.master : 0;  // kept sharded exactly like the master
   return bytes;
 }
 

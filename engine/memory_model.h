@@ -13,7 +13,8 @@ struct ModelStateBytes {
   int64_t grads = 0;      // gradients, reduce dtype (full buffer at stages 0/1, own slice at 2/3)
   int64_t master = 0;     // fp32 master weights
   int64_t optimizer = 0;  // optimizer state (Adam: exp_avg + exp_avg_sq)
-  int64_t total() const { return params + grads + master + optimizer; }
+  int64_t ema = 0;        // fp32 EMA of the master weights ([ema]), sharded like the master
+  int64_t total() const { return params + grads + master + optimizer + ema; }
 };
 
 struct MemoryModelInputs {
@@ -23,10 +24,12 @@ struct MemoryModelInputs {
   Precision precision = Precision::bf16;     // compute dtype of the parameters
   Precision reduce_dtype = Precision::bf16;  // dtype gradients are accumulated and reduced in
   int64_t optimizer_bytes_per_element = 8;   // AdamW 8, SGD with momentum 4
+  bool ema = false;                          // an fp32 EMA of the master: 4P at stage 0, 4P/N above
 };
 
 // bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 16P/N.
-// An fp32 reduce dtype keeps gradients in fp32: +2P at stages 0/1, +2P/N at stages 2/3.
+// An fp32 reduce dtype keeps gradients in fp32: +2P at stages 0/1, +2P/N at stages 2/3. An EMA adds what
+// the master takes (4P at stage 0, 4P/N at stages 1-3).
 ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in);
 
 int64_t dtype_bytes(Precision p);

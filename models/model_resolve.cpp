@@ -2,6 +2,7 @@
 #include "models/model_resolve.h"
 
 #include "core/check.h"
+#include "models/pretrained_source.h"
 
 #include <filesystem>
 #include <fstream>
@@ -31,7 +32,9 @@ const ModelFamily& family_for_file(const ModelSelection& selection, const std::s
 }  // namespace
 
 ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file) {
+  if (selection.has_pretrained_folder()) return resolve_pretrained_folder(selection.pretrained);
   ResolvedModel model;
+  model.pretrained = selection.pretrained;  // a weights file with the model's own names, or none
   if (selection.is_builtin()) {
     const BuiltinModelConfig& builtin = builtin_model_config(selection.name);
     model.family = &model_family(builtin.family);

@@ -1,5 +1,6 @@
-// Resolves a run file's [model] selection to its family and configuration text (a built-in flavor or
-// a model TOML file), the one place that turns "which model" into something a family can build.
+// Resolves a run file's [model] selection to its family and configuration text (a built-in flavor, a
+// model TOML file, or a pretrained folder's own config), the one place that turns "which model" into
+// something a family can build.
 #pragma once
 
 #include "core/config_reader.h"
@@ -9,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zest {
 
@@ -18,10 +20,13 @@ struct ResolvedModel {
   std::string toml_text;    // the model configuration (reference field names)
   std::string source;       // where the text came from, for messages ("built-in hymotion_tiny" / a path)
   std::string description;  // "hymotion_tiny (hymotion)"
+  std::string pretrained;   // [model] pretrained: where the starting weights are ("" = none)
+  std::vector<std::string> notes;  // what reading a pretrained config reported (fields it ignored)
 };
 
 // A file's family is model.family when given, else the family whose name prefixes the file name
-// (hymotion_*.toml, unet_*.toml); anything else is an error asking for model.family.
+// (hymotion_*.toml, unet_*.toml); anything else is an error asking for model.family. A pretrained
+// folder's family and configuration come from the folder (models/pretrained_source.h).
 ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file);
 
 // The configuration as a ConfigTable (errors name the configuration's source).

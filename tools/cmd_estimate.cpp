@@ -29,6 +29,7 @@ struct EstimateArgs {
   std::string precision = "bf16";
   std::string reduce_dtype;  // default: same as precision (the ZeRO paper's accounting)
   std::string optimizer = "adamw";
+  bool ema = false;  // with --config: the run file's [ema]
 };
 
 Precision parse_precision(const std::string& text, const char* flag) {
@@ -71,6 +72,7 @@ void run_estimate(const EstimateArgs& args) {
   std::string source = "--params";
   MemoryModelInputs in;
   in.precision = parse_precision(args.precision, "--precision");
+  in.ema = args.ema;
   in.reduce_dtype = args.reduce_dtype.empty() ? in.precision : parse_precision(args.reduce_dtype, "--reduce-dtype");
   OptimConfig optim;
   if (args.optimizer != "adamw" && args.optimizer != "sgd")
@@ -81,22 +83,24 @@ void run_estimate(const EstimateArgs& args) {
     const ResolvedModel model = resolve_run_model(run);
     params = count_model_parameters(model);
     source = model.description;
+    in.ema = in.ema || run.ema.enabled;
   }
   in.numel = params;
   in.world_size = args.world;
   in.optimizer_bytes_per_element = optimizer_state_bytes_per_element(optim);
-  std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s\n",
+  std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s\n",
               format_count(params).c_str(), source.c_str(), args.world, to_string(in.precision),
-              to_string(in.reduce_dtype), args.optimizer.c_str());
-  std::printf("%-6s %12s %12s %12s %12s %12s %12s\n", "stage", "params GB", "grads GB", "master GB", "optim GB",
-              "total GB", "total GiB");
+              to_string(in.reduce_dtype), args.optimizer.c_str(), in.ema ? ", fp32 EMA" : "");
+  std::printf("%-6s %12s %12s %12s %12s %12s %12s %12s\n", "stage", "params GB", "grads GB", "master GB",
+              "optim GB", "ema GB", "total GB", "total GiB");
   for (int stage = 0; stage <= 3; ++stage) {
     in.stage = stage;
     const ModelStateBytes b = estimate_model_state_bytes(in);
-    ZEST_CHECK(b.params >= 0 && b.grads >= 0 && b.master >= 0 && b.optimizer >= 0 && b.total() >= b.params,
+    ZEST_CHECK(b.params >= 0 && b.grads >= 0 && b.master >= 0 && b.optimizer >= 0 && b.ema >= 0 &&
+                   b.total() >= b.params,
                "estimate overflowed for ", params, " parameters");  // unreachable within kMaxParams
-    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", stage, b.params / 1e9, b.grads / 1e9,
-                b.master / 1e9, b.optimizer / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
+    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", stage, b.params / 1e9, b.grads / 1e9,
+                b.master / 1e9, b.optimizer / 1e9, b.ema / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
   }
   std::printf("(GB = 1e9 bytes as in the ZeRO paper; stage 3 is the formula only: the engine runs 0-2; "
               "activations and bucket/prefetch buffers come on top)\n");
@@ -113,6 +117,7 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option("--precision", args->precision, "compute dtype: bf16 | fp16 | fp32")->capture_default_str();
   cmd->add_option("--reduce-dtype", args->reduce_dtype, "dtype of sharded gradients (default: the precision)");
   cmd->add_option("--optimizer", args->optimizer, "adamw | sgd")->capture_default_str();
+  cmd->add_flag("--ema", args->ema, "add an fp32 EMA of the weights (on by itself when the run file has [ema])");
   cmd->callback([args] { run_estimate(*args); });
 }
 

@@ -1,9 +1,11 @@
-// `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB]`: one consolidated
-// model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece with every
-// rank file checksummed on the way (checkpoint/merge.h says what is refused).
+// `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--format F]`: one
+// consolidated model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece
+// with every rank file checksummed on the way (checkpoint/merge.h says what is refused); --format
+// diffusers|hymotion writes the folder those libraries load (models/model_export.h).
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
+#include "models/model_export.h"
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +24,7 @@ struct MergeArgs {
   std::string output;
   std::string dtype = "fp32";
   std::string shard_size = "0";
+  std::string format = "safetensors";
 };
 
 double peak_rss_mib() {
@@ -35,7 +38,8 @@ void run_merge(const MergeArgs& args) {
   options.dtype = checkpoint::parse_merge_dtype(args.dtype);
   options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
   const auto start = std::chrono::steady_clock::now();
-  const checkpoint::MergeResult result = checkpoint::merge_offline(args.checkpoint, args.output, options);
+  const checkpoint::MergeResult result =
+      export_checkpoint(args.checkpoint, args.output, options, parse_export_format(args.format));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", note.c_str());
   for (const std::string& file : result.files) std::printf("wrote %s\n", file.c_str());
@@ -58,6 +62,10 @@ void add_merge_command(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype, "output dtype: fp32 | bf16 | fp16")->capture_default_str();
   cmd->add_option("--shard-size", args->shard_size,
                   "split into files of at most this size with an index json (e.g. 5GB, 2GiB; 0 = one file)")
+      ->capture_default_str();
+  cmd->add_option("--format", args->format,
+                  "safetensors (one file) | diffusers (-o is a UNet folder for from_pretrained) | hymotion (-o is a "
+                  "folder with config.yml + latest.ckpt)")
       ->capture_default_str();
   cmd->callback([args] { run_merge(*args); });
 }

@@ -27,6 +27,7 @@ const std::map<std::string, std::string> kTopLevelHints = {
     {"steps_per_print", "zest calls it [train] log_every"},
     {"lr_scheduler", "zest calls it [scheduler]"},
     {"activation_checkpointing", "zest calls it [engine] activation_checkpointing"},
+    {"use_ema", "an [ema] table turns the EMA of the weights on"},
 };
 
 // A config error is one line: a value it quotes back may hold a newline or other control characters
@@ -96,6 +97,8 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable engine = root.table("engine");
   ConfigTable optimizer = root.table("optimizer");
   ConfigTable scheduler = root.table("scheduler");
+  const bool has_ema = root.has("ema");
+  ConfigTable ema = root.table("ema");
   ConfigTable train = root.table("train");
   ConfigTable checkpoint = root.table("checkpoint");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
@@ -106,6 +109,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   check_supported_here(engine, c.engine);
   c.optimizer = OptimConfig::from_toml(optimizer);
   c.scheduler = SchedulerConfig::from_toml(scheduler);
+  c.ema = EmaConfig::from_toml(ema, has_ema);
   c.train = TrainConfig::from_toml(train);
   c.checkpoint = CheckpointConfig::from_toml(checkpoint);
   check_across_tables(root, c);
@@ -142,6 +146,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.engine, out);
   to_toml(c.optimizer, out);
   to_toml(c.scheduler, out);
+  to_toml(c.ema, out);
   to_toml(c.train, out);
   to_toml(c.checkpoint, out);
   std::string header = "# zest run configuration, resolved (every default written out)";

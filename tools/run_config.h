@@ -1,5 +1,5 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [train], [checkpoint]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
@@ -7,6 +7,7 @@
 #include "engine/engine_config.h"
 #include "models/model_resolve.h"
 #include "models/model_selection.h"
+#include "optim/ema.h"
 #include "optim/optim_config.h"
 
 #include <cstdint>
@@ -37,6 +38,7 @@ struct RunConfig {
   EngineConfig engine;
   OptimConfig optimizer;
   SchedulerConfig scheduler;
+  EmaConfig ema;
   TrainConfig train;
   CheckpointConfig checkpoint;
 };

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "engine/engine.h"
 #include "models/model_resolve.h"
+#include "models/pretrained_load.h"
 #include "tools/error_report.h"
 #include "tools/progress.h"
 #include "tools/run_folder.h"
@@ -141,6 +142,7 @@ class TrainRun {
   std::shared_ptr<Communicator> comm_;
   ResolvedModel resolved_;
   std::shared_ptr<UnitModule> model_;
+  nlohmann::json model_source_;  // where the weights came from (pretrained folder), kept for exports
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<TrainData> data_;
   checkpoint::SaveRequest request_;
@@ -161,6 +163,11 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   torch::manual_seed(config.train.seed);
   resolved_ = resolve_run_model(config);
   model_ = build_model(resolved_);
+  // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).
+  phase_ = "loading the pretrained weights";
+  model_source_ = start_from_pretrained(
+      *model_, resolved_, config.model,
+      options.resume ? checkpoint::find_latest(config.checkpoint.dir).value_or("") : std::string(), *comm_);
   phase_ = "creating the engine";
   engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
   generator_ = noise_generator(engine_->device());
@@ -206,7 +213,8 @@ void TrainRun::step_once(Window& window) {
 void TrainRun::save_now() {
   phase_ = str("saving the checkpoint of step ", engine_->step_count());
   auto r = request_;
-  r.extra_json = nlohmann::json{{"data", data_->state()}, {"seed", config_.train.seed}}.dump();
+  r.extra_json =
+      nlohmann::json{{"data", data_->state()}, {"seed", config_.train.seed}, {"model_source", model_source_}}.dump();
   const std::string path = saver_.save(*engine_, r);
   last_saved_ = engine_->step_count();
   progress_->message("checkpoint " + path + (r.async ? " (writing in the background)" : ""));

@@ -1,5 +1,9 @@
 // The shipped run files configs/*.toml: every one passes the same validation as `zest train`, the big
-// ones carry the realistic settings the docs promise, and the tiny ones stay CPU-sized.
+// ones carry the realistic settings the docs promise, the tiny ones stay CPU-sized, and the fine-tune
+// ones start from released weights (pointed here at tiny generated folders of the same formats; they
+// also train end to end in tests/finetune/test_roundtrip.cpp).
+#include "common/temp_dir.h"
+#include "finetune/finetune_test_util.h"
 #include "models/model_resolve.h"
 #include "tools/run_config.h"
 
@@ -13,12 +17,34 @@ namespace zest {
 namespace {
 
 namespace fs = std::filesystem;
+using zest::testing::read_text;
+using zest::testing::TempDir;
+using zest::testing::write_diffusers_folder;
+using zest::testing::write_hymotion_release;
+
+// Fine-tune run files and the family of the released weights they start from.
+const std::map<std::string, std::string> kFineTunes = {{"sd15_finetune", "unet"}, {"hymotion_finetune", "hymotion"}};
+
+// The released weights the fine-tune runs name are not in CI: tiny folders of the same formats stand in.
+struct TinyReleases {
+  TempDir dir{"run_configs"};
+  TinyReleases() {
+    write_diffusers_folder(dir.sub("unet"), torch::kFloat32);
+    write_hymotion_release(dir.sub("hymotion"));
+  }
+  std::vector<std::string> overrides(const std::string& name) const {
+    if (!kFineTunes.count(name)) return {};
+    return {"model.pretrained=\"" + dir.sub(kFineTunes.at(name)) + "\""};
+  }
+};
 
 std::map<std::string, RunConfig> parse_all_configs() {
+  static const TinyReleases tiny;
   std::map<std::string, RunConfig> configs;
   for (const auto& entry : fs::directory_iterator(fs::path(ZEST_SOURCE_DIR) / "configs")) {
     if (entry.path().extension() != ".toml") continue;
-    configs[entry.path().stem().string()] = parse_run_config(entry.path().string());
+    const std::string name = entry.path().stem().string();
+    configs[name] = parse_run_config(entry.path().string(), tiny.overrides(name));
   }
   return configs;
 }
@@ -26,13 +52,36 @@ std::map<std::string, RunConfig> parse_all_configs() {
 TEST(RunConfigs, EveryShippedFileParses) {
   std::map<std::string, RunConfig> configs;
   ASSERT_NO_THROW(configs = parse_all_configs());
-  for (const char* name : {"hymotion_1b", "hymotion_lite", "hymotion_tiny", "unet_sd15", "unet_sdxl", "unet_tiny"})
+  for (const char* name : {"hymotion_1b", "hymotion_lite", "hymotion_tiny", "unet_sd15", "unet_sdxl", "unet_tiny",
+                           "sd15_finetune", "hymotion_finetune"})
     EXPECT_EQ(configs.count(name), 1u) << "configs/" << name << ".toml is missing";
   for (const auto& [name, config] : configs) {
-    // The model named by each run file is a built-in configuration of the family its file name says.
+    // The model of each run file is of the family its file name says (a fine-tune: its weights' family).
     const ResolvedModel model = resolve_model(config.model, config.source);
-    EXPECT_EQ(name.substr(0, model.family->name.size()), model.family->name) << name;
+    const std::string family = kFineTunes.count(name) ? kFineTunes.at(name) : name.substr(0, name.find('_'));
+    EXPECT_EQ(model.family->name, family) << name;
     EXPECT_EQ(config.train.run_dir, "runs/" + name) << name;
+  }
+}
+
+TEST(RunConfigs, FineTunesStartFromReleasedWeightsWithALowRateAndAnEma) {
+  const auto configs = parse_all_configs();
+  for (const auto& [name, family] : kFineTunes) {
+    SCOPED_TRACE(name);
+    const RunConfig& c = configs.at(name);
+    EXPECT_TRUE(c.model.has_pretrained_folder());
+    EXPECT_TRUE(c.model.name.empty() && c.model.config_path.empty());
+    EXPECT_TRUE(c.model.strict);
+    EXPECT_LE(c.optimizer.lr, 2e-5);
+    EXPECT_GT(c.scheduler.warmup_steps, 0);
+    EXPECT_TRUE(c.ema.enabled);
+    EXPECT_GE(c.ema.decay, 0.999);
+    EXPECT_TRUE(c.checkpoint.merge_at_end);
+    EXPECT_GT(c.checkpoint.every_steps, 0);
+    EXPECT_EQ(c.engine.stage, 2);
+    // As shipped, the weights are expected in <repo>/weights/, resolved against configs/.
+    const std::string text = read_text(std::string(ZEST_SOURCE_DIR) + "/configs/" + name + ".toml");
+    EXPECT_NE(text.find("pretrained = \"../weights/"), std::string::npos);
   }
 }
 

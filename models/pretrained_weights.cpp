@@ -1,0 +1,109 @@
+// Pretrained weight sources (see pretrained_weights.h): safetensors (single or sharded with an index) and
+// HY-Motion's torch.save release.
+#include "models/pretrained_weights.h"
+
+#include "checkpoint/safetensors.h"
+#include "core/check.h"
+#include "models/hymotion/released_format.h"
+#include "models/hymotion/torch_archive.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One file, or the shards an index's weight_map names (every mapped tensor must be in its file).
+class SafetensorsWeights final : public PretrainedWeights {
+ public:
+  explicit SafetensorsWeights(const std::string& path) : PretrainedWeights(path) {
+    if (!path.ends_with(".index.json")) {
+      add_file(path);
+      return;
+    }
+    const std::map<std::string, std::string> weight_map = read_weight_map(path);
+    std::map<std::string, size_t> file_of_name;  // shard file name → index in files_
+    for (const auto& [tensor, file] : weight_map) {
+      if (!file_of_name.count(file)) {
+        file_of_name[file] = files_.size();
+        add_file((fs::path(path).parent_path() / file).string());
+      }
+    }
+    for (const auto& [tensor, file] : weight_map) {
+      const auto& reader = *files_[file_of_name.at(file)];
+      ZEST_CHECK(reader.contains(tensor), path, ": weight_map puts '", tensor, "' in ", file, ", which does not hold it");
+    }
+  }
+
+  torch::Tensor read(const SourceTensor& t) const override { return files_.at(t.file)->read(t.stored_name); }
+
+ private:
+  static std::map<std::string, std::string> read_weight_map(const std::string& path) {
+    std::ifstream in(path);
+    ZEST_CHECK(in.good(), "cannot read ", path);
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+      ZEST_FAIL(path, ": not valid JSON: ", e.what());
+    }
+    ZEST_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), path,
+               ": an index needs a \"weight_map\" object (tensor name → shard file)");
+    std::map<std::string, std::string> map;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+      ZEST_CHECK(file.is_string(), path, ": weight_map[\"", tensor, "\"] is not a file name");
+      map[tensor] = file.get<std::string>();
+    }
+    return map;
+  }
+
+  void add_file(const std::string& file) {
+    files_.push_back(std::make_unique<safetensors::Reader>(file));
+    for (const safetensors::TensorInfo& info : files_.back()->tensors()) {
+      ZEST_CHECK(names_.insert(info.name).second, path_, ": tensor '", info.name, "' is in two shard files");
+      tensors_.push_back({info.name, info.name, info.shape, info.dtype, files_.size() - 1});
+    }
+  }
+
+  std::vector<std::unique_ptr<safetensors::Reader>> files_;
+  std::set<std::string> names_;
+};
+
+// latest.ckpt: the pipeline's state dict; "motion_transformer.<name>" is the network's <name>.
+class ReleaseWeights final : public PretrainedWeights {
+ public:
+  explicit ReleaseWeights(const std::string& path) : PretrainedWeights(path), archive_(path) {
+    const std::string prefix = hymotion::kReleaseNetworkPrefix;
+    const auto& pipeline = hymotion::release_pipeline_tensor_names();
+    entries_ = archive_.state_dict(hymotion::kReleaseStateDictKey);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const hymotion::ArchiveTensor& e = entries_[i];
+      if (std::find(pipeline.begin(), pipeline.end(), e.name) != pipeline.end()) {
+        passed_over_.push_back(e.name);
+        continue;
+      }
+      const bool is_network = e.name.rfind(prefix, 0) == 0;
+      tensors_.push_back({is_network ? e.name.substr(prefix.size()) : e.name, e.name, e.tensor.shape, e.tensor.dtype, i});
+    }
+  }
+
+  torch::Tensor read(const SourceTensor& t) const override { return archive_.read(entries_.at(t.file)); }
+
+ private:
+  hymotion::TorchArchiveReader archive_;
+  std::vector<hymotion::ArchiveTensor> entries_;
+};
+
+}  // namespace
+
+std::unique_ptr<PretrainedWeights> PretrainedWeights::open(const PretrainedLayout& layout) {
+  if (layout.format == PretrainedFormat::hymotion) return std::make_unique<ReleaseWeights>(layout.weights_file);
+  return std::make_unique<SafetensorsWeights>(layout.weights_file);
+}
+
+}  // namespace zest

@@ -1,0 +1,72 @@
+// Tensors as JSON with base64 data (see tensor_json.h).
+#include "models/tensor_json.h"
+
+#include "checkpoint/safetensors.h"
+#include "core/check.h"
+
+#include <cstring>
+
+namespace zest {
+namespace {
+
+constexpr const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(const uint8_t* data, size_t size) {
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  for (size_t i = 0; i < size; i += 3) {
+    const uint32_t chunk = (uint32_t{data[i]} << 16) | (i + 1 < size ? uint32_t{data[i + 1]} << 8 : 0) |
+                           (i + 2 < size ? uint32_t{data[i + 2]} : 0);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += i + 1 < size ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += i + 2 < size ? kAlphabet[chunk & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text, const std::string& what) {
+  ZEST_CHECK(text.size() % 4 == 0, what, ": base64 data of length ", text.size(), " (not a multiple of 4)");
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t chunk = 0;
+    int padding = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const char c = text[i + j];
+      const char* at = c == '=' ? nullptr : std::strchr(kAlphabet, c);
+      ZEST_CHECK(c == '=' || (at != nullptr && c != '\0'), what, ": '", c, "' is not base64");
+      if (c == '=') ++padding;
+      chunk = chunk << 6 | (at ? static_cast<uint32_t>(at - kAlphabet) : 0);
+    }
+    out += static_cast<char>((chunk >> 16) & 255);
+    if (padding < 2) out += static_cast<char>((chunk >> 8) & 255);
+    if (padding < 1) out += static_cast<char>(chunk & 255);
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json tensor_to_json(const torch::Tensor& tensor) {
+  const torch::Tensor data = tensor.detach().to(torch::kCPU).contiguous();
+  return {{"dtype", safetensors::dtype_name(data.scalar_type())},
+          {"shape", data.sizes().vec()},
+          {"base64", base64_encode(static_cast<const uint8_t*>(data.data_ptr()),
+                                   static_cast<size_t>(data.numel()) * data.element_size())}};
+}
+
+torch::Tensor tensor_from_json(const nlohmann::json& value, const std::string& what) {
+  ZEST_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") && value.contains("base64"),
+             what, ": expected {dtype, shape, base64}");
+  const torch::Dtype dtype = safetensors::dtype_from_name(value["dtype"].get<std::string>(), what);
+  const auto shape = value["shape"].get<std::vector<int64_t>>();
+  const std::string bytes = base64_decode(value["base64"].get<std::string>(), what);
+  torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+  ZEST_CHECK(bytes.size() == static_cast<size_t>(out.numel()) * out.element_size(), what, ": ", bytes.size(),
+             " bytes of data for a tensor of ", out.numel() * out.element_size());
+  std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
+  return out;
+}
+
+}  // namespace zest

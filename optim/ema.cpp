@@ -1,0 +1,112 @@
+// EmaConfig ([ema] reading, checking, printing), the host-side decay rule, and ShardedEma's update as
+// device-side tensor ops (see ema.h).
+#include "optim/ema.h"
+
+#include "core/check.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zest {
+
+EmaConfig EmaConfig::from_toml(ConfigTable& table, bool present) {
+  EmaConfig c;
+  c.enabled = table.get("enabled", present);
+  c.decay = table.get("decay", c.decay);
+  c.min_decay = table.get("min_decay", c.min_decay);
+  c.update_every = table.get("update_every", c.update_every);
+  c.start_step = table.get("start_step", c.start_step);
+  c.use_ema_warmup = table.get("use_ema_warmup", c.use_ema_warmup);
+  c.inv_gamma = table.get("inv_gamma", c.inv_gamma);
+  c.power = table.get("power", c.power);
+  table.reject_unknown_keys({{"update_after_step", "zest calls it start_step"},
+                             {"max_value", "zest calls it decay"},
+                             {"min_value", "zest calls it min_decay"},
+                             {"use_ema", "an [ema] table turns the EMA on (enabled = false turns it off)"}});
+  for (const char* key : {"inv_gamma", "power"}) {
+    if (table.has(key) && !c.use_ema_warmup)
+      table.fail(key, "is only used with use_ema_warmup = true (the warm-up form of the decay)");
+  }
+  if (c.decay < 0.0 || c.decay > 1.0) table.fail("decay", "must be in [0, 1]");
+  if (c.min_decay < 0.0 || c.min_decay > c.decay) table.fail("min_decay", "must be in [0, decay]");
+  if (c.update_every < 1) table.fail("update_every", "must be >= 1");
+  if (c.start_step < 0) table.fail("start_step", "must be >= 0");
+  if (c.inv_gamma <= 0.0) table.fail("inv_gamma", "must be > 0");
+  if (c.power <= 0.0) table.fail("power", "must be > 0");
+  return c;
+}
+
+void EmaConfig::validate() const {
+  ZEST_CHECK(decay >= 0.0 && decay <= 1.0, "ema.decay must be in [0, 1], got ", decay);
+  ZEST_CHECK(min_decay >= 0.0 && min_decay <= decay, "ema.min_decay must be in [0, decay], got ", min_decay);
+  ZEST_CHECK(update_every >= 1, "ema.update_every must be >= 1, got ", update_every);
+  ZEST_CHECK(start_step >= 0, "ema.start_step must be >= 0, got ", start_step);
+  ZEST_CHECK(inv_gamma > 0.0, "ema.inv_gamma must be > 0, got ", inv_gamma);
+  ZEST_CHECK(power > 0.0, "ema.power must be > 0, got ", power);
+}
+
+void to_toml(const EmaConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("ema", "exponential moving average of the weights (sharded like the master)");
+  t.set("enabled", c.enabled, "keep an fp32 EMA of the master weights");
+  if (!c.enabled) return;  // the other keys mean nothing without it
+  t.set("decay", c.decay, "decay of the average (diffusers' EMAModel decay)");
+  t.set("min_decay", c.min_decay, "floor of the decay once averaging has started");
+  t.set("update_every", c.update_every, "optimizer steps between EMA updates");
+  t.set("start_step", c.start_step, "copy the weights up to step start_step + 1, then average");
+  t.set("use_ema_warmup", c.use_ema_warmup, "decay = 1 - (1 + x/inv_gamma)^-power, at most decay");
+  if (!c.use_ema_warmup) return;
+  t.set("inv_gamma", c.inv_gamma, "warm-up: inverse multiplicative factor");
+  t.set("power", c.power, "warm-up: exponent");
+}
+
+double ema_decay_at(const EmaConfig& c, int64_t step) {
+  const double x = static_cast<double>(step - c.start_step - 1);
+  if (x <= 0) return 0.0;
+  if (!c.use_ema_warmup) return std::max(c.decay, c.min_decay);
+  const double warm = 1.0 - std::pow(1.0 + x / c.inv_gamma, -c.power);
+  return std::max(std::min(warm, c.decay), c.min_decay);
+}
+
+ShardedEma::ShardedEma(const EmaConfig& config, const torch::Tensor& master_shard) : config_(config) {
+  config_.validate();
+  ZEST_CHECK(master_shard.scalar_type() == torch::kFloat32 && master_shard.dim() == 1,
+             "ShardedEma: the master shard must be a 1-D fp32 tensor, got ", master_shard.scalar_type(), " of ",
+             master_shard.dim(), " dimensions");
+  ema_ = master_shard.detach().clone();
+}
+
+torch::Tensor ShardedEma::update_weight(const torch::Tensor& step, const torch::Tensor& applied) const {
+  // Everything in float64 on the device, as the host rule computes it; only the weight becomes fp32.
+  const torch::Tensor x = step.to(torch::kFloat64) - static_cast<double>(config_.start_step + 1);
+  torch::Tensor decay;
+  if (config_.use_ema_warmup) {
+    // 1 + x/inv_gamma can be <= 0 only where x <= 0, which where() below replaces by 0.
+    const torch::Tensor warm = 1.0 - torch::pow(1.0 + x / config_.inv_gamma, -config_.power);
+    decay = torch::clamp(warm, config_.min_decay, config_.decay);
+  } else {
+    decay = torch::full({}, std::max(config_.decay, config_.min_decay), x.options());
+  }
+  decay = torch::where(x <= 0.0, torch::zeros_like(decay), decay);
+  const torch::Tensor due = step.remainder(config_.update_every).eq(0).to(torch::kFloat64);
+  return (applied.to(torch::kFloat64) * due * (1.0 - decay)).to(torch::kFloat32);
+}
+
+void ShardedEma::update(const torch::Tensor& master_shard, const torch::Tensor& step, const torch::Tensor& applied) {
+  ZEST_CHECK(master_shard.numel() == ema_.numel(), "ShardedEma::update: the master shard has ",
+             master_shard.numel(), " elements, the EMA ", ema_.numel());
+  ZEST_CHECK(step.dim() == 0 && applied.dim() == 0, "ShardedEma::update: step and applied must be 0-dim tensors");
+  const torch::NoGradGuard no_grad;
+  // ema + w·(master − ema) = ema − (1 − decay)·(ema − master): diffusers' EMAModel.step, in place.
+  ema_.lerp_(master_shard, update_weight(step, applied));
+}
+
+void ShardedEma::load_shard(const torch::Tensor& values) {
+  ZEST_CHECK(values.numel() == ema_.numel(), "ShardedEma::load_shard: ", values.numel(),
+             " values for an EMA shard of ", ema_.numel());
+  const torch::NoGradGuard no_grad;
+  ema_.copy_(values.reshape({-1}));
+}
+
+}  // namespace zest
