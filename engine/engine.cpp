@@ -316,6 +316,10 @@ void Engine::step() {
 
   run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
   optimizer_->step();                              // reads them there; a skipped step changes nothing
+  if (ema_) {
+    ema_->update(buffers_->master(), scalars_[kAppliedStepsIndex].to(torch::kLong),
+                 scalars_[kAppliedIndex].to(torch::kFloat32));
+  }
   buffers_->zero_grads();
   residency_->after_step();                        // stages 1–2: gathers the next forward waits for
   ++step_count_;
@@ -338,6 +342,11 @@ StepStats Engine::read_stats() {
 // ---- state for checkpoints and tools ----------------------------------------------------------------
 
 void Engine::gather_all_params() { residency_->gather_all_now(); }
+
+void Engine::enable_ema(const EmaConfig& config) {
+  ZEST_CHECK(config.enabled, "enable_ema: the [ema] configuration is not enabled");
+  ema_ = std::make_unique<ShardedEma>(config, buffers_->master());
+}
 
 ElementSpan Engine::master_span(size_t u) const {
   return {units_[u].shard_offset(), units_[u].shard_span().numel};
@@ -371,6 +380,7 @@ ModelStateBytes Engine::model_state_bytes() const {
   bytes.grads = buffers_->grad_bytes();
   bytes.master = buffers_->master().nbytes();
   for (const auto& [name, tensor] : optimizer_->state_tensors()) bytes.optimizer += tensor.nbytes();
+  if (ema_) bytes.ema = ema_->bytes();
   return bytes;
 }
 

@@ -22,6 +22,7 @@
 #include "engine/unit.h"
 #include "engine/unit_hooks.h"
 #include "engine/unit_module.h"
+#include "optim/ema.h"
 #include "optim/optim_config.h"
 #include "optim/optimizer.h"
 #include "optim/step_scalars.h"
@@ -64,6 +65,11 @@ class Engine final : private UnitEvents {
   void step();
   // The last step's numbers. On GPU this waits for the device: call it on logging steps only.
   StepStats read_stats();
+
+  // Keeps an fp32 EMA of the master weights, sharded like the master and updated after every applied
+  // optimizer pass on the device ([ema]). Call before training (a copy of the current weights).
+  void enable_ema(const EmaConfig& config);
+  ShardedEma* ema() { return ema_.get(); }  // null without [ema]
 
   // ---- placement ----
   torch::Device device() const { return device_; }
@@ -142,6 +148,7 @@ class Engine final : private UnitEvents {
   LossScaler loss_scaler_;
   std::unique_ptr<StepOutcome> outcome_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ShardedEma> ema_;
 
   std::shared_ptr<UnitEventsLink> events_link_;
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks' nodes alive

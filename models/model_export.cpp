@@ -56,9 +56,9 @@ void write_text_file(const fs::path& path, const std::string& text) {
 }
 
 void check_rank_files(const std::string& dir, const Manifest& manifest) {
-  for (const checkpoint::FileRecord& file : manifest.files) {
-    const checkpoint::FileStatus status = checkpoint::check_file(dir, file, /*hash=*/false);
-    ZEST_CHECK(status.ok(), status.problem(file));
+  for (int rank = 0; rank < static_cast<int>(manifest.files.size()); ++rank) {
+    const checkpoint::FileStatus status = checkpoint::check_rank_file(dir, manifest, rank, /*hash=*/false);
+    ZEST_CHECK(status.ok(), status.problem(manifest.files[static_cast<size_t>(rank)]));
   }
 }
 

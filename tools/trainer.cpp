@@ -170,6 +170,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
       options.resume ? checkpoint::find_latest(config.checkpoint.dir).value_or("") : std::string(), *comm_);
   phase_ = "creating the engine";
   engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
+  if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
   generator_ = noise_generator(engine_->device());
   phase_ = "opening the data";
   data_ = std::make_unique<TrainData>(config, resolved_, *comm_);

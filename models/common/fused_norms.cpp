@@ -25,7 +25,8 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
     auto [normed, mean, rstd] = at::native_layer_norm(f32(x), {dim}, {}, {}, eps);
     ctx->save_for_backward({x, shift, scale, mean, rstd});
     ctx->saved_data["eps"] = eps;
-    return (normed * (1 + f32(scale)) + f32(shift)).to(x.scalar_type());
+    // (1 + scale) in scale's own dtype, as the op chain computes it (autocast leaves that add alone).
+    return (normed * f32(1 + scale) + f32(shift)).to(x.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -38,7 +39,7 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
     const auto g = f32(grads[0]);
     const auto xf = f32(x);
     const auto normed = (xf - mean) * rstd;
-    const auto grad_normed = g * (1 + f32(scale));
+    const auto grad_normed = g * f32(1 + scale);
     auto parts = at::native_layer_norm_backward(grad_normed, xf, {x.size(-1)}, mean, rstd, {}, {},
                                                 {true, false, false});
     return {std::get<0>(parts).to(x.scalar_type()), reduce_to(g, shift), reduce_to(g * normed, scale), {}};

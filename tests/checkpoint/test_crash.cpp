@@ -58,7 +58,7 @@ std::vector<torch::Tensor> state_of_step(Engine& engine, int64_t step) {
   std::vector<torch::Tensor> flats(1 + engine.optimizer().state_tensors().size());
   for (auto& flat : flats) flat = torch::zeros_like(engine.master_shard());
   for (size_t u = 0; u < engine.units().size(); ++u) {
-    const ElementSpan owned = engine.units()[u].owned();
+    const ElementSpan owned = engine.units()[u].shard_span();
     const auto position = torch::arange(owned.begin, owned.end(), torch::kFloat32);
     const auto real = position < static_cast<double>(engine.units()[u].layout().numel);
     const auto values = (position * 1e-3f + static_cast<float>(step) + 100.0f * static_cast<float>(u)) * real;

@@ -107,8 +107,23 @@ TEST_P(DistEma, ShardedEmaEqualsSingleProcessEma) {
     auto [x, y] = toy_batch(step, kGlobalBatch);
     engine.backward(torch::mse_loss(model->forward(x.narrow(0, comm->rank() * local, local)),
                                     y.narrow(0, comm->rank() * local, local)));
-    const StepStats stats = engine.step();
-    ema.update(engine.master_shard(), torch::tensor(engine.step_count()), torch::tensor(stats.skipped ? 0.0f : 1.0f));
+    engine.step();
+    const StepStats stats = engine.read_stats();
+    ema.update(engine.master_shard(), torch::tensor(stats.applied_steps), torch::tensor(stats.skipped ? 0.0f : 1.0f));
+  }
+  // The engine's own EMA (updated on the device inside step()) is the same average.
+  {
+    auto model2 = std::make_shared<ToyNet>(/*seed=*/7);
+    Engine engine2(model2, ec, optim_config(), SchedulerConfig{}, comm);
+    engine2.enable_ema(ema_config());
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = toy_batch(step, kGlobalBatch);
+      engine2.backward(torch::mse_loss(model2->forward(x.narrow(0, comm->rank() * local, local)),
+                                       y.narrow(0, comm->rank() * local, local)));
+      engine2.step();
+    }
+    EXPECT_TRUE(engine2.ema()->shard().equal(ema.shard())) << "stage " << stage;
+    EXPECT_EQ(engine2.model_state_bytes().ema, engine2.model_state_bytes().master);
   }
   const Named expected = reference_ema();
   const Named actual = gather_by_name(engine, ema.shard());

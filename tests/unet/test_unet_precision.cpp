@@ -99,7 +99,9 @@ TEST(UNetPrecision, SensitivePartsRunInFloat32) {
   // Computed in float32, returned in the input's dtype: exactly the float32 result rounded once (what
   // the next conv or Linear would cast it to), SiLU included when fused.
   const GroupNorm group_norm(4, 8, 1e-5, bf16);
-  const auto exact_gn = torch::group_norm(x16.to(torch::kFloat32), 4, {}, {}, 1e-5);
+  const auto f32 = torch::kFloat32;
+  const auto exact_gn =
+      torch::group_norm(x16.to(f32), 4, group_norm->weight.to(f32), group_norm->bias.to(f32), 1e-5);
   const auto gn = group_norm->forward(x16);
   EXPECT_EQ(gn.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::equal(gn, exact_gn.to(torch::kBFloat16)));
@@ -107,7 +109,8 @@ TEST(UNetPrecision, SensitivePartsRunInFloat32) {
   const LayerNorm layer_norm(4, 1e-5, bf16);
   const auto ln = layer_norm->forward(x16);
   EXPECT_EQ(ln.scalar_type(), torch::kBFloat16);
-  EXPECT_TRUE(torch::equal(ln, torch::layer_norm(x16.to(torch::kFloat32), {4}, {}, {}, 1e-5).to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(ln, torch::layer_norm(x16.to(f32), {4}, layer_norm->weight.to(f32), layer_norm->bias.to(f32),
+                                                 1e-5).to(torch::kBFloat16)));
 
   const auto t = torch::tensor({10, 999}, torch::kLong);
   EXPECT_EQ(timestep_embedding(t, 8, true, 0.0).scalar_type(), torch::kFloat32);
