@@ -80,7 +80,7 @@ struct Channel {
 
 // A collective in flight, as the watchdog sees it.
 struct Issued {
-  std::shared_ptr<at::cuda::CUDAEvent> done;
+  std::shared_ptr<at::cuda::CUDAEvent> done;  // null while its NCCL calls are still being issued
   std::string what;
   int64_t sequence = 0;
   int64_t step = 0;
@@ -251,22 +251,33 @@ template <typename Body>
 WorkHandle NcclCommunicator::launch(Channel& channel, const char* op, const std::vector<torch::Tensor>& touched,
                                     Body&& body) {
   const c10::cuda::CUDAGuard device_guard(device_);
+  // Registered before the NCCL calls: a call can itself block the host (the first collective on a
+  // communicator connects to its peers), and the watchdog must see that too.
+  const int64_t sequence = issued_.fetch_add(1) + 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.push_back({nullptr,
+                          str(op, " on the ", channel.name, " channel", CollectiveLabel::current().empty() ? "" : " (",
+                              CollectiveLabel::current(), CollectiveLabel::current().empty() ? "" : ")"),
+                          sequence, collective_step(), std::chrono::steady_clock::now()});
+  }
   at::cuda::CUDAEvent ready;
   ready.record(c10::cuda::getCurrentCUDAStream(device_.index()));
   ready.block(channel.stream);
   {
-    // Temporaries made by `body` (casts, accumulation buffers) live on the channel's stream.
     const c10::cuda::CUDAStreamGuard stream_guard(channel.stream);
     body();  // its temporaries are allocated on, and reused in the order of, the channel's stream
   }
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(channel.stream);
-  Issued issued{done, str(op, " on the ", channel.name, " channel", CollectiveLabel::current().empty() ? "" : " (",
-                          CollectiveLabel::current(), CollectiveLabel::current().empty() ? "" : ")"),
-                issued_.fetch_add(1) + 1, collective_step(), std::chrono::steady_clock::now()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.push_back(std::move(issued));
+    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
+      if (it->sequence == sequence) {
+        it->done = done;
+        break;
+      }
+    }
   }
   return std::make_unique<NcclWork>(std::move(done), touched, channel.stream);
 }
@@ -381,7 +392,8 @@ void NcclCommunicator::watchdog_loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_.load(); });
-      while (!in_flight_.empty() && in_flight_.front().done->query()) in_flight_.pop_front();
+      // An entry without its event is still inside its NCCL calls on the host.
+      while (!in_flight_.empty() && in_flight_.front().done && in_flight_.front().done->query()) in_flight_.pop_front();
     }
     const auto now = std::chrono::steady_clock::now();
     if (now - last_publish > std::chrono::seconds(1)) {

@@ -22,7 +22,7 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& shift,
                                const torch::Tensor& scale, double eps) {
     const int64_t dim = x.size(-1);
-    auto [normed, mean, rstd] = at::native_layer_norm(f32(x), {dim}, {}, {}, eps);
+    auto [normed, mean, rstd] = at::native_layer_norm(f32(x).contiguous(), {dim}, {}, {}, eps);
     ctx->save_for_backward({x, shift, scale, mean, rstd});
     ctx->saved_data["eps"] = eps;
     // (1 + scale) in scale's own dtype, as the op chain computes it (autocast leaves that add alone).
@@ -37,9 +37,9 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
     const auto& mean = saved[3];
     const auto& rstd = saved[4];
     const auto g = f32(grads[0]);
-    const auto xf = f32(x);
+    const auto xf = f32(x).contiguous();
     const auto normed = (xf - mean) * rstd;
-    const auto grad_normed = g * f32(1 + scale);
+    const auto grad_normed = (g * f32(1 + scale)).contiguous();
     auto parts = at::native_layer_norm_backward(grad_normed, xf, {x.size(-1)}, mean, rstd, {}, {},
                                                 {true, false, false});
     return {std::get<0>(parts).to(x.scalar_type()), reduce_to(g, shift), reduce_to(g * normed, scale), {}};
@@ -49,7 +49,7 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
 struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, double eps) {
-    auto [out, mean, rstd] = at::native_layer_norm(f32(x), {x.size(-1)}, f32(weight), f32(bias), eps);
+    auto [out, mean, rstd] = at::native_layer_norm(f32(x).contiguous(), {x.size(-1)}, f32(weight), f32(bias), eps);
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     return out.to(x.scalar_type());
   }
@@ -59,7 +59,8 @@ struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
     const auto& x = saved[0];
     const auto& weight = saved[1];
     const auto& bias = saved[2];
-    auto parts = at::native_layer_norm_backward(f32(grads[0]), f32(x), {x.size(-1)}, saved[3], saved[4], f32(weight),
+    auto parts = at::native_layer_norm_backward(f32(grads[0]).contiguous(), f32(x).contiguous(), {x.size(-1)}, saved[3],
+                                                saved[4], f32(weight),
                                                 f32(bias), {true, true, true});
     return {std::get<0>(parts).to(x.scalar_type()), std::get<1>(parts).to(weight.scalar_type()),
             std::get<2>(parts).to(bias.scalar_type()), {}};
@@ -70,7 +71,7 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
-    auto [out, mean, rstd] = at::native_group_norm(f32(x), f32(weight), f32(bias), n, c, hw, groups, eps);
+    auto [out, mean, rstd] = at::native_group_norm(f32(x).contiguous(), f32(weight), f32(bias), n, c, hw, groups, eps);
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["eps"] = eps;
@@ -86,19 +87,15 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
     const auto& mean = saved[3];
     const auto& rstd = saved[4];
     const int64_t groups = ctx->saved_data["groups"].toInt();
+    const double eps = ctx->saved_data["eps"].toDouble();
     const bool silu = ctx->saved_data["silu"].toBool();
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
-    const auto xf = f32(x);
-    auto g = f32(grads[0]);
+    const auto xf = f32(x).contiguous();
+    auto g = f32(grads[0]).contiguous();
     if (silu) {
-      // Recompute the norm's output from the saved statistics: y = (x − μ)·σ⁻¹·w + b, per group.
-      const auto grouped = xf.reshape({n, groups, -1});
-      auto y = ((grouped - mean.reshape({n, groups, 1})) * rstd.reshape({n, groups, 1})).reshape(x.sizes());
-      std::vector<int64_t> channel_shape(x.dim(), 1);
-      channel_shape[1] = c;
-      y = y * f32(weight).reshape(channel_shape) + f32(bias).reshape(channel_shape);
-      const auto sig = torch::sigmoid(y);
-      g = g * sig * (1 + y * (1 - sig));
+      // The norm's output again (one kernel), then SiLU's own backward kernel.
+      const auto y = std::get<0>(at::native_group_norm(xf, f32(weight), f32(bias), n, c, hw, groups, eps));
+      g = at::silu_backward(g, y);
     }
     auto parts = at::native_group_norm_backward(g, xf, mean, rstd, f32(weight), n, c, hw, groups, {true, true, true});
     return {std::get<0>(parts).to(x.scalar_type()), std::get<1>(parts).to(weight.scalar_type()),

@@ -55,6 +55,20 @@ TEST(FusedNorms, GroupNormSiluMatchesTheOpChain) {
   }
 }
 
+// Inputs that are views with other strides (a permute, as some UNet paths produce) work the same.
+TEST(FusedNorms, NonContiguousInputs) {
+  torch::manual_seed(5);
+  const auto x = torch::randn({2, 5, 3, 8}).permute({0, 3, 1, 2});  // [2, 8, 5, 3], not contiguous
+  const auto w = torch::randn({8}), b = torch::randn({8});
+  ASSERT_FALSE(x.is_contiguous());
+  expect_same({x, w, b}, [](const auto& l) { return group_norm_silu(l[0], 4, l[1], l[2], 1e-5, true); },
+              [](const auto& l) { return torch::silu(torch::group_norm(l[0], 4, l[1], l[2], 1e-5)); }, 1e-5);
+  const auto y = torch::randn({4, 6, 3}).transpose(0, 1);  // [6, 4, 3]
+  const auto shift = torch::randn({1, 3}), scale = torch::randn({1, 3});
+  expect_same({y, shift, scale}, [](const auto& l) { return layer_norm_modulate(l[0], l[1], l[2], 1e-6); },
+              [](const auto& l) { return torch::layer_norm(l[0], {3}, {}, {}, 1e-6) * (1 + l[2]) + l[1]; }, 1e-5);
+}
+
 // In bf16 the result is the float32 result rounded once, and the input's gradient comes back in bf16.
 TEST(FusedNorms, Bf16InputsGiveTheRoundedFloat32Result) {
   torch::manual_seed(4);
