@@ -11,6 +11,7 @@
 #include "engine/bucket_plan.h"
 #include "engine/device_placement.h"
 #include "engine/grad_norm.h"
+#include "engine/preflight.h"
 #include "engine/step_decision.h"
 #include "engine/unit_partition.h"
 
@@ -119,9 +120,11 @@ Engine::~Engine() {
 
 void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
   place_units(model, decls);
+  const std::vector<BucketRange> plan = plan_bucket_ranges();
+  check_fits_device(preflight_inputs(plan), device_);  // before the first byte of model state
   buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_);
   load_initial_values();
-  plan_buckets();
+  make_buckets(plan);
   move_rest_of_model(model);
 
   rules_ = step_rules(config_, optim_config_, schedule_, comm_->size());
@@ -216,11 +219,27 @@ void Engine::load_initial_values() {
 }
 
 // Neighbouring units share a collective up to engine.bucket_mb of gradients (reduce-dtype bytes).
-void Engine::plan_buckets() {
+std::vector<BucketRange> Engine::plan_bucket_ranges() const {
   std::vector<int64_t> unit_bytes;
   const int64_t element_bytes = torch::elementSize(dtypes_.reduce);
   for (const auto& unit : units_) unit_bytes.push_back(unit.padded_numel() * element_bytes);
-  const auto plan = zest::plan_buckets(unit_bytes, static_cast<int64_t>(config_.bucket_mb * 1024 * 1024));
+  return zest::plan_buckets(unit_bytes, static_cast<int64_t>(config_.bucket_mb * 1024 * 1024));
+}
+
+PreflightInputs Engine::preflight_inputs(const std::vector<BucketRange>& plan) const {
+  PreflightInputs in;
+  in.model_state = {num_parameters(), comm_->size(), config_.stage, config_.precision, config_.reduce_dtype,
+                    optimizer_state_bytes_per_element(optim_config_)};
+  for (const BucketRange& range : plan) {
+    int64_t numel = 0;
+    for (size_t u = range.first; u <= range.last; ++u) numel += units_[u].padded_numel();
+    in.largest_bucket_numel = std::max(in.largest_bucket_numel, numel);
+  }
+  in.prefetch = config_.prefetch;
+  return in;
+}
+
+void Engine::make_buckets(const std::vector<BucketRange>& plan) {
   const BucketEnv env{comm_.get(), &policy_, &units_, buffers_.get(), &transient_grads_};
   buckets_.reserve(plan.size());
   bucket_of_unit_.assign(units_.size(), 0);

@@ -11,12 +11,14 @@
 
 #include "comm/communicator.h"
 #include "engine/bucket.h"
+#include "engine/bucket_plan.h"
 #include "engine/engine_config.h"
 #include "engine/flat_buffers.h"
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_model.h"
 #include "engine/param_residency.h"
+#include "engine/preflight.h"
 #include "engine/sharding_policy.h"
 #include "engine/step_outcome.h"
 #include "engine/unit.h"
@@ -108,7 +110,9 @@ class Engine final : private UnitEvents {
   void build(torch::nn::Module& model, const std::vector<UnitDecl>& decls);
   void place_units(torch::nn::Module& model, const std::vector<UnitDecl>& decls);
   void load_initial_values();
-  void plan_buckets();
+  std::vector<BucketRange> plan_bucket_ranges() const;
+  PreflightInputs preflight_inputs(const std::vector<BucketRange>& plan) const;
+  void make_buckets(const std::vector<BucketRange>& plan);
   void move_rest_of_model(torch::nn::Module& model);
   void build_optimizer();
   void install_runners(UnitModule& model);

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches, "micro-batches per step")->capture_default_str();
   app.add_option("--batch", batch, "samples per rank per micro-batch")->capture_default_str();
   app.add_option("--frames", frames, "frames per sample")->capture_default_str();
-  app.add_option("--stage", stage, "ZeRO stage (0, 1, 2)")->capture_default_str();
+  app.add_option("--stage", stage, "ZeRO stage (0, 1, 2, 3)")->capture_default_str();
   app.add_option("--lr", lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--precision", precision, "fp32 | bf16")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -5,7 +5,9 @@
 #include "comm/exposure.h"
 #include "comm/world.h"
 #include "core/check.h"
+#include "engine/device_placement.h"
 #include "engine/engine.h"
+#include "engine/preflight.h"
 #include "models/model_resolve.h"
 #include "tools/device_memory.h"
 #include "tools/flop_counter.h"
@@ -62,6 +64,10 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   }
   torch::manual_seed(config.train.seed);
   const ResolvedModel resolved = resolve_model(config.model, config.source);
+  check_fits_device({{count_model_parameters(resolved), comm->size(), config.engine.stage, config.engine.precision,
+                      config.engine.reduce_dtype, optimizer_state_bytes_per_element(config.optimizer)},
+                     false, 0, config.engine.prefetch},
+                    place_engine(config.engine, *comm));  // before building a model that cannot fit
   auto model = build_model(resolved);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   const torch::Device device = engine.device();

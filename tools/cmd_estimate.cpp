@@ -84,6 +84,10 @@ void run_estimate(const EstimateArgs& args) {
     params = count_model_parameters(model);
     source = model.description;
     in.ema = in.ema || run.ema.enabled;
+    // The run file's own dtypes and optimizer: the estimate is of that run.
+    in.precision = run.engine.precision;
+    in.reduce_dtype = run.engine.reduce_dtype;
+    optim = run.optimizer;
   }
   in.numel = params;
   in.world_size = args.world;
@@ -102,8 +106,8 @@ void run_estimate(const EstimateArgs& args) {
     std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", stage, b.params / 1e9, b.grads / 1e9,
                 b.master / 1e9, b.optimizer / 1e9, b.ema / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
   }
-  std::printf("(GB = 1e9 bytes as in the ZeRO paper; stage 3 is the formula only: the engine runs 0-2; "
-              "activations and bucket/prefetch buffers come on top)\n");
+  std::printf("(GB = 1e9 bytes as in the ZeRO paper; activations, gradient buckets in flight and stage 3's "
+              "gathered buckets come on top)\n");
 }
 
 }  // namespace
@@ -112,7 +116,8 @@ void add_estimate_command(CLI::App& app) {
   auto args = std::make_shared<EstimateArgs>();
   CLI::App* cmd = app.add_subcommand("estimate", "Per-rank model-state memory of every ZeRO stage");
   cmd->add_option("--params", args->params, "number of parameters P (e.g. 1.3e9; at most 1e15)");
-  cmd->add_option("--config", args->config_path, "run file: take P from its [model]");
+  cmd->add_option("--config", args->config_path,
+                  "run file: P from its [model]; precision, reduce dtype, optimizer and [ema] from the file too");
   cmd->add_option("--world", args->world, "number of ranks N")->required();
   cmd->add_option("--precision", args->precision, "compute dtype: bf16 | fp16 | fp32")->capture_default_str();
   cmd->add_option("--reduce-dtype", args->reduce_dtype, "dtype of sharded gradients (default: the precision)");

@@ -9,7 +9,9 @@
 #include "checkpoint/save.h"
 #include "comm/world.h"
 #include "core/check.h"
+#include "engine/device_placement.h"
 #include "engine/engine.h"
+#include "engine/preflight.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "tools/error_report.h"
@@ -162,6 +164,13 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   phase_ = "building the model";
   torch::manual_seed(config.train.seed);
   resolved_ = resolve_run_model(config);
+  // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
+  phase_ = "checking that the model state fits the device";
+  check_fits_device({{count_model_parameters(resolved_), comm_->size(), config.engine.stage, config.engine.precision,
+                      config.engine.reduce_dtype, optimizer_state_bytes_per_element(config.optimizer)},
+                     config.ema.enabled, 0, config.engine.prefetch},
+                    place_engine(config.engine, *comm_));
+  phase_ = "building the model";
   model_ = build_model(resolved_);
   // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).
   phase_ = "loading the pretrained weights";

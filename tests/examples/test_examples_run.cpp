@@ -240,5 +240,15 @@ TEST(CustomLoop, RunsOnTwoRanks) {
   EXPECT_EQ(logged_losses(r.output).size(), 2u) << r.output;  // rank 0 alone prints
 }
 
+// The same program, unchanged, at ZeRO-3 (parameters sharded at rest, gathered per unit) on two ranks.
+TEST(CustomLoop, RunsAtStageThreeOnTwoRanks) {
+  if (run("command -v mpirun").status != 0) GTEST_SKIP() << "mpirun not found";
+  const auto r = run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe "
+                     "--bind-to none " + binary("custom_loop") + " --steps 3 --batch 2 --frames 8 --stage 3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 3"), std::string::npos) << r.output;
+  EXPECT_EQ(logged_losses(r.output).size(), 3u) << r.output;
+}
+
 }  // namespace
 }  // namespace zest

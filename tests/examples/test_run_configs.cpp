@@ -7,6 +7,8 @@
 #include "models/model_resolve.h"
 #include "tools/run_config.h"
 
+#include "engine/preflight.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -53,7 +55,7 @@ TEST(RunConfigs, EveryShippedFileParses) {
   std::map<std::string, RunConfig> configs;
   ASSERT_NO_THROW(configs = parse_all_configs());
   for (const char* name : {"hymotion_1b", "hymotion_lite", "hymotion_tiny", "unet_sd15", "unet_sdxl", "unet_tiny",
-                           "sd15_finetune", "hymotion_finetune"})
+                           "sd15_finetune", "hymotion_finetune", "hymotion_10b"})
     EXPECT_EQ(configs.count(name), 1u) << "configs/" << name << ".toml is missing";
   for (const auto& [name, config] : configs) {
     // The model of each run file is of the family its file name says (a fine-tune: its weights' family).
@@ -82,6 +84,23 @@ TEST(RunConfigs, FineTunesStartFromReleasedWeightsWithALowRateAndAnEma) {
     // As shipped, the weights are expected in <repo>/weights/, resolved against configs/.
     const std::string text = read_text(std::string(ZEST_SOURCE_DIR) + "/configs/" + name + ".toml");
     EXPECT_NE(text.find("pretrained = \"../weights/"), std::string::npos);
+  }
+}
+
+// The model too big for plain data parallel: at least 10 B parameters, stage 3, and on two H200s (139.8 GB
+// free each) the pre-flight check refuses stage 0 before the model is built while stages 2 and 3 fit.
+TEST(RunConfigs, TenBillionModelNeedsShardedParameters) {
+  const auto configs = parse_all_configs();
+  const RunConfig& c = configs.at("hymotion_10b");
+  EXPECT_EQ(c.engine.stage, 3);
+  const int64_t P = count_model_parameters(resolve_model(c.model, c.source));
+  EXPECT_GE(P, 10'000'000'000);
+  PreflightInputs in{{P, 2, 0, c.engine.precision, c.engine.reduce_dtype, 8}};
+  EXPECT_NE(preflight_problem(in, 139'800'000'000, "GPU").find("stage 0 needs 186.2 GB"), std::string::npos)
+      << preflight_problem(in, 139'800'000'000, "GPU");
+  for (int stage : {2, 3}) {
+    in.model_state.stage = stage;
+    EXPECT_EQ(preflight_problem(in, 139'800'000'000, "GPU"), "") << "stage " << stage;
   }
 }
 

@@ -1,0 +1,80 @@
+// Pre-flight memory check (see preflight.h).
+#include "engine/preflight.h"
+
+#include "core/check.h"
+
+#include <cstdio>
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+int64_t cuda_free_bytes(int device_index);  // engine/preflight_cuda.cpp
+#endif
+
+namespace {
+
+std::string gb(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
+  return text;
+}
+
+}  // namespace
+
+int64_t preflight_bytes(const PreflightInputs& in, int stage) {
+  MemoryModelInputs m = in.model_state;
+  m.stage = stage;
+  m.ema = in.ema;
+  int64_t bytes = estimate_model_state_bytes(m).total();
+  const int64_t bucket = in.largest_bucket_numel;
+  if (stage >= 2) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);  // gradient buckets in flight
+  if (stage == 3) bytes += (in.prefetch + 2) * bucket * dtype_bytes(m.precision);  // running, prefetched, last
+  return bytes;
+}
+
+std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, const std::string& device_name) {
+  const int stage = in.model_state.stage;
+  const int64_t need = preflight_bytes(in, stage);
+  if (need <= free_bytes) return "";
+  std::string message = str("stage ", stage, " needs ", gb(need), " of model state per GPU (", in.model_state.numel,
+                            " parameters on ", in.model_state.world_size, " GPU(s)); this ", device_name, " has ",
+                            gb(free_bytes), " free");
+  std::string fits;
+  for (int other = 0; other <= 3; ++other) {
+    if (other == stage) continue;
+    const int64_t other_need = preflight_bytes(in, other);
+    if (other_need <= free_bytes) fits += str(fits.empty() ? "; " : ", ", "stage ", other, " needs ", gb(other_need));
+  }
+  // The fewest GPUs that fit the asked-for stage (stage 0 does not shrink with more GPUs).
+  std::string gpus;
+  if (stage > 0) {
+    PreflightInputs more = in;
+    for (int n = in.model_state.world_size + 1; n <= 4096; ++n) {
+      more.model_state.world_size = n;
+      if (preflight_bytes(more, stage) <= free_bytes) {
+        gpus = str("stage ", stage, " fits on ", n, " GPUs");
+        break;
+      }
+    }
+  }
+  message += fits;
+  message += gpus.empty() ? (fits.empty() ? "; no stage fits: add GPUs or offload" : "; or add GPUs")
+                          : (fits.empty() ? "; " : ", or ") + gpus;
+  return message + " (activations come on top)";
+}
+
+int64_t device_free_bytes(const torch::Device& device) {
+#ifdef ZEST_WITH_CUDA
+  if (device.is_cuda()) return cuda_free_bytes(device.index());
+#endif
+  return -1;
+}
+
+void check_fits_device(const PreflightInputs& in, const torch::Device& device) {
+  const int64_t free_bytes = device_free_bytes(device);
+  if (free_bytes < 0) return;
+  const std::string problem = preflight_problem(in, free_bytes, device.is_cuda() ? "GPU" : device.str());
+  if (!problem.empty()) throw Error(problem);
+}
+
+}  // namespace zest

@@ -1,0 +1,33 @@
+// The pre-flight memory check: before anything is allocated, the per-rank model state of the asked-for
+// stage (the formula `zest estimate` prints) plus the transient buffers (gradient buckets in flight,
+// stage 3's gathered buckets) is compared with the device's free memory, and a run that cannot fit is
+// refused with what would: the other stages' needs, or how many GPUs the asked-for stage needs.
+#pragma once
+
+#include "engine/memory_model.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace zest {
+
+struct PreflightInputs {
+  MemoryModelInputs model_state;     // P, N, stage, dtypes, optimizer bytes
+  bool ema = false;
+  int64_t largest_bucket_numel = 0;  // padded elements of the largest bucket (0: unknown, none counted)
+  int prefetch = 1;                  // stage 3
+};
+
+// Bytes one rank needs at `stage` (model state + transient buffers).
+int64_t preflight_bytes(const PreflightInputs& in, int stage);
+// "" when the run fits in `free_bytes`, else the refusal (names the device, each stage's need, and the GPUs
+// the asked-for stage would need).
+std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, const std::string& device_name);
+// Free bytes of `device` now (CUDA: cudaMemGetInfo), or -1 when not known (the CPU: the check is skipped).
+int64_t device_free_bytes(const torch::Device& device);
+// Throws zest::Error with preflight_problem's text when the run does not fit `device`.
+void check_fits_device(const PreflightInputs& in, const torch::Device& device);
+
+}  // namespace zest

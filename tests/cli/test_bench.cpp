@@ -1,0 +1,67 @@
+// `zest bench` on the CPU (the GPU runs are in bench/RESULTS.md): one JSON line with the figures the
+// issue asks for, FLOPs counted as the anchors count them, and every bench run file parses.
+#include "cli_test_util.h"
+
+#include "tools/flop_counter.h"
+#include "tools/run_config.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+namespace zest::testing {
+namespace {
+
+TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
+  const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
+  const CliResult r = run_cli({zest_exe(), "bench", config, "--steps", "2", "--warmup", "1"}, {120.0});
+  ASSERT_TRUE(r.exited() && r.code() == 0) << r.describe();
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"step_ms", "samples_per_s", "tflops", "mfu", "peak_allocated_gib", "peak_reserved_gib",
+                          "model_state_bytes", "model_state_formula_bytes", "comm_exposed_ms", "flops_per_step"}) {
+    EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
+  }
+  EXPECT_EQ(j["model"], "hymotion_tiny");
+  EXPECT_LE(j["step_ms"]["min"].get<double>(), j["step_ms"]["median"].get<double>());
+  EXPECT_LE(j["step_ms"]["median"].get<double>(), j["step_ms"]["max"].get<double>());
+  EXPECT_GT(j["flops_per_step"].get<double>(), 0.0);
+  // The engine's model state is the formula's plus padding only.
+  const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
+  EXPECT_NEAR(ratio, 1.0, 1e-3);
+}
+
+// Forward + backward of a Linear: 2·B·in·out for the forward, twice that for the two backward products.
+TEST(Bench, FlopsAreCountedAsTheAnchorsCountThem) {
+  auto linear = torch::nn::Linear(7, 13);
+  const auto x = torch::randn({4, 7}, torch::requires_grad());
+  int64_t flops = 0;
+  {
+    const FlopCounter counter;
+    linear->forward(x).sum().backward();
+    flops = counter.flops();
+  }
+  EXPECT_EQ(flops, 3 * 2 * 4 * 7 * 13);
+  // A 3×3 convolution: 2 · output elements · Cin · 9, forward and both backward products.
+  auto conv = torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 5, 3).padding(1));
+  const auto image = torch::randn({2, 3, 6, 6}, torch::requires_grad());
+  {
+    const FlopCounter counter;
+    conv->forward(image).sum().backward();
+    flops = counter.flops();
+  }
+  EXPECT_EQ(flops, 3 * 2 * (2 * 5 * 6 * 6) * 3 * 9);
+}
+
+TEST(Bench, EveryBenchRunFileParses) {
+  int parsed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(ZEST_SOURCE_DIR) + "/bench/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(parse_run_config(entry.path().string())) << entry.path();
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 5);
+}
+
+}  // namespace
+}  // namespace zest::testing

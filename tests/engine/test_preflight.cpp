@@ -1,0 +1,50 @@
+// The pre-flight memory check refuses, before any allocation, a run whose model state cannot fit the
+// device, and says what would: the other stages' needs and the GPUs the asked-for stage needs.
+#include "engine/preflight.h"
+
+#include <gtest/gtest.h>
+
+namespace zest::testing {
+namespace {
+
+PreflightInputs ten_billion(int stage, int world) {
+  PreflightInputs in;
+  in.model_state = {10'000'000'000, world, stage, Precision::bf16, Precision::fp32, 8};
+  return in;
+}
+
+TEST(Preflight, StageZeroOfTenBillionIsRefusedNamingWhatFits) {
+  const int64_t free_bytes = 139'800'000'000;  // an H200 with nothing else on it
+  const std::string problem = preflight_problem(ten_billion(0, 2), free_bytes, "GPU");
+  EXPECT_NE(problem.find("stage 0 needs 180.0 GB of model state per GPU"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("this GPU has 139.8 GB free"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("stage 2 needs 100.0 GB"), std::string::npos) << problem;  // 2P + 16P/N
+  EXPECT_NE(problem.find("stage 3 needs 90.0 GB"), std::string::npos) << problem;   // 18P/N
+  EXPECT_NE(problem.find("stage 1 needs 120.0 GB"), std::string::npos) << problem;  // 2P + 4P + 12P/N
+  EXPECT_TRUE(preflight_problem(ten_billion(2, 2), free_bytes, "GPU").empty());
+  EXPECT_TRUE(preflight_problem(ten_billion(3, 2), free_bytes, "GPU").empty());
+}
+
+TEST(Preflight, SaysHowManyGpusTheAskedForStageNeeds) {
+  const std::string problem = preflight_problem(ten_billion(3, 1), 50'000'000'000, "GPU");
+  EXPECT_NE(problem.find("stage 3 fits on 4 GPUs"), std::string::npos) << problem;  // 180/4 = 45 GB
+  EXPECT_EQ(problem.find("no stage fits"), std::string::npos) << problem;
+}
+
+TEST(Preflight, TransientBuffersCount) {
+  PreflightInputs in = ten_billion(3, 8);
+  const int64_t without = preflight_bytes(in, 3);
+  in.largest_bucket_numel = 1'000'000;
+  in.prefetch = 2;
+  // Three fp32 gradient buckets in flight and four bf16 gathered buckets (running, two ahead, the last).
+  EXPECT_EQ(preflight_bytes(in, 3) - without, 3 * 4'000'000 + 4 * 2'000'000);
+  EXPECT_EQ(preflight_bytes(in, 1) - preflight_bytes(ten_billion(3, 8), 1), 0);
+}
+
+TEST(Preflight, UnknownFreeMemoryOnTheCpuIsNotChecked) {
+  EXPECT_EQ(device_free_bytes(torch::kCPU), -1);
+  EXPECT_NO_THROW(check_fits_device(ten_billion(0, 1), torch::kCPU));
+}
+
+}  // namespace
+}  // namespace zest::testing
