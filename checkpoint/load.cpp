@@ -83,6 +83,30 @@ void note_if_differs(std::vector<std::string>& notes, const std::string& key, co
     notes.push_back(str(key, ": ", saved, " in the checkpoint, ", now, " now (the run's value applies)"));
 }
 
+// A checkpoint's EMA and the run's [ema] need not agree: a saved EMA without [ema] is left unread, an
+// [ema] without a saved one starts from the resumed weights (apply_state), and settings that differ
+// take the run's values. Each case is a note.
+void compare_ema(const Manifest& m, Engine& engine, std::vector<std::string>& notes) {
+  const ShardedEma* ema = engine.ema();
+  if (m.ema && !ema) {
+    notes.emplace_back("the checkpoint's EMA of the weights is not loaded: this run has no [ema] table (its "
+                       "checkpoints will have no EMA; add [ema] to keep it)");
+  } else if (!m.ema && ema) {
+    notes.push_back(str("the checkpoint has no EMA of the weights: the EMA starts from the resumed weights of step ",
+                        m.step));
+  } else if (m.ema && ema) {
+    const EmaConfig& a = *m.ema;
+    const EmaConfig& b = ema->config();
+    note_if_differs(notes, "ema.decay", a.decay, b.decay);
+    note_if_differs(notes, "ema.min_decay", a.min_decay, b.min_decay);
+    note_if_differs(notes, "ema.update_every", a.update_every, b.update_every);
+    note_if_differs(notes, "ema.start_step", a.start_step, b.start_step);
+    note_if_differs(notes, "ema.use_ema_warmup", a.use_ema_warmup, b.use_ema_warmup);
+    note_if_differs(notes, "ema.inv_gamma", a.inv_gamma, b.inv_gamma);
+    note_if_differs(notes, "ema.power", a.power, b.power);
+  }
+}
+
 void compare_hyper_parameters(const Manifest& m, Engine& engine, std::vector<std::string>& notes) {
   const OptimConfig& a = m.optimizer;
   const OptimConfig& b = engine.optimizer().config();
@@ -100,6 +124,7 @@ void compare_hyper_parameters(const Manifest& m, Engine& engine, std::vector<std
   note_if_differs(notes, "scheduler.decay_steps", s.decay_steps, t.decay_steps);
   note_if_differs(notes, "scheduler.min_lr", s.min_lr, t.min_lr);
   note_if_differs(notes, "engine.precision", m.precision, std::string(to_string(engine.config().precision)));
+  compare_ema(m, engine, notes);
   if (m.world_size != engine.comm().size() || m.stage != engine.config().stage)
     notes.push_back(str("resharded: saved by ", m.world_size, " rank(s) at stage ", m.stage, ", loaded by ",
                         engine.comm().size(), " at stage ", engine.config().stage));
@@ -140,27 +165,35 @@ std::vector<CopyOp> plan_copies(const Manifest& m, Engine& engine) {
   return ops;
 }
 
-// Every kind's new contents of this rank's shard (padding zero), read into fresh CPU buffers.
-std::vector<torch::Tensor> read_staged(const std::string& dir, const Manifest& m, Engine& engine) {
+// The kinds this engine takes from the checkpoint: all of them, but the EMA only when the run keeps one.
+std::vector<std::string> kinds_to_load(const Manifest& m, Engine& engine) {
+  std::vector<std::string> kinds;
+  for (const std::string& kind : m.kinds)
+    if (kind != kEmaKind || engine.ema()) kinds.push_back(kind);
+  return kinds;
+}
+
+// Each loaded kind's new contents of this rank's shard (padding zero), read into fresh CPU buffers.
+std::map<std::string, torch::Tensor> read_staged(const std::string& dir, const Manifest& m, Engine& engine) {
   const auto ops = plan_copies(m, engine);
   ShardReader reader(dir, m);
-  std::vector<torch::Tensor> staged;
-  for (const std::string& kind : m.kinds) {
+  std::map<std::string, torch::Tensor> staged;
+  for (const std::string& kind : kinds_to_load(m, engine)) {
     auto buffer = torch::zeros({engine.master_shard().numel()}, torch::kFloat32);
     float* base = buffer.data_ptr<float>();
     for (const CopyOp& op : ops) reader.read(kind, op.src_unit, op.src_begin, op.numel, base + op.dst_begin);
-    staged.push_back(std::move(buffer));
+    staged.emplace(kind, std::move(buffer));
   }
   return staged;
 }
 
-void apply_state(Engine& engine, const Manifest& m, const std::vector<torch::Tensor>& staged) {
+void apply_state(Engine& engine, const Manifest& m, const std::map<std::string, torch::Tensor>& staged) {
   torch::NoGradGuard no_grad;
-  engine.master_shard().copy_(staged[0]);
-  const auto states = engine.optimizer().state_tensors();
-  for (size_t k = 1; k < m.kinds.size(); ++k) {
-    for (const auto& [name, tensor] : states)
-      if (name == m.kinds[k]) tensor.copy_(staged[k]);
+  engine.master_shard().copy_(staged.at(kMasterKind));
+  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) tensor.copy_(staged.at(name));
+  if (ShardedEma* ema = engine.ema()) {  // a checkpoint without one: the EMA restarts from these weights
+    const auto saved = staged.find(kEmaKind);
+    ema->load_shard(saved != staged.end() ? saved->second : engine.master_shard());
   }
   engine.optimizer().set_step_count(m.optimizer_step);
   engine.set_step_count(m.step);
@@ -187,8 +220,9 @@ Compatibility check_compatibility(const Manifest& m, Engine& engine, const LoadR
   for (const std::string& line : diff_config_text(m.model_config, request.model_config))
     c.errors.push_back("model config " + line);
   compare_parameters(m, engine, c.errors);
-  std::vector<std::string> kinds = {"master"};
+  std::vector<std::string> kinds = {kMasterKind};
   for (const auto& [name, tensor] : engine.optimizer().state_tensors()) kinds.push_back(name);
+  if (m.ema) kinds.emplace_back(kEmaKind);  // whether this run keeps an EMA or not (compare_ema)
   if (m.optimizer.name != engine.optimizer().config().name || m.kinds != kinds) {
     c.errors.push_back(str("optimizer: ", to_string(m.optimizer.name), " in the checkpoint, ",
                            to_string(engine.optimizer().config().name), " now (its state cannot be converted)"));
@@ -224,7 +258,7 @@ LoadedState load(Engine& engine, const LoadRequest& request) {
     ZEST_FAIL(message);
   }));
   raise_if_any(comm, capture_error([&] { check_files(dir, manifest, comm, request.verify_checksums); }));
-  std::vector<torch::Tensor> staged;
+  std::map<std::string, torch::Tensor> staged;
   raise_if_any(comm, capture_error([&] { staged = read_staged(dir, manifest, engine); }));
   apply_state(engine, manifest, staged);  // nothing above changed the engine
 

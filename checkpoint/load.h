@@ -1,7 +1,10 @@
 // Loading checkpoints into an engine of any world size and stage: the manifest is checked against the
 // model (differences listed), rank files against their sizes and checksums, then every rank reads just
 // the byte ranges of its own slices (re-sliced by parameter name from the manifest's offsets) into
-// staging buffers, and only when all ranks succeeded is the engine's state replaced.
+// staging buffers, and only when all ranks succeeded is the engine's state replaced. The EMA of the
+// weights is loaded when both the checkpoint and the engine have one; a saved EMA is left unread by an
+// engine without [ema], and an engine with [ema] resuming a checkpoint without one restarts its EMA from
+// the loaded weights (each case with a note).
 #pragma once
 
 #include "checkpoint/manifest.h"

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "engine/engine_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -66,6 +67,12 @@ Json scheduler_to_json(const Manifest& m) {
   const SchedulerConfig& s = m.scheduler;
   return {{"name", to_string(s.name)}, {"warmup_steps", s.warmup_steps}, {"decay_steps", s.decay_steps},
           {"min_lr", s.min_lr}, {"step", m.step}, {"lr", m.lr}};
+}
+
+Json ema_to_json(const EmaConfig& e) {
+  return {{"decay", e.decay}, {"min_decay", e.min_decay}, {"update_every", e.update_every},
+          {"start_step", e.start_step}, {"use_ema_warmup", e.use_ema_warmup}, {"inv_gamma", e.inv_gamma},
+          {"power", e.power}};
 }
 
 // Caller-provided JSON must be an object; it is stored as a JSON value, not a string.
@@ -152,6 +159,20 @@ void scheduler_from_json(const JsonField& j, Manifest& m) {
   m.lr = j.at("lr").number();
   const JsonField step = j.at("step");
   if (step.integer() != m.step) step.fail(str("is ", step.integer(), " but the manifest's step is ", m.step));
+}
+
+// The ranges are checked with the other rules (manifest_check.cpp).
+EmaConfig ema_from_json(const JsonField& j) {
+  EmaConfig e;
+  e.enabled = true;
+  e.decay = j.at("decay").number();
+  e.min_decay = j.at("min_decay").number();
+  e.update_every = j.at("update_every").integer();
+  e.start_step = j.at("start_step").integer();
+  e.use_ema_warmup = j.at("use_ema_warmup").boolean();
+  e.inv_gamma = j.at("inv_gamma").number();
+  e.power = j.at("power").number();
+  return e;
 }
 
 void loss_scaler_from_json(const JsonField& j, Manifest& m) {
@@ -241,6 +262,7 @@ Manifest manifest_from_json(const Json& j, const std::string& source) {
     count.fail(str("is ", count.integer(), " but the units hold ", m.num_parameters(), " elements"));
   optimizer_from_json(root.at("optimizer"), m);
   scheduler_from_json(root.at("scheduler"), m);
+  if (root.has("ema")) m.ema = ema_from_json(root.at("ema"));
   loss_scaler_from_json(root.at("loss_scaler"), m);
   m.skipped_total = root.at("skipped_total").integer(0);
   m.extra_json = root.at("extra").object().dump();
@@ -257,6 +279,8 @@ int64_t Manifest::num_parameters() const {
   for (const auto& unit : units) n += unit.numel;
   return n;
 }
+
+bool Manifest::has_ema() const { return std::find(kinds.begin(), kinds.end(), kEmaKind) != kinds.end(); }
 
 std::string config_hash(const std::string& model_name, const std::string& model_config) {
   return to_hex(xxh64_string(model_name + "\n" + model_config));
@@ -283,6 +307,9 @@ std::string to_json_text(const Manifest& m) {
       {"units", units_to_json(m.units)},
       {"optimizer", optimizer_to_json(m)},
       {"scheduler", scheduler_to_json(m)},
+  };
+  if (m.ema) j["ema"] = ema_to_json(*m.ema);  // only when the run keeps one: other manifests are unchanged
+  j.update(Json{
       {"loss_scaler", {{"enabled", m.loss_scale_enabled}, {"scale", s.scale}, {"clean_steps", s.clean_steps},
                        {"hysteresis_left", s.hysteresis_left}, {"overflows", s.overflows}}},
       {"skipped_total", m.skipped_total},
@@ -290,7 +317,7 @@ std::string to_json_text(const Manifest& m) {
       {"ranks", ranks},
       {"files", files},
       {"created_utc", m.created_utc.empty() ? now_utc() : m.created_utc},
-  };
+  });
   j[kManifestChecksumField] = to_hex(checksum_of(j));
   return j.dump(1) + "\n";
 }

@@ -1,15 +1,17 @@
 // Manifest: everything a checkpoint folder says about itself besides the tensor bytes (manifest.json):
 // format version, model identity, step, world size, stage, precision, every unit's parameter layout,
-// optimizer, loss scaler, LR schedule, caller state (data position, RNG per rank), the checksum of
-// every rank file and (format 2) a checksum of the manifest itself. docs/checkpoint_format.md is the
-// field-by-field reference.
+// optimizer, loss scaler, LR schedule, the EMA's settings when the run keeps one, caller state (data
+// position, RNG per rank), the checksum of every rank file and (format 2) a checksum of the manifest
+// itself. docs/checkpoint_format.md is the field-by-field reference.
 #pragma once
 
 #include "engine/loss_scaler.h"
 #include "engine/unit_layout.h"
+#include "optim/ema.h"
 #include "optim/optim_config.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,8 @@ inline constexpr const char* kFormatName = "zest-checkpoint";
 inline constexpr int kFormatVersion = 2;        // what this build writes
 inline constexpr int kOldestFormatVersion = 1;  // version 1: no manifest checksum; otherwise read alike
 inline constexpr const char* kManifestChecksumField = "manifest_xxh64";
+inline constexpr const char* kMasterKind = "master";  // the fp32 master weights
+inline constexpr const char* kEmaKind = "ema";        // the EMA of the master weights, when the run keeps one
 
 struct FileRecord {
   std::string name;    // relative to the step folder, e.g. rank_00003.safetensors
@@ -37,8 +41,10 @@ struct Manifest {
   std::string precision;     // compute dtype of the run ("fp32", "bf16", "fp16"); tensors are fp32
   // One layout per unit, laid out for world_size: rank r's file holds [r·S, (r+1)·S) of each unit.
   std::vector<UnitLayout> units;
-  // Tensor kinds in every rank file, "<kind>.<unit>": "master" then the optimizer's state names.
+  // Tensor kinds in every rank file, "<kind>.<unit>": "master", the optimizer's state names, then "ema"
+  // when the run keeps an EMA of the weights.
   std::vector<std::string> kinds;
+  std::optional<EmaConfig> ema;  // the EMA's settings; present exactly when kinds ends with "ema"
 
   OptimConfig optimizer;
   int64_t optimizer_step = 0;  // the optimizer's own update count (Adam bias correction)
@@ -54,6 +60,7 @@ struct Manifest {
   std::string created_utc;                   // ISO 8601, informational only
 
   int64_t num_parameters() const;  // Σ unit numel (tied parameters counted once)
+  bool has_ema() const;            // kinds lists "ema"
 };
 
 std::string config_hash(const std::string& model_name, const std::string& model_config);

@@ -20,14 +20,28 @@ void check_identity(const Manifest& m, std::vector<std::string>& problems) {
   if (m.config_hash != config_hash(m.model_name, m.model_config))
     problems.push_back("model.config_hash is '" + m.config_hash + "' but the model name and config hash to '" +
                        config_hash(m.model_name, m.model_config) + "'");
-  if (m.kinds != expected_kinds(m.optimizer.name)) {
+  const bool ema = m.ema.has_value();
+  if (m.kinds != expected_kinds(m.optimizer.name, ema)) {
     std::string listed;
     for (const auto& k : m.kinds) listed += (listed.empty() ? "" : ", ") + k;
     std::string expected;
-    for (const auto& k : expected_kinds(m.optimizer.name)) expected += (expected.empty() ? "" : ", ") + k;
+    for (const auto& k : expected_kinds(m.optimizer.name, ema)) expected += (expected.empty() ? "" : ", ") + k;
     problems.push_back("kinds are [" + listed + "], expected [" + expected + "] for optimizer " +
-                       to_string(m.optimizer.name));
+                       to_string(m.optimizer.name) +
+                       (ema ? " with an EMA (the manifest has 'ema' settings)"
+                            : " without an EMA (the manifest has no 'ema' settings)"));
   }
+}
+
+// The [ema] ranges (optim/ema.h), as sentences.
+void check_ema(const EmaConfig& e, std::vector<std::string>& problems) {
+  if (!(e.decay >= 0.0 && e.decay <= 1.0)) problems.push_back(str("ema.decay is ", e.decay, ", expected 0 to 1"));
+  if (!(e.min_decay >= 0.0 && e.min_decay <= e.decay))
+    problems.push_back(str("ema.min_decay is ", e.min_decay, ", expected 0 to ema.decay"));
+  if (e.update_every < 1) problems.push_back(str("ema.update_every is ", e.update_every, ", expected >= 1"));
+  if (e.start_step < 0) problems.push_back(str("ema.start_step is ", e.start_step, ", expected >= 0"));
+  if (!(e.inv_gamma > 0.0)) problems.push_back(str("ema.inv_gamma is ", e.inv_gamma, ", expected > 0"));
+  if (!(e.power > 0.0)) problems.push_back(str("ema.power is ", e.power, ", expected > 0"));
 }
 
 // The product of the shape; -1 when a dimension is negative or the product overflows.
@@ -72,9 +86,15 @@ void check_unit(const UnitLayout& unit, int world_size, std::set<std::string>& u
 
 }  // namespace
 
-std::vector<std::string> expected_kinds(OptimizerKind optimizer) {
-  if (optimizer == OptimizerKind::sgd) return {"master", "momentum"};
-  return {"master", "exp_avg", "exp_avg_sq"};
+std::vector<std::string> expected_kinds(OptimizerKind optimizer, bool ema) {
+  std::vector<std::string> kinds = {kMasterKind};
+  if (optimizer == OptimizerKind::sgd) {
+    kinds.emplace_back("momentum");
+  } else {
+    kinds.insert(kinds.end(), {"exp_avg", "exp_avg_sq"});
+  }
+  if (ema) kinds.emplace_back(kEmaKind);
+  return kinds;
 }
 
 std::vector<std::string> manifest_problems(const Manifest& m) {
@@ -83,6 +103,7 @@ std::vector<std::string> manifest_problems(const Manifest& m) {
   if (m.world_size < 1) problems.push_back(str("world_size is ", m.world_size, ", expected >= 1"));
   if (!problems.empty()) return problems;  // the layout rules divide by world_size
   check_identity(m, problems);
+  if (m.ema) check_ema(*m.ema, problems);
   std::set<std::string> unit_names, param_names;
   for (const UnitLayout& unit : m.units) check_unit(unit, m.world_size, unit_names, param_names, problems);
   if (static_cast<int>(m.files.size()) != m.world_size)

@@ -61,7 +61,24 @@ void check_all_files(const std::string& dir, const Manifest& manifest) {
   ZEST_CHECK(bad == 0, dir, ": ", bad, " of ", manifest.world_size, " rank file(s) cannot be merged:", problems);
 }
 
+// The header metadata of a merged file; zest.weights says which values it holds.
+safetensors::Metadata merged_metadata(const std::string& model, int64_t step, const nlohmann::json& aliases,
+                                      bool ema) {
+  return {{"format", "pt"},
+          {"zest.model", model},
+          {"zest.step", std::to_string(step)},
+          {"zest.weights", ema ? "ema" : "master"},
+          {"zest.aliases", aliases.dump()}};
+}
+
 }  // namespace
+
+std::string merged_kind(const Manifest& manifest, const MergeOptions& options, const std::string& step_dir) {
+  if (!options.ema) return kMasterKind;
+  ZEST_CHECK(manifest.has_ema(), step_dir, ": this checkpoint has no EMA of the weights (its run had no [ema] "
+             "table); merge without --ema for the trained weights");
+  return kEmaKind;
+}
 
 MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options) {
   check_dtype(options.dtype);
@@ -70,23 +87,21 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
   const std::string& dir = where.step_dir;
   check_output_outside(out_path, where.root.empty() ? dir : where.root);
   const Manifest manifest = read_manifest(dir);
+  const std::string kind = merged_kind(manifest, options, dir);
   check_all_files(dir, manifest);
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
   list_outputs(manifest.units, tensors, sources, aliases);
-  const safetensors::Metadata metadata = {{"format", "pt"},
-                                          {"zest.model", manifest.model_name},
-                                          {"zest.step", std::to_string(manifest.step)},
-                                          {"zest.aliases", aliases.dump()}};
-  MergedWriter writer(out_path, tensors, options.dtype, options.shard_size_bytes, metadata);
+  MergedWriter writer(out_path, tensors, options.dtype, options.shard_size_bytes,
+                      merged_metadata(manifest.model_name, manifest.step, aliases, options.ema));
   ShardReader reader(dir, manifest, /*verify_checksums=*/true);
   // One fixed buffer for the whole merge: memory stays at chunk_numel fp32 (+ its converted copy).
   auto buffer = torch::empty({options.chunk_numel}, torch::kFloat32);
   for (const Source& s : sources) {
     for (int64_t done = 0; done < s.slot->numel; done += options.chunk_numel) {
       const int64_t n = std::min(options.chunk_numel, s.slot->numel - done);
-      reader.read("master", s.unit, s.slot->offset + done, n, buffer.data_ptr<float>());
+      reader.read(kind, s.unit, s.slot->offset + done, n, buffer.data_ptr<float>());
       writer.append(buffer.narrow(0, 0, n));
     }
   }
@@ -98,6 +113,10 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
 
 MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options) {
   check_dtype(options.dtype);
+  // The same on every rank (all run the same configuration), so no rank is left in a gather.
+  ZEST_CHECK(!options.ema || engine.ema(), "merge: the EMA of the weights was asked for, but this run keeps none "
+             "(no [ema] table)");
+  const torch::Tensor values = options.ema ? engine.ema()->shard() : engine.master_shard();
   Communicator& comm = engine.comm();
   const bool writes = comm.rank() == 0;
   std::vector<UnitLayout> layouts;
@@ -114,18 +133,16 @@ MergeResult merge_online(Engine& engine, const std::string& out_path, const Merg
     if (writes && error.empty()) error = capture_error(fn);
   };
   attempt([&] {
-    const safetensors::Metadata metadata = {{"format", "pt"},
-                                            {"zest.model", options.model_name},
-                                            {"zest.step", std::to_string(engine.step_count())},
-                                            {"zest.aliases", aliases.dump()}};
-    writer = std::make_unique<MergedWriter>(out_path, tensors, options.dtype, options.shard_size_bytes, metadata);
+    writer = std::make_unique<MergedWriter>(
+        out_path, tensors, options.dtype, options.shard_size_bytes,
+        merged_metadata(options.model_name, engine.step_count(), aliases, options.ema));
   });
   torch::NoGradGuard no_grad;
   size_t next = 0;  // first output tensor of the current unit
   for (size_t u = 0; u < engine.units().size(); ++u) {
     const Unit& unit = engine.units()[u];
     const ElementSpan span = engine.master_span(u);
-    torch::Tensor full = engine.master_shard().narrow(0, span.begin, span.numel);  // stage 0: whole unit
+    torch::Tensor full = values.narrow(0, span.begin, span.numel);  // stage 0: whole unit
     if (engine.policy().shard_optimizer) {  // one unit at a time: never the whole model twice
       const torch::Tensor gathered = torch::empty({unit.layout().padded_numel}, full.options());
       comm.allgather(full.contiguous(), gathered)->wait();

@@ -3,8 +3,11 @@
 // from whichever rank files hold them, so memory does not grow with the model), or online at the end
 // of training (rank 0 writes while the ranks gather one unit at a time). A tied parameter is written
 // under each of its names, as PyTorch's state_dict() lists it; metadata "zest.aliases" records the ties.
+// With `ema` the values are the EMA of the weights instead of the trained (master) weights; metadata
+// "zest.weights" says which ("master" or "ema").
 #pragma once
 
+#include "checkpoint/manifest.h"
 #include "engine/engine.h"
 
 #include <torch/torch.h>
@@ -20,6 +23,7 @@ struct MergeOptions {
   uint64_t shard_size_bytes = 0;         // 0: one file; else hub-style shards + index json
   int64_t chunk_numel = int64_t{16} << 20;  // offline: fp32 elements read per piece (64 MiB)
   std::string model_name;                // online only (offline takes it from the manifest)
+  bool ema = false;                      // the EMA of the weights instead of the master weights
 };
 
 struct MergeResult {
@@ -38,9 +42,14 @@ struct MergeResult {
 // fails the merge before the output gets its final name.
 MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options);
 
+// With options.ema, a checkpoint without an EMA is refused before anything is written.
 // Online, collective: every rank takes part in the gathers; rank 0 writes. Returns rank 0's result
-// (empty on the others).
+// (empty on the others). With options.ema, an engine without an EMA is refused on every rank.
 MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options);
+
+// The tensor kind a merge with `options` reads from the checkpoint `manifest` describes: "master", or
+// "ema" with options.ema (refused, naming `step_dir`, when the checkpoint has no EMA).
+std::string merged_kind(const Manifest& manifest, const MergeOptions& options, const std::string& step_dir);
 
 // "fp32" | "bf16" | "fp16" → dtype (error lists the choices).
 torch::Dtype parse_merge_dtype(const std::string& name);

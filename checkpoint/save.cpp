@@ -48,8 +48,12 @@ Manifest describe_engine(Engine& engine, const SaveRequest& request) {
   m.stage = engine.config().stage;
   m.precision = to_string(engine.config().precision);
   for (const auto& unit : engine.units()) m.units.push_back(unit.layout());
-  m.kinds = {"master"};
+  m.kinds = {kMasterKind};
   for (const auto& [name, tensor] : engine.optimizer().state_tensors()) m.kinds.push_back(name);
+  if (const ShardedEma* ema = engine.ema()) {
+    m.kinds.emplace_back(kEmaKind);
+    m.ema = ema->config();
+  }
   m.optimizer = engine.optimizer().config();
   m.optimizer_step = engine.optimizer().step_count();
   m.scheduler = engine.schedule_config();

@@ -20,16 +20,20 @@ RankSnapshot snapshot_engine(Engine& engine, bool copy) {
   RankSnapshot snap;
   snap.rank = engine.comm().rank();
   std::vector<torch::Tensor> flats = {engine.master_shard()};  // all share the master shard's layout
-  snap.kinds = {"master"};
+  snap.kinds = {kMasterKind};
   for (const auto& [name, tensor] : engine.optimizer().state_tensors()) {
     snap.kinds.push_back(name);
     flats.push_back(tensor);
+  }
+  if (const ShardedEma* ema = engine.ema()) {  // the same kinds, in the same order, as describe_engine()
+    snap.kinds.emplace_back(kEmaKind);
+    flats.push_back(ema->shard());
   }
   for (const auto& unit : engine.units()) snap.units.push_back(unit.name());
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& flat : flats) {
     ZEST_CHECK(flat.numel() == engine.master_shard().numel() && flat.scalar_type() == torch::kFloat32,
-               "optimizer state differs from the master shard's layout (", flat.numel(), " vs ",
+               "optimizer state or EMA differs from the master shard's layout (", flat.numel(), " vs ",
                engine.master_shard().numel(), " fp32 elements)");
     std::vector<torch::Tensor> per_unit;
     for (size_t u = 0; u < engine.units().size(); ++u) {

@@ -1,4 +1,4 @@
-// RankSnapshot: one rank's share of a checkpoint — for each kind (fp32 master, optimizer states) and
+// RankSnapshot: one rank's share of a checkpoint — for each kind (fp32 master, optimizer states, EMA) and
 // unit, the slice [rank·S, (rank+1)·S) of the unit's flat buffer — and writing it as the rank's
 // safetensors file. Stage 0 ranks hold whole units but write only their slice, so every stage has
 // the same files.
@@ -17,7 +17,7 @@ namespace zest::checkpoint {
 
 struct RankSnapshot {
   int rank = 0;
-  std::vector<std::string> kinds;                   // "master", then the optimizer's state names
+  std::vector<std::string> kinds;                   // "master", the optimizer's state names, "ema" if kept
   std::vector<std::string> units;                   // unit names
   std::vector<std::vector<torch::Tensor>> slices;   // [kind][unit] fp32 [shard_numel]
 

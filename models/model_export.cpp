@@ -95,6 +95,7 @@ MergeResult export_hymotion(const std::string& dir, const Manifest& manifest, co
   const std::string config = source.value("format", "") == "hymotion"
                                  ? source.at("config_text").get<std::string>()
                                  : hymotion::release_config_yaml(toml_to_json(manifest.model_config, dir));
+  const std::string kind = checkpoint::merged_kind(manifest, options, dir);  // "master" or "ema"
   check_rank_files(dir, manifest);
   fs::create_directories(out);
   const fs::path weights = out / hymotion::kReleaseWeightsName;
@@ -110,7 +111,7 @@ MergeResult export_hymotion(const std::string& dir, const Manifest& manifest, co
     for (const ParamSlot& slot : manifest.units[u].slots) {
       // One parameter at a time (the largest HY-Motion tensor is 11.5M elements).
       torch::Tensor values = torch::empty({slot.numel}, torch::kFloat32);
-      reader.read("master", u, slot.offset, slot.numel, values.data_ptr<float>());
+      reader.read(kind, u, slot.offset, slot.numel, values.data_ptr<float>());
       values = values.view(slot.shape).to(options.dtype);
       add(hymotion::kReleaseNetworkPrefix + slot.name, values);
       for (const std::string& alias : slot.aliases) add(hymotion::kReleaseNetworkPrefix + alias, values);
@@ -143,6 +144,7 @@ MergeResult export_checkpoint(const std::string& ckpt, const std::string& out, c
   const std::string dir = checkpoint::resolve_checkpoint(ckpt);
   const Manifest manifest = checkpoint::read_manifest(dir);
   const nlohmann::json source = model_source_of(manifest, dir);
+  checkpoint::merged_kind(manifest, options, dir);  // --ema without a saved EMA: refused before any output
   ZEST_CHECK(!fs::exists(out) || fs::is_directory(out), out, ": --format ", format == ExportFormat::diffusers ?
              "diffusers" : "hymotion", " writes a folder; this is a file");
   if (format == ExportFormat::diffusers) return export_diffusers(dir, manifest, source, out, options);

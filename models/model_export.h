@@ -19,6 +19,7 @@ ExportFormat parse_export_format(const std::string& name);
 // (checkpoint::merge_offline). diffusers / hymotion: `out` is a folder (created) that receives the config
 // file and the weights; diffusers weights are sharded with diffusers' index past options.shard_size_bytes.
 // Weights stream piece by piece; every file is written under a temporary name and renamed when complete.
+// options.ema exports the EMA of the weights (refused before anything is written when the checkpoint has none).
 checkpoint::MergeResult export_checkpoint(const std::string& ckpt, const std::string& out,
                                           const checkpoint::MergeOptions& options, ExportFormat format);
 

@@ -1,5 +1,5 @@
 // `zest ckpt inspect DIR [--verify]`: the manifest summary of a checkpoint (step, world size, stage,
-// model, optimizer, size per rank) and, with --verify, every rank file's size, header and xxh64 checksum
+// model, optimizer, EMA, size per rank) and, with --verify, every rank file's size, header and xxh64 checksum
 // (the checks load and merge make; checkpoint/verify.h). DIR may be a root, DIR/latest or a step folder.
 #include "tools/commands.h"
 
@@ -20,6 +20,18 @@ struct InspectArgs {
   bool verify = false;
 };
 
+void print_ema(const checkpoint::Manifest& m) {
+  if (!m.ema) {
+    std::printf("ema          none (the run had no [ema] table)\n");
+    return;
+  }
+  const EmaConfig& e = *m.ema;
+  std::printf("ema          decay %g (min %g), update_every %lld, start_step %lld", e.decay, e.min_decay,
+              static_cast<long long>(e.update_every), static_cast<long long>(e.start_step));
+  if (e.use_ema_warmup) std::printf(", warm-up inv_gamma %g power %g", e.inv_gamma, e.power);
+  std::printf(" (`zest merge --ema` writes it)\n");
+}
+
 void print_summary(const std::string& step_dir, const checkpoint::Manifest& m) {
   int64_t aliases = 0;
   for (const auto& unit : m.units)
@@ -37,7 +49,9 @@ void print_summary(const std::string& step_dir, const checkpoint::Manifest& m) {
   std::printf("optimizer    %s (%lld updates), tensors per unit: ", to_string(m.optimizer.name),
               static_cast<long long>(m.optimizer_step));
   for (size_t k = 0; k < m.kinds.size(); ++k) std::printf("%s%s", k ? ", " : "", m.kinds[k].c_str());
-  std::printf("\nloss scale   %g%s\n", m.loss_scaler.scale, m.loss_scale_enabled ? " (dynamic, fp16)" : " (off)");
+  std::printf("\n");
+  print_ema(m);
+  std::printf("loss scale   %g%s\n", m.loss_scaler.scale, m.loss_scale_enabled ? " (dynamic, fp16)" : " (off)");
 }
 
 void run_inspect(const InspectArgs& args) {

@@ -1,7 +1,8 @@
-// `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--format F]`: one
-// consolidated model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by piece
-// with every rank file checksummed on the way (checkpoint/merge.h says what is refused); --format
-// diffusers|hymotion writes the folder those libraries load (models/model_export.h).
+// `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--format F] [--ema]`:
+// one consolidated model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by
+// piece with every rank file checksummed on the way (checkpoint/merge.h says what is refused); --format
+// diffusers|hymotion writes the folder those libraries load (models/model_export.h); --ema writes the
+// EMA of the weights instead of the trained weights.
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
@@ -25,6 +26,7 @@ struct MergeArgs {
   std::string dtype = "fp32";
   std::string shard_size = "0";
   std::string format = "safetensors";
+  bool ema = false;
 };
 
 double peak_rss_mib() {
@@ -37,6 +39,7 @@ void run_merge(const MergeArgs& args) {
   checkpoint::MergeOptions options;
   options.dtype = checkpoint::parse_merge_dtype(args.dtype);
   options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
+  options.ema = args.ema;
   const auto start = std::chrono::steady_clock::now();
   const checkpoint::MergeResult result =
       export_checkpoint(args.checkpoint, args.output, options, parse_export_format(args.format));
@@ -44,9 +47,9 @@ void run_merge(const MergeArgs& args) {
   for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", note.c_str());
   for (const std::string& file : result.files) std::printf("wrote %s\n", file.c_str());
   if (!result.index_path.empty()) std::printf("wrote %s\n", result.index_path.c_str());
-  std::printf("%lld tensors, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",
-              static_cast<long long>(result.tensors), result.total_bytes / 1e6, args.dtype.c_str(), seconds,
-              result.total_bytes / 1e6 / std::max(seconds, 1e-9), peak_rss_mib());
+  std::printf("%lld tensors%s, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",
+              static_cast<long long>(result.tensors), args.ema ? " (EMA weights)" : "", result.total_bytes / 1e6,
+              args.dtype.c_str(), seconds, result.total_bytes / 1e6 / std::max(seconds, 1e-9), peak_rss_mib());
 }
 
 }  // namespace
@@ -67,6 +70,9 @@ void add_merge_command(CLI::App& app) {
                   "safetensors (one file) | diffusers (-o is a UNet folder for from_pretrained) | hymotion (-o is a "
                   "folder with config.yml + latest.ckpt)")
       ->capture_default_str();
+  cmd->add_flag("--ema", args->ema,
+                "write the EMA of the weights ([ema]) instead of the trained weights; refused when the checkpoint "
+                "has none");
   cmd->callback([args] { run_merge(*args); });
 }
 

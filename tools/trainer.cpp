@@ -275,13 +275,21 @@ void TrainRun::finish(const TrainOutcome& outcome) {
   saver_.wait(*comm_);
   progress_->finish();
   const auto merged = (fs::path(config_.train.run_dir) / "model.safetensors").string();
+  // With [ema], the EMA of the weights too, under the same names.
+  const auto merged_ema = (fs::path(config_.train.run_dir) / "model_ema.safetensors").string();
+  const bool with_ema = engine_->ema() != nullptr;
   // A complete run that was merged before is not merged again (nor saved again, above).
-  if (!config_.checkpoint.merge_at_end || outcome.preempted || (already_finished_ && fs::exists(merged))) return;
+  const bool merged_before = fs::exists(merged) && (!with_ema || fs::exists(merged_ema));
+  if (!config_.checkpoint.merge_at_end || outcome.preempted || (already_finished_ && merged_before)) return;
   phase_ = "merging the final checkpoint";
   checkpoint::MergeOptions merge;
   merge.model_name = resolved_.name;
   checkpoint::merge_online(*engine_, merged, merge);
   progress_->message("merged model: " + merged);
+  if (!with_ema) return;
+  merge.ema = true;
+  checkpoint::merge_online(*engine_, merged_ema, merge);
+  progress_->message("merged EMA of the weights: " + merged_ema);
 }
 
 // A LibTorch or allocation failure, said with what the run was doing; when memory ran out in a step,

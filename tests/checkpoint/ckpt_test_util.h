@@ -1,5 +1,6 @@
 // Helpers for the checkpoint tests: a self-removing folder, a toy training run (ToyNet on the fixed
-// global batch), state capture for bitwise comparisons, and "error mentions all of these".
+// global batch, optionally with an EMA of the weights), state capture for bitwise comparisons, and
+// "error mentions all of these".
 #pragma once
 
 #include "common/temp_dir.h"
@@ -31,7 +32,19 @@ struct RunSpec {
   int stage = 2;
   bool sgd = false;
   int64_t seed = 7;  // parameter init; a loading run uses another seed to prove the load replaces it
+  bool ema = false;  // keep an EMA of the weights (toy_ema())
 };
+
+// An EMA whose decay changes every step and that skips steps, so a wrong restored step count shows.
+inline EmaConfig toy_ema() {
+  EmaConfig c;
+  c.enabled = true;
+  c.decay = 0.9;
+  c.use_ema_warmup = true;
+  c.update_every = 2;
+  c.start_step = 1;
+  return c;
+}
 
 inline OptimConfig toy_optim(bool sgd) {
   OptimConfig c;
@@ -71,6 +84,7 @@ inline ToyRun make_toy_run(std::shared_ptr<Communicator> comm, const RunSpec& sp
   ec.reduce_dtype = Precision::fp32;
   ec.clip_norm = 1.0;
   run.engine = std::make_unique<Engine>(run.model, ec, toy_optim(spec.sgd), toy_schedule(), std::move(comm));
+  if (spec.ema) run.engine->enable_ema(toy_ema());
   return run;
 }
 
@@ -130,14 +144,38 @@ inline double max_relative_difference(const std::map<std::string, torch::Tensor>
   return worst;
 }
 
-// The engine's complete resumable state on this rank: master, optimizer states, counters.
+// The engine's complete resumable state on this rank: master, optimizer states, EMA (if kept), counters.
 inline std::map<std::string, torch::Tensor> engine_state(Engine& engine) {
   std::map<std::string, torch::Tensor> out = {{"master", engine.master_shard().clone()}};
   for (const auto& [name, t] : engine.optimizer().state_tensors()) out[name] = t.clone();
+  if (engine.ema()) out["ema"] = engine.ema()->shard().clone();
   out["counters"] = torch::tensor({static_cast<double>(engine.step_count()),
                                    static_cast<double>(engine.optimizer().step_count()),
                                    engine.loss_scaler().scale(), engine.current_lr()},
                                   torch::kFloat64);
+  return out;
+}
+
+// The whole EMA by state-dict name (tied parameters under each name), the same on every rank. Collective:
+// each rank contributes its slice of every unit ([rank·S, (rank+1)·S), as a checkpoint stores it) and a
+// sum over the ranks (of one value and zeros) assembles the unit exactly.
+inline std::map<std::string, torch::Tensor> ema_by_name(Engine& engine) {
+  const torch::Tensor ema = engine.ema()->shard().to(torch::kCPU);
+  const int rank = engine.comm().rank();
+  std::map<std::string, torch::Tensor> out;
+  for (size_t u = 0; u < engine.units().size(); ++u) {
+    const Unit& unit = engine.units()[u];
+    const ElementSpan mine = unit.layout().shard_span(rank), owned = unit.shard_span();
+    auto full = torch::zeros({unit.layout().padded_numel}, torch::kFloat32);
+    full.narrow(0, mine.begin, mine.numel)
+        .copy_(ema.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel));
+    engine.comm().allreduce(full, ReduceOp::sum)->wait();
+    for (const ParamSlot& slot : unit.layout().slots) {
+      const auto value = full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();
+      out[slot.name] = value;
+      for (const std::string& alias : slot.aliases) out[alias] = value;
+    }
+  }
   return out;
 }
 

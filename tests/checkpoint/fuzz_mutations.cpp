@@ -175,7 +175,9 @@ std::string lie_about_layout(Json& j, std::mt19937& rng, bool& rehash) {
       j["kinds"] = pick(rng, std::vector<Json>{Json::array({"master", "exp_avg"}),
                                                Json::array({"master", "exp_avg_sq", "exp_avg"}),
                                                Json::array({"master", "exp_avg", "exp_avg_sq", "foo"}),
-                                               Json::array({"master", "master", "exp_avg"}), Json::array({"momentum"})});
+                                               Json::array({"master", "master", "exp_avg"}), Json::array({"momentum"}),
+                                               Json::array({"master", "ema", "exp_avg", "exp_avg_sq"}),
+                                               Json::array({"master", "exp_avg", "exp_avg_sq", "ema", "ema"})});
       return "kinds " + j["kinds"].dump();
     case 12: j["optimizer"]["name"] = "sgd"; return "optimizer sgd";
     case 13: std::swap(j["files"][0], j["files"][1]); return "file entries swapped";

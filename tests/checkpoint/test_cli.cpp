@@ -1,5 +1,6 @@
 // The CLI front ends: `zest merge` and `zest ckpt inspect [--verify]` on a real checkpoint, named as its
-// root, as DIR/latest (the file a user sees) or as a step folder; refusals exit 1 with one message.
+// root, as DIR/latest (the file a user sees) or as a step folder; refusals exit 1 with one message;
+// `zest merge --ema` and the EMA line of `zest ckpt inspect`.
 // Skipped when the zest binary has not been built in this build tree.
 #include "ckpt_test_util.h"
 #include "thread_world.h"
@@ -122,6 +123,46 @@ TEST(CheckpointCli, MergeRefusalsExitOneWithOneMessage) {
   EXPECT_FALSE(std::filesystem::exists(dir.sub("adir.tmp")));
   for (const Ran& ran : {inside, onto_dir})  // one line: no stack trace, no second message
     EXPECT_EQ(std::count(ran.output.begin(), ran.output.end(), '\n'), 1) << ran.output;
+}
+
+// `merge --ema` writes the EMA (not the trained weights); inspect shows the EMA's settings; a checkpoint
+// without an EMA is refused in one line, with nothing written.
+TEST(CheckpointCli, MergeEmaAndInspectShowTheEma) {
+  if (!std::filesystem::exists(std::string(ZEST_BINARY_DIR) + "/zest")) GTEST_SKIP() << "zest not built";
+  TempDir dir;
+  std::map<std::string, torch::Tensor> ema;
+  run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    ToyRun with = make_toy_run(comm, {2, false, 7, /*ema=*/true});
+    train_toy(with, 0, 5);
+    checkpoint::save(*with.engine, toy_save_request(dir.sub("with")));
+    const auto gathered = ema_by_name(*with.engine);
+    if (rank == 0) ema = gathered;
+    ToyRun without = make_toy_run(comm, {2, false, 7});
+    checkpoint::save(*without.engine, toy_save_request(dir.sub("without")));
+  });
+  const Ran merged = run_zest("merge " + dir.sub("with") + " --ema -o " + dir.sub("ema.safetensors"), dir.sub("m.log"));
+  ASSERT_EQ(merged.status, 0) << merged.output;
+  EXPECT_NE(merged.output.find("14 tensors (EMA weights)"), std::string::npos) << merged.output;
+  const auto file = safetensors::load_file(dir.sub("ema.safetensors"));
+  ASSERT_EQ(file.size(), ema.size());
+  for (const auto& [name, t] : file) EXPECT_TRUE(torch::equal(t, ema.at(name))) << name;
+
+  const Ran inspect = run_zest("ckpt inspect " + dir.sub("with"), dir.sub("i.log"));
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  for (const char* part :
+       {"exp_avg_sq, ema\n", "ema          decay 0.9 (min 0), update_every 2, start_step 1, warm-up"})
+    EXPECT_NE(inspect.output.find(part), std::string::npos) << part << " not in:\n" << inspect.output;
+  const Ran plain = run_zest("ckpt inspect " + dir.sub("without"), dir.sub("p.log"));
+  EXPECT_NE(plain.output.find("ema          none"), std::string::npos) << plain.output;
+
+  const Ran refused =
+      run_zest("merge " + dir.sub("without") + " --ema -o " + dir.sub("no.safetensors"), dir.sub("n.log"));
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.output.find("zest: error: " + dir.sub("without/step_00000000") +
+                                ": this checkpoint has no EMA of the weights"),
+            std::string::npos) << refused.output;
+  EXPECT_EQ(std::count(refused.output.begin(), refused.output.end(), '\n'), 1) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("no.safetensors")));
 }
 
 }  // namespace

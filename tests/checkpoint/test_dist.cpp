@@ -1,6 +1,7 @@
 // Checkpoints across real processes (mpirun -np 2 / -np 4; world size 1 in the plain run): exact
 // resume on the whole world, and resharding between the world and sub-worlds built with
-// MPI_Comm_split (N → N/2, N → 1, 1 → N), continued training compared with the uninterrupted run.
+// MPI_Comm_split (N → N/2, N → 1, 1 → N), continued training compared with the uninterrupted run; the
+// same for the EMA of the weights (bitwise after the load, at every stage).
 #include "ckpt_test_util.h"
 
 #include "comm/mpi_communicator.h"
@@ -97,6 +98,55 @@ TEST(DistCheckpoint, ReshardBetweenWorldAndSubWorlds) {
     reshard_case(n, 1, stage);
     reshard_case(1, n, stage);
   }
+}
+
+TEST(DistCheckpoint, EmaExactResumeOnTheWholeWorld) {
+  auto comm = world_communicator();
+  for (const int stage : {0, 1, 2, 3}) {
+    const std::string what = "stage " + std::to_string(stage);
+    SharedDir dir;
+    ToyRun a = make_toy_run(comm, {stage, false, 7, /*ema=*/true});
+    train_toy(a, 0, 7);
+    checkpoint::save(*a.engine, toy_save_request(dir.path));
+    const auto saved = ema_by_name(*a.engine);
+    train_toy(a, 7, 14);
+    ToyRun b = make_toy_run(comm, {stage, false, 99, true});
+    checkpoint::load(*b.engine, toy_load_request(dir.path));
+    expect_bitwise_equal(saved, ema_by_name(*b.engine), "EMA after the load, " + what);
+    train_toy(b, 7, 14);
+    expect_bitwise_equal(engine_state(*a.engine), engine_state(*b.engine), "engine state with EMA, " + what);
+    comm->barrier();
+  }
+}
+
+// The EMA saved by `from` ranks at one stage, loaded by `to` ranks at another: bitwise the saved EMA
+// (world rank 0 belongs to both sub-worlds and compares).
+void reshard_ema_case(int from, int from_stage, int to, int to_stage) {
+  SharedDir dir;
+  std::map<std::string, torch::Tensor> saved, loaded;
+  if (auto comm = sub_world(from)) {
+    ToyRun a = make_toy_run(comm, {from_stage, false, 7, true});
+    train_toy(a, 0, 7);
+    checkpoint::save(*a.engine, toy_save_request(dir.path));
+    saved = ema_by_name(*a.engine);
+  }
+  world_communicator()->barrier();
+  if (auto comm = sub_world(to)) {
+    ToyRun b = make_toy_run(comm, {to_stage, false, 99, true});
+    checkpoint::load(*b.engine, toy_load_request(dir.path));
+    loaded = ema_by_name(*b.engine);
+  }
+  if (world_communicator()->rank() == 0)
+    expect_bitwise_equal(saved, loaded, str("EMA of ", from, " ranks at stage ", from_stage, " loaded by ", to,
+                                            " at stage ", to_stage));
+  world_communicator()->barrier();
+}
+
+TEST(DistCheckpoint, EmaReshardsBetweenWorldAndSubWorlds) {
+  const int n = world_communicator()->size();
+  reshard_ema_case(n, 2, 1, 0);
+  reshard_ema_case(1, 0, n, 3);
+  if (n / 2 > 1) reshard_ema_case(n, 3, n / 2, 1);
 }
 
 TEST(DistCheckpoint, AsyncSaveCommitsAcrossProcesses) {

@@ -1,7 +1,8 @@
 // Seeded fuzz test of everything that reads a checkpoint. 240 mutated copies of a 2-rank checkpoint
-// (fuzz_mutations.h: manifest fields deleted / retyped / out of range, layout lies, bad checksums, damaged
-// text, rank-file bytes flipped in header and data, rewritten identities, missing / extra / swapped /
-// truncated / duplicated / foreign files, `latest` pointing nowhere) each go through
+// (every other round through the categories one that holds an EMA of the weights too; fuzz_mutations.h:
+// manifest fields deleted / retyped / out of range, layout lies, bad checksums, damaged text, rank-file
+// bytes flipped in header and data, rewritten identities, missing / extra / swapped / truncated /
+// duplicated / foreign files, `latest` pointing nowhere) each go through
 // `ckpt inspect --verify`, merge and a resume into 2-rank engines, in process; a sample also through the
 // CLI. Every case must end in OK or a zest::Error that names the checkpoint, within a time bound (a
 // watchdog aborts a hang), and:
@@ -45,6 +46,7 @@ using Tensors = std::map<std::string, torch::Tensor>;
 
 // The original checkpoint and what each of its steps must give.
 struct Reference {
+  bool ema = false;                                  // saved (and resumed) with an EMA of the weights
   std::map<int64_t, Tensors> params;                 // merged: state-dict name → tensor
   std::map<int64_t, std::vector<Tensors>> engines;   // resumed: per rank, master and optimizer state
 };
@@ -52,6 +54,7 @@ struct Reference {
 Tensors weights_of(Engine& engine) {
   Tensors out = {{"master", engine.master_shard().clone()}};
   for (const auto& [name, t] : engine.optimizer().state_tensors()) out[name] = t.clone();
+  if (engine.ema()) out["ema"] = engine.ema()->shard().clone();
   return out;
 }
 
@@ -64,10 +67,11 @@ bool same(const Tensors& a, const Tensors& b) {
   return true;
 }
 
-Reference make_base(const std::string& root) {
+Reference make_base(const std::string& root, bool ema) {
   Reference ref;
+  ref.ema = ema;
   run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    ToyRun run = make_toy_run(comm, {2, false, 7});
+    ToyRun run = make_toy_run(comm, {2, false, 7, ema});
     for (const auto& [from, to] : {std::pair<int64_t, int64_t>{0, 3}, {3, 5}}) {
       train_toy(run, from, to);
       checkpoint::save(*run.engine, toy_save_request(root));
@@ -77,7 +81,7 @@ Reference make_base(const std::string& root) {
   for (const int64_t step : {3, 5}) {
     ref.engines[step].resize(2);
     run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-      ToyRun run = make_toy_run(comm, {2, false, 99});
+      ToyRun run = make_toy_run(comm, {2, false, 99, ema});
       checkpoint::load(*run.engine, toy_load_request(root + "/" + checkpoint::step_dir_name(step)));
       ref.engines[step][rank] = weights_of(*run.engine);
     });
@@ -137,7 +141,7 @@ Outcome run_merge(const std::string& path, const std::string& out_path, const Re
 Outcome run_load(const std::string& path, const Reference& ref) {
   std::vector<Outcome> per_rank(2);
   run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
-    ToyRun run = make_toy_run(comm, {2, false, 99});
+    ToyRun run = make_toy_run(comm, {2, false, 99, ref.ema});
     const Tensors before = weights_of(*run.engine);
     per_rank[rank] = attempt([&](Outcome& out) {
       out.step = checkpoint::load(*run.engine, toy_load_request(path)).step;
@@ -261,11 +265,12 @@ void check_cli(const std::string& path, const std::string& dir, bool inspect_ok,
 
 // The state shared by the cases of one fuzz run.
 struct FuzzRun {
-  const Reference& ref;
+  std::vector<std::pair<std::string, Reference>> bases;  // folder and reference: without, with an EMA
   const TempDir& work;
   std::map<std::string, Counts> counts;
   double slowest = 0;
   int cli_runs = 0;
+  int ema_cases = 0;
 };
 
 // The three verdicts on one checkpoint, judged; returns the number of problems (each also a failure).
@@ -290,22 +295,26 @@ int judge(const std::string& what, const std::string& case_name, const Mutation&
   return problems;
 }
 
-// Case i: a fresh copy of the base checkpoint, one mutation, the three tools (and a CLI sample).
-int run_case(int i, const std::string& base, std::mt19937& rng, Watchdog& watchdog, FuzzRun& run) {
+// Case i: a fresh copy of a base checkpoint (the bases alternate round by round through the
+// categories), one mutation, the three tools (and a CLI sample).
+int run_case(int i, std::mt19937& rng, Watchdog& watchdog, FuzzRun& run) {
+  const size_t round = static_cast<size_t>(i) / fuzz_categories().size();
+  const auto& [base, ref] = run.bases[round % run.bases.size()];
+  run.ema_cases += ref.ema;
   const std::string& category = fuzz_categories()[static_cast<size_t>(i) % fuzz_categories().size()];
   const std::string case_name = "case_" + std::to_string(i);
   const std::string root = run.work.sub(case_name), out = run.work.sub(case_name + "_out");
   fs::copy(base, root, fs::copy_options::recursive);
   const Mutation m = mutate_checkpoint(root, category, rng);
-  const std::string what = case_name + " [" + category + ": " + m.description + "]";
+  const std::string what = case_name + (ref.ema ? " (EMA)" : "") + " [" + category + ": " + m.description + "]";
   watchdog.progress(what);
   // The checkpoint as a user may name it: its root, DIR/latest, or the step folder.
   const bool latest_is_file = fs::is_regular_file(root + "/latest");
   const std::string path = i % 3 == 1 && latest_is_file ? root + "/latest"
                            : i % 3 == 2 && category != "latest" ? root + "/step_00000005" : root;
   const Outcome inspect = run_inspect(path);
-  const Outcome merge = run_merge(path, out + "/model.safetensors", run.ref);
-  const Outcome load = run_load(path, run.ref);
+  const Outcome merge = run_merge(path, out + "/model.safetensors", ref);
+  const Outcome load = run_load(path, ref);
   Counts& c = run.counts[category];
   ++c.cases;
   c.rehashed += m.rehashed;
@@ -329,8 +338,8 @@ void print_counts(FuzzRun& run, double seconds) {
     total.add(run.counts[category]);
   }
   total.print("total");
-  std::printf("[ fuzz ] %d cases in %.1f s (slowest operation %.2f s), %d CLI runs; seed %u\n", total.cases,
-              seconds, run.slowest, run.cli_runs, kSeed);
+  std::printf("[ fuzz ] %d cases (%d of a checkpoint with an EMA) in %.1f s (slowest operation %.2f s), %d CLI "
+              "runs; seed %u\n", total.cases, run.ema_cases, seconds, run.slowest, run.cli_runs, kSeed);
   std::printf("[ fuzz ] a refusal of each category, as the resume reports it:\n");
   for (const std::string& category : fuzz_categories())
     if (!run.counts[category].example.empty())
@@ -339,9 +348,9 @@ void print_counts(FuzzRun& run, double seconds) {
 
 TEST(CheckpointFuzz, MutatedCheckpointsEndInOkOrAClearError) {
   const TempDir work("fuzz");
-  const std::string base = work.sub("base");
-  const Reference ref = make_base(base);
-  FuzzRun run{ref, work, {}, 0, 0};
+  FuzzRun run{{{work.sub("base"), make_base(work.sub("base"), false)},
+               {work.sub("base_ema"), make_base(work.sub("base_ema"), true)}},
+              work};
   std::mt19937 rng(kSeed);
   std::ostringstream notes;  // load's notes (`latest` fallbacks, ...) would flood the test output
   std::streambuf* const stderr_buffer = std::cerr.rdbuf(notes.rdbuf());
@@ -349,7 +358,7 @@ TEST(CheckpointFuzz, MutatedCheckpointsEndInOkOrAClearError) {
   int cases = 0, failing = 0;
   {
     Watchdog watchdog;
-    for (; cases < kCases && failing < 20; ++cases) failing += run_case(cases, base, rng, watchdog, run) > 0;
+    for (; cases < kCases && failing < 20; ++cases) failing += run_case(cases, rng, watchdog, run) > 0;
   }
   std::cerr.rdbuf(stderr_buffer);
   print_counts(run, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

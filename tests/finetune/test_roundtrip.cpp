@@ -2,7 +2,9 @@
 // tiny generated folders with --set): released folder → 2-rank `zest train` → `zest merge --format` →
 // the export loads as `pretrained` again with identical tensors, its config file is the one read in
 // (fields zest does not use carried through), a release's pipeline tensors come back bit for bit, and
-// PyTorch reads the files. A resumed fine-tune never reads the base weights again.
+// PyTorch reads the files. A resumed fine-tune never reads the base weights again. The shipped configs
+// keep an EMA ([ema]): merge_at_end writes model_ema.safetensors beside model.safetensors, `zest merge
+// --ema --format ...` exports exactly it, and a resumed run ends with the uninterrupted run's EMA.
 #include "common/temp_dir.h"
 #include "finetune_test_util.h"
 #include "launch/launch_test_util.h"
@@ -10,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -133,6 +136,16 @@ TEST(FinetuneRoundTrip, DiffusersUNetFolder) {
   EXPECT_NE(out.find("some_future_field"), std::string::npos) << out;  // the unknown field is reported
   const Named trained = read_safetensors((w / "run" / "model.safetensors").string());
   expect_started_from(trained, base);
+  // merge_at_end with [ema]: the EMA of the weights too, which lags the trained weights.
+  const Named ema = read_safetensors((w / "run" / "model_ema.safetensors").string());
+  expect_started_from(ema, base);
+  EXPECT_TRUE(std::any_of(ema.begin(), ema.end(), [&](const auto& e) { return !e.second.equal(trained.at(e.first)); }))
+      << "the EMA equals the trained weights";
+  EXPECT_NE(out.find("merged EMA of the weights: "), std::string::npos) << out;
+  run_ok({zest_binary(), "merge", (w / "run" / "checkpoints").string(), "--ema", "--format", "diffusers", "-o",
+          (w / "export_ema").string()});
+  EXPECT_EQ(read_text((w / "export_ema" / "config.json").string()), read_text((w / "base" / "config.json").string()));
+  expect_identical(load_as_pretrained((w / "export_ema").string()), ema, "EMA export (diffusers)");
 
   // Sharded export: diffusers' file names and index; config.json exactly the one read in.
   run_ok({zest_binary(), "merge", (w / "run" / "checkpoints").string(), "--format", "diffusers", "--shard-size",
@@ -160,6 +173,10 @@ TEST(FinetuneRoundTrip, HyMotionReleaseFolder) {
   EXPECT_NE(out.find("pretrained: loaded " + std::to_string(network.size()) + " tensors"), std::string::npos) << out;
   const Named trained = read_safetensors((w / "run" / "model.safetensors").string());
   expect_started_from(trained, network);
+  run_ok({zest_binary(), "merge", (w / "run" / "checkpoints").string(), "--format", "hymotion", "--ema", "-o",
+          (w / "export_ema").string()});
+  expect_identical(load_as_pretrained((w / "export_ema").string()),
+                   read_safetensors((w / "run" / "model_ema.safetensors").string()), "EMA export (hymotion)");
 
   run_ok({zest_binary(), "merge", (w / "run" / "checkpoints").string(), "--format", "hymotion", "-o",
           (w / "export").string()});
@@ -207,6 +224,8 @@ TEST(FinetuneRoundTrip, AResumedFineTuneDoesNotReloadTheBaseWeights) {
   EXPECT_NE(out.find("not loaded: the run resumes from its checkpoint"), std::string::npos) << out;
   expect_identical(read_safetensors((w / "split" / "model.safetensors").string()),
                    read_safetensors((w / "full" / "model.safetensors").string()), "resumed vs uninterrupted");
+  expect_identical(read_safetensors((w / "split" / "model_ema.safetensors").string()),
+                   read_safetensors((w / "full" / "model_ema.safetensors").string()), "EMA: resumed vs uninterrupted");
   // The resumed run's checkpoints still carry the release's config and pipeline tensors to an export.
   run_ok({zest_binary(), "merge", (w / "split" / "checkpoints").string(), "--format", "hymotion", "-o",
           (w / "export").string()});
