@@ -122,7 +122,9 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   place_units(model, decls);
   const std::vector<BucketRange> plan = plan_bucket_ranges();
   check_fits_device(preflight_inputs(plan), device_);  // before the first byte of model state
-  buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_);
+  const bool offload = config_.offload_optimizer != OffloadTarget::none;
+  ZEST_CHECK(!offload || policy_.shard_optimizer, "optimizer offload needs engine.stage = 1, 2 or 3");
+  buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_, /*master_on_host=*/offload);
   load_initial_values();
   make_buckets(plan);
   move_rest_of_model(model);
@@ -167,6 +169,11 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   residency_ = std::make_unique<ParamResidency>(buckets_, std::move(needed), policy_, config_.prefetch,
                                                 /*is_lazy=*/device_.is_cuda());
   reducer_->on_launched = [this](size_t b) { residency_->bucket_reduced(b); };
+  if (offload_) {
+    reducer_->on_reduced = [this](size_t b) {
+      if (is_final_reduction_) offload_->copy_grads_to_host(buckets_[b].first(), buckets_[b].last());
+    };
+  }
 
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
@@ -227,15 +234,12 @@ std::vector<BucketRange> Engine::plan_bucket_ranges() const {
 }
 
 PreflightInputs Engine::preflight_inputs(const std::vector<BucketRange>& plan) const {
-  PreflightInputs in;
-  in.model_state = {num_parameters(), comm_->size(), config_.stage, config_.precision, config_.reduce_dtype,
-                    optimizer_state_bytes_per_element(optim_config_)};
+  PreflightInputs in = preflight_inputs_for(num_parameters(), comm_->size(), config_, optim_config_, /*ema=*/false);
   for (const BucketRange& range : plan) {
     int64_t numel = 0;
     for (size_t u = range.first; u <= range.last; ++u) numel += units_[u].padded_numel();
     in.largest_bucket_numel = std::max(in.largest_bucket_numel, numel);
   }
-  in.prefetch = config_.prefetch;
   return in;
 }
 
@@ -268,7 +272,14 @@ void Engine::build_optimizer() {
     segments.push_back({unit.shard_offset(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
                         shard_decay_ranges(unit.layout(), unit.shard_span())});
   }
-  optimizer_ = make_optimizer(optim_config_, std::move(segments), buffers_->master().numel(), scalars_);
+  const int64_t numel = buffers_->master().numel();
+  if (config_.offload_optimizer != OffloadTarget::none) {
+    auto offloaded = std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_);
+    offload_ = offloaded.get();
+    optimizer_ = std::move(offloaded);
+    return;
+  }
+  optimizer_ = make_optimizer(optim_config_, std::move(segments), numel, scalars_);
 }
 
 // The model's run_unit calls go through: signals (markers, output hooks) → activation checkpointing →
@@ -311,7 +322,8 @@ void Engine::backward(const torch::Tensor& loss) {
              " times without step(); engine.accumulation_steps = ", config_.accumulation_steps);
   if (micro_step_ == 0) check_model_in_place();
   outcome_->poll();
-  const bool reduce = policy_.reduces_every_micro_step() || is_boundary_micro_step();
+  is_final_reduction_ = is_boundary_micro_step();
+  const bool reduce = policy_.reduces_every_micro_step() || is_final_reduction_;
   reducer_->begin_backward(reduce, /*accumulate=*/policy_.shard_grads && micro_step_ > 0);
   residency_->begin_backward();
   // loss · scale / accumulation_steps, the scale read on the device.
@@ -335,9 +347,12 @@ void Engine::step() {
 
   run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
   optimizer_->step();                              // reads them there; a skipped step changes nothing
+  is_final_reduction_ = false;
   if (ema_) {
-    ema_->update(buffers_->master(), scalars_[kAppliedStepsIndex].to(torch::kLong),
-                 scalars_[kAppliedIndex].to(torch::kFloat32));
+    // The EMA sits next to the master: with offload both are in host memory, gated by the host's scalars.
+    const torch::Tensor& scalars = offload_ ? offload_->host_scalars() : scalars_;
+    ema_->update(buffers_->master(), scalars[kAppliedStepsIndex].to(torch::kLong),
+                 scalars[kAppliedIndex].to(torch::kFloat32));
   }
   buffers_->zero_grads();
   residency_->after_step();                        // stages 1–2: gathers the next forward waits for
@@ -400,6 +415,10 @@ ModelStateBytes Engine::model_state_bytes() const {
   bytes.master = buffers_->master().nbytes();
   for (const auto& [name, tensor] : optimizer_->state_tensors()) bytes.optimizer += tensor.nbytes();
   if (ema_) bytes.ema = ema_->bytes();
+  if (offload_) {
+    bytes.offloaded = true;
+    bytes.staging = offload_->staging_bytes();
+  }
   return bytes;
 }
 

@@ -25,6 +25,7 @@
 #include "engine/unit_hooks.h"
 #include "engine/unit_module.h"
 #include "optim/ema.h"
+#include "optim/offloaded_optimizer.h"
 #include "optim/optim_config.h"
 #include "optim/optimizer.h"
 #include "optim/step_scalars.h"
@@ -87,7 +88,7 @@ class Engine final : private UnitEvents {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Unit u's part of the rank's flat shard tensors (master, optimizer state).
   ElementSpan master_span(size_t unit_idx) const;
-  torch::Tensor master_shard() const { return buffers_->master(); }  // [Σ shard] fp32
+  torch::Tensor master_shard() const { return buffers_->master(); }  // [Σ shard] fp32 (host memory if offloaded)
   Optimizer& optimizer() { return *optimizer_; }
   LossScaler& loss_scaler() { return loss_scaler_; }
   int64_t step_count() const { return step_count_; }
@@ -152,6 +153,7 @@ class Engine final : private UnitEvents {
   LossScaler loss_scaler_;
   std::unique_ptr<StepOutcome> outcome_;
   std::unique_ptr<Optimizer> optimizer_;
+  OffloadedOptimizer* offload_ = nullptr;  // optimizer_ itself when [engine.offload] optimizer = "cpu"
   std::unique_ptr<ShardedEma> ema_;
 
   std::shared_ptr<UnitEventsLink> events_link_;
@@ -159,6 +161,7 @@ class Engine final : private UnitEvents {
   bool has_unit_runner_ = false;
 
   int64_t micro_step_ = 0;  // backward() calls since the last step()
+  bool is_final_reduction_ = false;  // this micro-step's reductions carry the step's complete gradients
   int64_t step_count_ = 0;  // step() calls
 };
 

@@ -49,6 +49,8 @@ const char* to_string(DeviceKind d) {
   return "?";
 }
 
+const char* to_string(OffloadTarget t) { return t == OffloadTarget::cpu ? "cpu" : "none"; }
+
 bool is_cuda_available() {
 #ifdef ZEST_WITH_CUDA
   return torch::cuda::is_available();
@@ -68,6 +70,7 @@ constexpr DeviceKind kDevices[] = {DeviceKind::auto_, DeviceKind::cuda, DeviceKi
 constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision::fp16};
 constexpr CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPolicy::all, CheckpointPolicy::every_k};
 constexpr AtMinScale kAtMin[] = {AtMinScale::warn, AtMinScale::error};
+constexpr OffloadTarget kOffloadTargets[] = {OffloadTarget::none, OffloadTarget::cpu};
 
 // DeepSpeed spellings people bring along, with the zest key to use instead.
 const std::map<std::string, std::string> kEngineHints = {
@@ -76,6 +79,11 @@ const std::map<std::string, std::string> kEngineHints = {
     {"reduce_bucket_size", "zest calls it bucket_mb, in MiB"},
     {"communication_data_type", "zest calls it reduce_dtype"},
     {"zero_optimization", "the ZeRO stage is engine.stage"},
+    {"offload_optimizer", "zest reads [engine.offload] optimizer = \"cpu\""},
+};
+const std::map<std::string, std::string> kOffloadHints = {
+    {"device", "zest calls it optimizer = \"cpu\""},
+    {"pin_memory", "zest always pins the host buffers on a GPU"},
 };
 const std::map<std::string, std::string> kLossScaleHints = {
     {"initial_scale_power", "zest takes the scale itself: initial = 65536.0 for 2^16"},
@@ -160,6 +168,13 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.checkpoint_every = table.get("checkpoint_every", c.checkpoint_every);
   c.max_nonfinite_steps = table.get("max_nonfinite_steps", c.max_nonfinite_steps);
   c.threads = table.get("threads", c.threads);
+  ConfigTable offload = table.table("offload");
+  c.offload_optimizer = offload.get_enum("optimizer", c.offload_optimizer, kOffloadTargets);
+  offload.reject_unknown_keys(kOffloadHints);
+  // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
+  // which no one wants; DeepSpeed likewise offloads from stage 1 up.
+  if (c.offload_optimizer != OffloadTarget::none && c.stage == 0)
+    offload.fail("optimizer", "offloading the optimizer needs engine.stage = 1, 2 or 3 (stage is 0)");
   ConfigTable loss_scale = table.table("loss_scale");
   if (c.precision == Precision::fp16) c.loss_scale = read_loss_scale(loss_scale);
   table.reject_unknown_keys(kEngineHints);
@@ -191,6 +206,10 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
     t.set("checkpoint_every", c.checkpoint_every, "checkpoint every k-th unit");
   t.set("max_nonfinite_steps", c.max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops");
   t.set("threads", c.threads, "intra-op threads per rank; 0 = cores / local ranks");
+  if (c.offload_optimizer != OffloadTarget::none) {
+    ConfigWriter& off = t.table("offload", "ZeRO-Offload: master weights and optimizer state in host memory");
+    off.set("optimizer", to_string(c.offload_optimizer), "none|cpu: where the master and optimizer state live");
+  }
   if (c.precision != Precision::fp16) return;
   ConfigWriter& ls = t.table("loss_scale", "fp16 dynamic loss scaling");
   ls.set("initial", c.loss_scale.initial, "starting scale (65536 = 2^16)");

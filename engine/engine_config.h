@@ -26,6 +26,11 @@ const char* to_string(CheckpointPolicy p);
 enum class DeviceKind { auto_, cuda, cpu };
 const char* to_string(DeviceKind d);
 
+// Where the fp32 master shard and optimizer state live ([engine.offload] optimizer): on the engine's
+// device, or in (pinned) host memory, updated there by the host optimizer (ZeRO-Offload).
+enum class OffloadTarget { none, cpu };
+const char* to_string(OffloadTarget t);
+
 struct LossScaleConfig {
   double initial = 65536.0;   // 2^16
   int window = 1000;          // clean steps before the scale doubles
@@ -49,9 +54,10 @@ struct EngineConfig {
   int checkpoint_every = 2;                     // k for every_k
   int max_nonfinite_steps = 5;                  // consecutive skipped (non-finite) steps before the run stops
   int threads = 0;                              // intra-op threads per rank; 0 = cores / local ranks
+  OffloadTarget offload_optimizer = OffloadTarget::none;  // [engine.offload] optimizer (stages 1–3)
   LossScaleConfig loss_scale;
 
-  // Reads [engine] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and
+  // Reads [engine], [engine.offload] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and
   // inconsistent combinations (e.g. loss_scale without fp16) are errors at the key's file:line:col.
   static EngineConfig from_toml(ConfigTable& table);
 

@@ -6,7 +6,7 @@
 namespace zest {
 
 FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes,
-                         torch::Device device)
+                         torch::Device device, bool master_on_host)
     : units_(units), dtypes_(dtypes), device_(device) {
   int64_t full_numel = 0, shard_numel = 0;
   for (const Unit& unit : units) {
@@ -15,7 +15,9 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
     shard_numel += unit.shard_span().numel;
   }
   const auto on_device = torch::TensorOptions().device(device);
-  master_ = torch::zeros({shard_numel}, on_device.dtype(torch::kFloat32));
+  // An offloaded master never crosses PCIe in a step (the optimizer's gradient and parameter copies do):
+  // ordinary host memory.
+  master_ = torch::zeros({shard_numel}, (master_on_host ? torch::TensorOptions() : on_device).dtype(torch::kFloat32));
   if (!policy.shard_params) param_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.compute));
   // Stages 1–2 update their slice inside the full buffer and allgather in place; only stage 3 keeps
   // the parameter shard as a tensor of its own.

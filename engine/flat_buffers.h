@@ -21,7 +21,9 @@ struct FlatDtypes {
 
 class FlatBuffers {
  public:
-  FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes, torch::Device device);
+  // master_on_host: the master shard lives in host memory (optimizer offload).
+  FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes, torch::Device device,
+              bool master_on_host = false);
 
   // Views of unit u ([padded_numel] for full tensors, [shard numel] for shard tensors).
   torch::Tensor param_full(size_t u) const;   // stages 0–2
@@ -32,7 +34,7 @@ class FlatBuffers {
   torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full
   torch::Tensor master(size_t u) const;
 
-  const torch::Tensor& master() const { return master_; }  // [Σ shard] fp32
+  const torch::Tensor& master() const { return master_; }  // [Σ shard] fp32, on the device or the host
   bool has_param_full() const { return param_full_.defined(); }
   // Gradient storage every step starts from zero: the full buffer (stages 0–1) or the shard (2–3).
   void zero_grads();

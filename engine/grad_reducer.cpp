@@ -29,7 +29,7 @@ void GradReducer::reset_tracking() {
     slot_accumulated_[u].assign(units_[u].params().size(), 0);
     slots_left_[u] = static_cast<int>(units_[u].params().size());
   }
-  std::fill(is_launched_.begin(), is_launched_.end(), 0);
+  // is_launched_ stays until the next begin_backward: wait_all() after backward still needs it.
 }
 
 void GradReducer::marker_attached(size_t u) {
@@ -101,7 +101,10 @@ void GradReducer::launch_ready(bool flush) {
     in_flight_.push_back(b);
     if (on_launched) on_launched(b);
     if (max_in_flight_ > 0 && static_cast<int>(in_flight_.size()) > max_in_flight_) {
-      buckets_[in_flight_.front()].wait_reduce();
+      const size_t oldest = in_flight_.front();
+      buckets_[oldest].wait_reduce();
+      // The oldest may be the previous micro-step's reduction of a bucket not yet launched in this one.
+      if (on_reduced && is_launched_[oldest]) on_reduced(oldest);
       in_flight_.pop_front();
     }
     --next_bucket_;
@@ -109,7 +112,10 @@ void GradReducer::launch_ready(bool flush) {
 }
 
 void GradReducer::wait_all() {
-  for (size_t b : in_flight_) buckets_[b].wait_reduce();
+  for (size_t b : in_flight_) {
+    buckets_[b].wait_reduce();
+    if (on_reduced && is_launched_[b]) on_reduced(b);
+  }
   in_flight_.clear();
 }
 

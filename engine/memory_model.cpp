@@ -23,6 +23,11 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   bytes.optimizer = in.stage == 0 ? in.optimizer_bytes_per_element * P
                                   : in.optimizer_bytes_per_element * P / N;
   bytes.ema = in.ema ? bytes.master : 0;  // kept sharded exactly like the master
+  if (in.offload_optimizer) {
+    ZEST_CHECK(in.stage >= 1, "optimizer offload needs stage 1, 2 or 3");
+    bytes.offloaded = true;
+    bytes.staging = (r + c) * P / N;
+  }
   return bytes;
 }
 

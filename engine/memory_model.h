@@ -14,7 +14,13 @@ struct ModelStateBytes {
   int64_t master = 0;     // fp32 master weights
   int64_t optimizer = 0;  // optimizer state (Adam: exp_avg + exp_avg_sq)
   int64_t ema = 0;        // fp32 EMA of the master weights ([ema]), sharded like the master
-  int64_t total() const { return params + grads + master + optimizer + ema; }
+  // [engine.offload] optimizer = "cpu": master, optimizer state and EMA live in host memory, with host
+  // copies of the gradient shard and of the updated parameter shard (`staging`) to cross PCIe through.
+  bool offloaded = false;
+  int64_t staging = 0;
+  int64_t total() const { return params + grads + master + optimizer + ema; }  // model state, wherever it lives
+  int64_t on_device() const { return offloaded ? params + grads : total(); }
+  int64_t on_host() const { return offloaded ? master + optimizer + ema + staging : 0; }
 };
 
 struct MemoryModelInputs {
@@ -25,11 +31,13 @@ struct MemoryModelInputs {
   Precision reduce_dtype = Precision::bf16;  // dtype gradients are accumulated and reduced in
   int64_t optimizer_bytes_per_element = 8;   // AdamW 8, SGD with momentum 4
   bool ema = false;                          // an fp32 EMA of the master: 4P at stage 0, 4P/N above
+  bool offload_optimizer = false;            // stages 1–3: master, optimizer state and EMA in host memory
 };
 
 // bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 16P/N.
 // An fp32 reduce dtype keeps gradients in fp32: +2P at stages 0/1, +2P/N at stages 2/3. An EMA adds what
-// the master takes (4P at stage 0, 4P/N at stages 1-3).
+// the master takes (4P at stage 0, 4P/N at stages 1-3). Offloading moves master, optimizer state and EMA to
+// the host, which also holds a gradient-shard and a parameter-shard copy ((r + c)·P/N).
 ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in);
 
 int64_t dtype_bytes(Precision p);

@@ -2,7 +2,9 @@
 #include "engine/preflight.h"
 
 #include "core/check.h"
+#include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace zest {
@@ -21,11 +23,23 @@ std::string gb(int64_t bytes) {
 
 }  // namespace
 
+PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const EngineConfig& engine,
+                                     const OptimConfig& optim, bool ema) {
+  PreflightInputs in;
+  in.model_state = {numel, world_size, engine.stage, engine.precision, engine.reduce_dtype,
+                    optimizer_state_bytes_per_element(optim)};
+  in.model_state.offload_optimizer = engine.offload_optimizer != OffloadTarget::none;
+  in.ema = ema;
+  in.prefetch = engine.prefetch;
+  return in;
+}
+
 int64_t preflight_bytes(const PreflightInputs& in, int stage) {
   MemoryModelInputs m = in.model_state;
   m.stage = stage;
   m.ema = in.ema;
-  int64_t bytes = estimate_model_state_bytes(m).total();
+  m.offload_optimizer = m.offload_optimizer && stage >= 1;
+  int64_t bytes = estimate_model_state_bytes(m).on_device();
   const int64_t bucket = in.largest_bucket_numel;
   if (stage >= 2) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);  // gradient buckets in flight
   if (stage == 3) bytes += (in.prefetch + 2) * bucket * dtype_bytes(m.precision);  // running, prefetched, last
@@ -55,6 +69,18 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
         gpus = str("stage ", stage, " fits on ", n, " GPUs");
         break;
       }
+    }
+  }
+  // Offloading the optimizer (stages 1–3) leaves only parameters and gradients on the GPU.
+  if (!in.model_state.offload_optimizer) {
+    PreflightInputs offloaded = in;
+    offloaded.model_state.offload_optimizer = true;
+    for (int s = std::max(stage, 1); s <= 3; ++s) {
+      const int64_t with_offload = preflight_bytes(offloaded, s);
+      if (with_offload > free_bytes) continue;
+      fits += str(fits.empty() ? "; " : ", ", "stage ", s, " with [engine.offload] optimizer = \"cpu\" needs ",
+                  gb(with_offload), " on the GPU");
+      break;
     }
   }
   message += fits;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "engine/memory_model.h"
+#include "optim/optim_config.h"
 
 #include <torch/torch.h>
 
@@ -20,6 +21,9 @@ struct PreflightInputs {
   int prefetch = 1;                  // stage 3
 };
 
+// The inputs of a run before its model is built (no bucket sizes yet).
+PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const EngineConfig& engine,
+                                     const OptimConfig& optim, bool ema);
 // Bytes one rank needs at `stage` (model state + transient buffers).
 int64_t preflight_bytes(const PreflightInputs& in, int stage);
 // "" when the run fits in `free_bytes`, else the refusal (names the device, each stage's need, and the GPUs

@@ -13,6 +13,8 @@
 #include "tools/flop_counter.h"
 #include "tools/progress.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -64,9 +66,8 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   }
   torch::manual_seed(config.train.seed);
   const ResolvedModel resolved = resolve_model(config.model, config.source);
-  check_fits_device({{count_model_parameters(resolved), comm->size(), config.engine.stage, config.engine.precision,
-                      config.engine.reduce_dtype, optimizer_state_bytes_per_element(config.optimizer)},
-                     false, 0, config.engine.prefetch},
+  check_fits_device(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine,
+                                         config.optimizer, /*ema=*/false),
                     place_engine(config.engine, *comm));  // before building a model that cannot fit
   auto model = build_model(resolved);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
@@ -116,9 +117,13 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const int64_t samples = batch * config.engine.accumulation_steps;
   const double tflops = static_cast<double>(flops) / median_s / 1e12;
   const auto state = engine.model_state_bytes();
+  const bool offloaded = config.engine.offload_optimizer != OffloadTarget::none;
   const auto formula = estimate_model_state_bytes({engine.num_parameters(), comm->size(), config.engine.stage,
                                                    config.engine.precision, config.engine.reduce_dtype,
-                                                   engine.optimizer().state_bytes_per_element()});
+                                                   engine.optimizer().state_bytes_per_element(), false, offloaded});
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
+  const double peak_rss_gib = static_cast<double>(usage.ru_maxrss) * 1024.0;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   return {{"model", resolved.name},
           {"parameters", engine.num_parameters()},
@@ -140,8 +145,13 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"mfu", tflops / options.peak_tflops},
           {"peak_allocated_gib", max_over_ranks(*comm, memory.peak_allocated_bytes / kGiB)},
           {"peak_reserved_gib", max_over_ranks(*comm, memory.peak_reserved_bytes / kGiB)},
+          {"offload_optimizer", to_string(config.engine.offload_optimizer)},
           {"model_state_bytes", state.total()},
           {"model_state_formula_bytes", formula.total()},
+          {"model_state_device_bytes", state.on_device()},
+          {"model_state_device_formula_bytes", formula.on_device()},
+          {"model_state_host_bytes", state.on_host()},
+          {"peak_host_rss_gib", max_over_ranks(*comm, peak_rss_gib / kGiB)},
           {"comm_exposed_ms", max_over_ranks(*comm, exposed_ms)},
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},

@@ -95,19 +95,28 @@ void run_estimate(const EstimateArgs& args) {
   std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s\n",
               format_count(params).c_str(), source.c_str(), args.world, to_string(in.precision),
               to_string(in.reduce_dtype), args.optimizer.c_str(), in.ema ? ", fp32 EMA" : "");
-  std::printf("%-6s %12s %12s %12s %12s %12s %12s %12s\n", "stage", "params GB", "grads GB", "master GB",
-              "optim GB", "ema GB", "total GB", "total GiB");
+  std::printf("%-6s %12s %12s %12s %12s %12s %12s %12s %16s %16s\n", "stage", "params GB", "grads GB",
+              "master GB", "optim GB", "ema GB", "total GB", "total GiB", "offload: GPU GB", "offload: host GB");
   for (int stage = 0; stage <= 3; ++stage) {
     in.stage = stage;
     const ModelStateBytes b = estimate_model_state_bytes(in);
     ZEST_CHECK(b.params >= 0 && b.grads >= 0 && b.master >= 0 && b.optimizer >= 0 && b.ema >= 0 &&
                    b.total() >= b.params,
                "estimate overflowed for ", params, " parameters");  // unreachable within kMaxParams
-    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", stage, b.params / 1e9, b.grads / 1e9,
+    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f", stage, b.params / 1e9, b.grads / 1e9,
                 b.master / 1e9, b.optimizer / 1e9, b.ema / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
+    if (stage == 0) {
+      std::printf(" %16s %16s\n", "-", "-");  // offload needs a sharded optimizer
+      continue;
+    }
+    MemoryModelInputs offloaded = in;
+    offloaded.offload_optimizer = true;
+    const ModelStateBytes o = estimate_model_state_bytes(offloaded);
+    std::printf(" %16.3f %16.3f\n", o.on_device() / 1e9, o.on_host() / 1e9);
   }
   std::printf("(GB = 1e9 bytes as in the ZeRO paper; activations, gradient buckets in flight and stage 3's "
-              "gathered buckets come on top)\n");
+              "gathered buckets come on top. Offload ([engine.offload] optimizer = \"cpu\", stages 1-3): master, "
+              "optimizer state and EMA in host memory, plus host copies of the gradient and parameter shards)\n");
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct RunSpec {
   bool sgd = false;
   int64_t seed = 7;  // parameter init; a loading run uses another seed to prove the load replaces it
   bool ema = false;  // keep an EMA of the weights (toy_ema())
+  bool offload = false;  // [engine.offload] optimizer = "cpu"
 };
 
 // An EMA whose decay changes every step and that skips steps, so a wrong restored step count shows.
@@ -83,6 +84,7 @@ inline ToyRun make_toy_run(std::shared_ptr<Communicator> comm, const RunSpec& sp
   ec.precision = Precision::fp32;
   ec.reduce_dtype = Precision::fp32;
   ec.clip_norm = 1.0;
+  ec.offload_optimizer = spec.offload ? OffloadTarget::cpu : OffloadTarget::none;
   run.engine = std::make_unique<Engine>(run.model, ec, toy_optim(spec.sgd), toy_schedule(), std::move(comm));
   if (spec.ema) run.engine->enable_ema(toy_ema());
   return run;

@@ -89,6 +89,21 @@ TEST(EngineConfigToml, StageRules) {
   expect_error([] { engine("stage = \"2\"\n"); }, {"cfg.toml:2:9: engine.stage: expected an integer, got a string"});
 }
 
+TEST(EngineConfigToml, OptimizerOffload) {
+  const EngineConfig off = engine("stage = 3\n[engine.offload]\noptimizer = \"cpu\"\n");
+  EXPECT_EQ(off.offload_optimizer, OffloadTarget::cpu);
+  EXPECT_EQ(engine("stage = 2\n").offload_optimizer, OffloadTarget::none);
+  ConfigWriter out;
+  to_toml(off, out);
+  EXPECT_EQ(read_section<EngineConfig>(out.str(), "engine").offload_optimizer, OffloadTarget::cpu);
+  expect_error([] { engine("stage = 0\n[engine.offload]\noptimizer = \"cpu\"\n"); },
+               {"cfg.toml:4:13: engine.offload.optimizer: offloading the optimizer needs engine.stage = 1, 2 or 3"});
+  expect_error([] { engine("[engine.offload]\noptimizer = \"nvme\"\n"); },
+               {"engine.offload.optimizer: \"nvme\" is not one of \"none\", \"cpu\""});
+  expect_error([] { engine("[engine.offload]\ndevice = \"cpu\"\n"); },
+               {"engine.offload.device: unknown key", "optimizer = \"cpu\""});
+}
+
 TEST(EngineConfigToml, RangeErrors) {
   expect_error([] { engine("accumulation_steps = 0\n"); }, {"cfg.toml:2:22: engine.accumulation_steps: must be >= 1"});
   expect_error([] { engine("clip_norm = -1.0\n"); }, {"engine.clip_norm: must be >= 0"});

@@ -93,6 +93,7 @@ struct Case {
   double sgd_lr = 0.01;
   bool reshard_after_forward = true;
   int prefetch = 1;
+  bool offload = false;  // [engine.offload] optimizer = "cpu": the host optimizer
 };
 
 TrainedRun engine_run(const Case& c) {
@@ -109,6 +110,7 @@ TrainedRun engine_run(const Case& c) {
   ec.bucket_mb = c.bucket_mb;
   ec.reshard_after_forward = c.reshard_after_forward;
   ec.prefetch = c.prefetch;
+  ec.offload_optimizer = c.offload ? OffloadTarget::cpu : OffloadTarget::none;
   Engine engine(model, ec, optim_config(c.opt, c.sgd_lr), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -140,6 +142,7 @@ std::string name_of(const Case& c) {
   else if (c.bucket_mb < 1.0) name += "_mixedbuckets";
   if (!c.reshard_after_forward) name += "_keepgathered";
   if (c.prefetch != 1) name += "_prefetch" + std::to_string(c.prefetch);
+  if (c.offload) name += "_offload";
   return name;
 }
 
@@ -195,6 +198,14 @@ std::vector<Case> all_cases() {
   cases.push_back({3, 3, 0.0, Opt::sgd, CheckpointPolicy::none, 1e-6, 0.01, /*reshard=*/false});
   cases.push_back({3, 1, 0.0, Opt::sgd, CheckpointPolicy::all, 1e-6, 0.01, true, /*prefetch=*/0});
   cases.push_back({3, 3, kPartialClip, Opt::sgd, CheckpointPolicy::every_k, 1e-6, 0.01, true, /*prefetch=*/2});
+  // Optimizer offload: the host optimizer, per-bucket gradient copies (unit buckets: one copy per unit
+  // as its reduction completes) and accumulation, at every stage that shards the optimizer.
+  for (int stage : {1, 2, 3}) {
+    cases.push_back({stage, 3, 0.05, Opt::adamw, CheckpointPolicy::none, 1e-6, 0.01, true, 1, /*offload=*/true});
+    cases.push_back({stage, 1, 0.0, Opt::sgd, CheckpointPolicy::none, 25.0, 0.01, true, 1, /*offload=*/true});
+    cases.push_back({stage, 3, kPartialClip, Opt::sgd_nesterov, CheckpointPolicy::all, 0.001, 0.01, true, 1,
+                     /*offload=*/true});
+  }
   return cases;
 }
 

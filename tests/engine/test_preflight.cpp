@@ -41,6 +41,23 @@ TEST(Preflight, TransientBuffersCount) {
   EXPECT_EQ(preflight_bytes(in, 1) - preflight_bytes(ten_billion(3, 8), 1), 0);
 }
 
+// One GPU, 10B parameters: no stage fits 139.8 GB (stage 3 on one rank is the whole 180 GB), but with the
+// optimizer in host memory stage 1 keeps only bf16 parameters and fp32 gradients: 2P + 4P = 60 GB.
+TEST(Preflight, OffloadIsNamedWhenItFitsAndCountsOnlyWhatStaysOnTheGpu) {
+  const int64_t free_bytes = 139'800'000'000;
+  const std::string problem = preflight_problem(ten_billion(0, 1), free_bytes, "GPU");
+  EXPECT_NE(problem.find("stage 1 with [engine.offload] optimizer = \"cpu\" needs 60.0 GB on the GPU"),
+            std::string::npos) << problem;
+  PreflightInputs offloaded = ten_billion(2, 1);
+  offloaded.model_state.offload_optimizer = true;
+  EXPECT_EQ(preflight_bytes(offloaded, 2), 60'000'000'000);
+  EXPECT_TRUE(preflight_problem(offloaded, free_bytes, "GPU").empty());
+  // The host side: master 4P + Adam 8P + the gradient (fp32) and parameter (bf16) copies 6P.
+  MemoryModelInputs in = offloaded.model_state;
+  EXPECT_EQ(estimate_model_state_bytes(in).on_host(), 180'000'000'000);
+  EXPECT_EQ(estimate_model_state_bytes(in).on_device(), 60'000'000'000);
+}
+
 TEST(Preflight, UnknownFreeMemoryOnTheCpuIsNotChecked) {
   EXPECT_EQ(device_free_bytes(torch::kCPU), -1);
   EXPECT_NO_THROW(check_fits_device(ten_billion(0, 1), torch::kCPU));

@@ -1,0 +1,15 @@
+// SideStream without CUDA (see side_stream.h): the work runs at once, in order.
+#include "optim/side_stream.h"
+
+#ifndef ZEST_WITH_CUDA
+namespace zest {
+
+struct SideStream::Impl {};
+
+SideStream::SideStream(const torch::Device&) {}
+SideStream::~SideStream() = default;
+void SideStream::run(const std::function<void()>& work) { work(); }
+void SideStream::join() {}
+
+}  // namespace zest
+#endif
