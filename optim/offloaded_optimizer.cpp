@@ -1,6 +1,6 @@
 // OffloadedOptimizer (see offloaded_optimizer.h): pinned host copies, the side-stream copies, and the
 // host update — one pass over each unit's elements with PyTorch's update rules (those of
-// optim/cpu_optimizers.cpp), split across the intra-op threads.
+// optim/cpu_optimizers.cpp), in chunks spread over as many threads as the rank's intra-op threads.
 #include "optim/offloaded_optimizer.h"
 
 #include "core/check.h"
@@ -11,15 +11,13 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 namespace zest {
 namespace {
-
-struct HostUpdate {
-  float lr, multiplier, weight_decay, beta1, beta2, eps, step_size, bias_correction2_sqrt, momentum;
-  bool nesterov, first_sgd_step;
-};
 
 // m ← m + (1−β1)(g − m) (ATen's lerp for weights < 0.5); v ← β2·v + (1−β2)·g²;
 // p ← p·(1 − lr·wd) − step_size · m / (√v / √(1−β2^t) + ε).
@@ -96,6 +94,7 @@ OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<Op
   first_ = torch::zeros({numel}, torch::kFloat32);  // never crosses PCIe: pageable
   if (is_adamw_) second_ = torch::zeros({numel}, torch::kFloat32);
   is_grad_copied_.assign(segments_.size(), 0);
+  plan_chunks();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> OffloadedOptimizer::state_tensors() const {
@@ -125,18 +124,11 @@ void OffloadedOptimizer::step() {
   host_scalars_.copy_(scalars_);
   const StepScalars& s = *reinterpret_cast<const StepScalars*>(host_scalars_.data_ptr<double>());
   if (s.skip != 0.0) return;
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    update_on_host(i);
-    const OptimSegment& seg = segments_[i];
-    const torch::Tensor values = param_host_.narrow(0, seg.offset, seg.param.numel());
-    copies_.run([&] { seg.param.copy_(values, /*non_blocking=*/true); });
-  }
+  update_and_upload(update_of(s));
   copies_.join();  // the gathers and the next forward read the parameters after their upload
 }
 
-void OffloadedOptimizer::update_on_host(size_t segment_idx) {
-  const OptimSegment& seg = segments_[segment_idx];
-  const StepScalars& s = *reinterpret_cast<const StepScalars*>(host_scalars_.data_ptr<double>());
+HostUpdate OffloadedOptimizer::update_of(const StepScalars& s) const {
   HostUpdate u{};
   u.lr = static_cast<float>(s.lr);
   u.multiplier = static_cast<float>(s.grad_multiplier);
@@ -149,37 +141,76 @@ void OffloadedOptimizer::update_on_host(size_t segment_idx) {
   u.momentum = static_cast<float>(config_.momentum);
   u.nesterov = config_.nesterov;
   u.first_sgd_step = s.applied_steps == 1.0;
+  return u;
+}
 
-  const int64_t n = seg.master.numel();
-  float* master = seg.master.data_ptr<float>();
-  float* first = first_.data_ptr<float>() + seg.offset;
-  float* second = is_adamw_ ? second_.data_ptr<float>() + seg.offset : nullptr;
-  float* momentum = !is_adamw_ && config_.momentum != 0.0 ? first : nullptr;
-  // Runs of uniform decay inside the segment.
-  std::vector<std::pair<ElementRange, bool>> runs;
-  int64_t at = 0;
-  for (const auto& r : seg.decay_ranges) {
-    if (r.begin > at) runs.push_back({{at, r.begin}, false});
-    runs.push_back({r, true});
-    at = r.end;
+// Worker threads take chunks in forward order; the calling thread uploads each unit as soon as its
+// last chunk is done, so the host→device copies run while the workers update the next units.
+void OffloadedOptimizer::update_and_upload(const HostUpdate& u) {
+  std::vector<std::atomic<int64_t>> chunks_left(segments_.size());
+  for (size_t i = 0; i < segments_.size(); ++i) chunks_left[i].store(chunks_per_segment_[i]);
+  std::atomic<size_t> next_chunk{0};
+  auto work = [&] {
+    for (size_t c = next_chunk.fetch_add(1); c < chunks_.size(); c = next_chunk.fetch_add(1)) {
+      update_chunk(chunks_[c], u);
+      std::atomic<int64_t>& left = chunks_left[chunks_[c].segment];
+      if (left.fetch_sub(1) == 1) left.notify_one();
+    }
+  };
+  const int workers = std::max(1, at::get_num_threads());
+  std::vector<std::jthread> threads;
+  threads.reserve(static_cast<size_t>(workers));
+  for (int t = 0; t < workers; ++t) threads.emplace_back(work);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    for (int64_t left = chunks_left[i].load(); left != 0; left = chunks_left[i].load()) chunks_left[i].wait(left);
+    const OptimSegment& seg = segments_[i];
+    const torch::Tensor values = param_host_.narrow(0, seg.offset, seg.param.numel());
+    copies_.run([&] { seg.param.copy_(values, /*non_blocking=*/true); });
   }
-  if (at < n) runs.push_back({{at, n}, false});
+}
 
+void OffloadedOptimizer::update_chunk(const HostChunk& chunk, const HostUpdate& u) {
+  const OptimSegment& seg = segments_[chunk.segment];
+  const int64_t at = seg.offset + chunk.begin;  // in the flat state buffers
+  const int64_t n = chunk.end - chunk.begin;
+  float* master = seg.master.data_ptr<float>() + chunk.begin;
+  float* first = first_.data_ptr<float>() + at;
   with_element_types(grad_host_.scalar_type(), param_host_.scalar_type(), [&](auto grad_tag, auto param_tag) {
     using G = decltype(grad_tag);
     using P = decltype(param_tag);
-    const G* grad = grad_host_.data_ptr<G>() + seg.offset;
-    P* param = param_host_.data_ptr<P>() + seg.offset;
-    for (const auto& [range, decay] : runs) {
-      at::parallel_for(range.begin, range.end, /*grain_size=*/1 << 15, [&](int64_t b, int64_t e) {
-        if (is_adamw_) {
-          adamw_range(u, decay, master + b, first + b, second + b, grad + b, param + b, e - b);
-        } else {
-          sgd_range(u, decay, master + b, momentum ? momentum + b : nullptr, grad + b, param + b, e - b);
-        }
-      });
+    const G* grad = grad_host_.data_ptr<G>() + at;
+    P* param = param_host_.data_ptr<P>() + at;
+    if (is_adamw_) {
+      adamw_range(u, chunk.decay, master, first, second_.data_ptr<float>() + at, grad, param, n);
+    } else {
+      sgd_range(u, chunk.decay, master, config_.momentum != 0.0 ? first : nullptr, grad, param, n);
     }
   });
+}
+
+// Each segment's uniform-decay runs, cut into pieces small enough to spread a unit over every thread.
+void OffloadedOptimizer::plan_chunks() {
+  constexpr int64_t kChunkNumel = 1 << 16;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const OptimSegment& seg = segments_[i];
+    const int64_t n = seg.master.numel();
+    std::vector<std::pair<ElementRange, bool>> runs;
+    int64_t at = 0;
+    for (const auto& r : seg.decay_ranges) {
+      if (r.begin > at) runs.push_back({{at, r.begin}, false});
+      runs.push_back({r, true});
+      at = r.end;
+    }
+    if (at < n) runs.push_back({{at, n}, false});
+    int64_t count = 0;
+    for (const auto& [range, decay] : runs) {
+      for (int64_t b = range.begin; b < range.end; b += kChunkNumel) {
+        chunks_.push_back({i, b, std::min(range.end, b + kChunkNumel), decay});
+        ++count;
+      }
+    }
+    chunks_per_segment_.push_back(count);
+  }
 }
 
 }  // namespace zest

@@ -3,8 +3,8 @@
 // gradient shard is copied device→host on a side stream as soon as its reduction is ordered
 // (copy_grads_to_host), while backward goes on; step() waits for the step's decision (norm, clip, skip,
 // computed on the device as without offload), updates the master unit by unit with a fused, vectorised,
-// multithreaded host AdamW/SGD, and sends each unit's new compute-dtype values back host→device on the
-// side stream while the host updates the next unit. The one host wait of a step is the decision's.
+// multithreaded host AdamW/SGD (worker threads over chunks, in unit order), and sends each unit's new
+// compute-dtype values back host→device on the side stream while the workers update the next units. The one host wait of a step is the decision's.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -16,6 +16,21 @@
 #include <vector>
 
 namespace zest {
+
+struct StepScalars;  // optim/step_scalars.h
+
+// One step's numbers for the host update, in fp32 as the update computes.
+struct HostUpdate {
+  float lr, multiplier, weight_decay, beta1, beta2, eps, step_size, bias_correction2_sqrt, momentum;
+  bool nesterov, first_sgd_step;
+};
+
+// A piece of one segment with uniform weight decay: the unit of work of the host update's threads.
+struct HostChunk {
+  size_t segment;
+  int64_t begin, end;  // relative to the segment
+  bool decay;
+};
 
 class OffloadedOptimizer final : public Optimizer {
  public:
@@ -36,7 +51,10 @@ class OffloadedOptimizer final : public Optimizer {
   int64_t staging_bytes() const { return grad_host_.nbytes() + param_host_.nbytes(); }
 
  private:
-  void update_on_host(size_t segment_idx);
+  void plan_chunks();
+  HostUpdate update_of(const StepScalars& s) const;
+  void update_and_upload(const HostUpdate& u);
+  void update_chunk(const HostChunk& chunk, const HostUpdate& u);
 
   bool is_adamw_ = true;
   torch::Tensor grad_host_;     // [numel] reduce dtype, pinned: the reduced gradient shard
@@ -45,6 +63,8 @@ class OffloadedOptimizer final : public Optimizer {
   torch::Tensor first_;         // exp_avg (AdamW) or momentum (SGD), fp32 [numel]
   torch::Tensor second_;        // exp_avg_sq (AdamW), fp32 [numel]
   std::vector<char> is_grad_copied_;  // per segment, this step
+  std::vector<HostChunk> chunks_;     // every segment's, in segment (forward) order
+  std::vector<int64_t> chunks_per_segment_;
   SideStream copies_;
 };
 
