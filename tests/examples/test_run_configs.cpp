@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <filesystem>
 #include <map>
 #include <string>
@@ -102,6 +105,30 @@ TEST(RunConfigs, TenBillionModelNeedsShardedParameters) {
     in.model_state.stage = stage;
     EXPECT_EQ(preflight_problem(in, 139'800'000'000, "GPU"), "") << "stage " << stage;
   }
+}
+
+// The commands a run file's comments show ("#   zest train configs/X.toml --set a.b=c ...") parse with their
+// overrides: a comment that tells users to switch stage or offload must name a combination that works.
+TEST(RunConfigs, OverridesShownInCommentsParse) {
+  static const TinyReleases tiny;
+  int commands = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(ZEST_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("#", 0) != 0 || line.find("zest train configs/") == std::string::npos) continue;
+      if (line.find("--set") == std::string::npos) continue;
+      std::vector<std::string> overrides = tiny.overrides(entry.path().stem().string());
+      std::istringstream words(line.substr(line.find("--set")));
+      for (std::string word; words >> word;) {
+        if (word != "--set") overrides.push_back(word);
+      }
+      SCOPED_TRACE(entry.path().string() + ": " + line);
+      EXPECT_NO_THROW(parse_run_config(entry.path().string(), overrides));
+      ++commands;
+    }
+  }
+  EXPECT_GE(commands, 1);  // configs/hymotion_10b.toml shows the one-GPU offload run
 }
 
 TEST(RunConfigs, BigRunsUseRealisticSettings) {
