@@ -11,11 +11,13 @@
 #include "models/model_resolve.h"
 #include "tools/device_memory.h"
 #include "tools/flop_counter.h"
+#include "tools/kernel_profile.h"
 #include "tools/progress.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 namespace zest {
@@ -72,6 +74,8 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   auto model = build_model(resolved);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   const torch::Device device = engine.device();
+  ZEST_CHECK(options.profile_dir.empty() || device.is_cuda(), "bench: --profile records GPU kernels; this run is on ",
+             device.str());
   const ModelFamily& family = *resolved.family;
   ZEST_CHECK(family.synthetic_batch != nullptr, "bench: family ", family.name, " has no synthetic batches");
 
@@ -111,6 +115,15 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double exposed_ms = stop_exposure_timing_ms() / options.steps;
   const StepStats stats = engine.read_stats();
   const DeviceMemoryStats memory = device_memory_stats(device);
+  nlohmann::json profile;
+  if (!options.profile_dir.empty()) {  // after the timed steps, so the profiler's cost is not in them
+    std::filesystem::create_directories(options.profile_dir);
+    KernelProfile recording;
+    for (int i = 0; i < options.profile_steps; ++i) one_step();
+    synchronize(device);
+    const std::string name = "kernels_rank" + std::to_string(comm->rank()) + ".tsv";
+    profile = recording.finish(options.profile_steps, (std::filesystem::path(options.profile_dir) / name).string(), 25);
+  }
 
   const nlohmann::json ms = step_ms_summary(*comm, step_ms);
   const double median_s = ms["median"].get<double>() / 1000.0;
@@ -155,7 +168,8 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"comm_exposed_ms", max_over_ranks(*comm, exposed_ms)},
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},
-          {"skipped_total", stats.skipped_total}};
+          {"skipped_total", stats.skipped_total},
+          {"profile", profile}};
 }
 
 }  // namespace zest

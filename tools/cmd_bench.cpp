@@ -1,4 +1,4 @@
-// `zest bench CONFIG.toml [--set ...] --steps N --warmup W [--length L] [--text-tokens T]`.
+// `zest bench CONFIG.toml [--set ...] --steps N --warmup W [--length L] [--text-tokens T] [--profile DIR]`.
 #include "tools/commands.h"
 
 #include "comm/world.h"
@@ -30,6 +30,11 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--text-tokens", args->options.shapes.text_tokens, "text tokens (default 128 / 77)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--profile", args->options.profile_dir,
+                  "after the timed steps, profile more steps (CUDA builds): per-rank kernel tables in this folder");
+  cmd->add_option("--profile-steps", args->options.profile_steps, "steps under the profiler")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--peak-tflops", args->options.peak_tflops, "MFU denominator")->capture_default_str();
   cmd->callback([args] {
     WorldGuard world;

@@ -2,6 +2,7 @@
 // issue asks for, FLOPs counted as the anchors count them, and every bench run file parses.
 #include "cli_test_util.h"
 
+#include "common/temp_dir.h"
 #include "tools/flop_counter.h"
 #include "tools/run_config.h"
 
@@ -29,6 +30,20 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   // The engine's model state is the formula's plus padding only.
   const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
   EXPECT_NEAR(ratio, 1.0, 1e-3);
+}
+
+// The kernel profile records GPU kernels: a CPU run refuses it at once, in one line, before any step.
+TEST(Bench, ProfileOnTheCpuIsRefusedWithOneLine) {
+  const TempDir dir;
+  const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
+  const CliResult r = run_cli({zest_exe(), "bench", config, "--steps", "1", "--warmup", "0", "--profile",
+                               dir.path() + "/profile"},
+                              {120.0});
+  ASSERT_TRUE(r.exited()) << r.describe();
+  EXPECT_NE(r.code(), 0) << r.describe();
+  EXPECT_NE(r.err.find("--profile records GPU kernels"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << r.describe();
+  EXPECT_TRUE(r.out.empty()) << r.describe();
 }
 
 // Forward + backward of a Linear: 2·B·in·out for the forward, twice that for the two backward products.
