@@ -8,6 +8,7 @@
 #include "optim/optimizer.h"
 #include "optim/step_scalars.h"
 
+#include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
@@ -90,7 +91,8 @@ std::unique_ptr<Optimizer> zest_optimizer(const OptimConfig& config, Buffers& b,
   return make_optimizer(config, std::move(segments), n, scalars);
 }
 
-// ATen's pass: one `_fused_adamw_` call per weight-decay group (lists of the segments' views), the
+// ATen's pass, as torch.optim.AdamW(fused=True) runs it: the step counters advanced, one `_fused_adamw_`
+// call per weight-decay group (lists of the segments' views), the
 // gradient multiplier as a device scale and the skip flag as found_inf (what zest's scalars carry), then
 // the cast copy into the bf16 parameters.
 std::function<void()> aten_pass(const OptimConfig& config, Buffers& b, int64_t n) {
@@ -117,6 +119,7 @@ std::function<void()> aten_pass(const OptimConfig& config, Buffers& b, int64_t n
   const auto found_inf = torch::zeros({}, step_options);
   return [=, &b] {
     for (auto& g : *groups) {
+      at::_foreach_add_(g.steps, 1);  // as torch.optim.AdamW(fused=True) does before the kernel
       at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, {}, g.steps, config.lr, config.beta1,
                         config.beta2, g.weight_decay, config.eps, false, false, grad_scale, found_inf);
     }

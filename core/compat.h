@@ -34,6 +34,29 @@ inline const void* const_data(const torch::Tensor& t) {
 #endif
 }
 
+// A profiler event's start, duration and end in nanoseconds (1.13's KinetoEvent counts microseconds and
+// has no end). Templates, so that only the file that profiles includes the profiler's header.
+template <typename Event>
+uint64_t event_start_ns(const Event& e) {
+#if ZEST_TORCH_AT_LEAST(2, 1)
+  return e.startNs();
+#else
+  return e.startUs() * 1000;
+#endif
+}
+template <typename Event>
+uint64_t event_duration_ns(const Event& e) {
+#if ZEST_TORCH_AT_LEAST(2, 1)
+  return e.durationNs();
+#else
+  return e.durationUs() * 1000;
+#endif
+}
+template <typename Event>
+uint64_t event_end_ns(const Event& e) {
+  return event_start_ns(e) + event_duration_ns(e);
+}
+
 // softmax(q·kᵀ·scale + bias)·v over [B, H, S, d] tensors. bias: additive, broadcastable to
 // [B, H, Sq, Sk] (may be undefined). 2.x dispatches to fused kernels (flash/efficient on GPU);
 // 1.13 has no public SDPA, so the math path runs there.

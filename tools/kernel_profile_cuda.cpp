@@ -1,6 +1,8 @@
 // The Kineto recording behind KernelProfile (see kernel_profile.h): CPU and CUDA activities, then the
-// device kernels, memory copies and sets summed by name.
+// device kernels summed two ways — by kernel name, and by the operator that launched them (the outermost
+// operator on the launching thread, e.g. an autograd node in backward, and the innermost one).
 #include "core/check.h"
+#include "core/compat.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -10,23 +12,85 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace zest {
 namespace {
 
 namespace kineto = torch::profiler::impl;
+using torch::autograd::profiler::KinetoEvent;
 
 const std::set<kineto::ActivityType>& activities() {
   static const std::set<kineto::ActivityType> kinds{kineto::ActivityType::CPU, kineto::ActivityType::CUDA};
   return kinds;
 }
 
-struct KernelTotal {
+struct Total {
   std::string name;
   double ms = 0.0;
   int64_t launches = 0;
 };
+
+// CPU operators ("aten::mm", "autograd::engine::evaluate_function: MmBackward0"; runtime calls such as
+// cudaLaunchKernel have no "::") by the correlation id their kernels link to, each with the outermost
+// operator enclosing it on its thread.
+class OperatorIndex {
+ public:
+  explicit OperatorIndex(const std::vector<KinetoEvent>& events) {
+    std::map<uint64_t, std::vector<const KinetoEvent*>> by_thread;
+    for (const auto& e : events) {
+      if (e.deviceType() == c10::DeviceType::CPU && e.name().find("::") != std::string::npos) {
+        by_thread[e.startThreadId()].push_back(&e);
+      }
+    }
+    for (auto& [thread, ops] : by_thread) {
+      std::sort(ops.begin(), ops.end(), [](const KinetoEvent* a, const KinetoEvent* b) {
+        const uint64_t a_start = compat::event_start_ns(*a), b_start = compat::event_start_ns(*b);
+        return a_start != b_start ? a_start < b_start : compat::event_end_ns(*a) > compat::event_end_ns(*b);
+      });
+      std::vector<const KinetoEvent*> open;  // the enclosing operators of the current one, outermost first
+      for (const KinetoEvent* op : ops) {
+        while (!open.empty() && compat::event_end_ns(*open.back()) < compat::event_start_ns(*op)) open.pop_back();
+        const std::string outermost = open.empty() ? op->name() : open.front()->name();
+        by_correlation_[op->correlationId()] = outermost == op->name() ? outermost : outermost + " > " + op->name();
+        open.push_back(op);
+      }
+    }
+  }
+  std::string launcher_of(const KinetoEvent& kernel) const {
+    const auto it = by_correlation_.find(kernel.linkedCorrelationId());
+    return it == by_correlation_.end() ? "(no operator)" : it->second;
+  }
+
+ private:
+  std::unordered_map<uint64_t, std::string> by_correlation_;
+};
+
+std::vector<Total> sorted(std::map<std::string, Total> totals) {
+  std::vector<Total> list;
+  for (auto& [name, total] : totals) list.push_back(std::move(total));
+  std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  return list;
+}
+
+void write_table(const std::string& path, const char* what, const std::vector<Total>& totals, int steps) {
+  std::ofstream table(path);
+  ZEST_CHECK(table, "bench: cannot write the kernel table ", path);
+  table << "ms_per_step\tlaunches_per_step\t" << what << '\n';
+  for (const auto& t : totals) table << t.ms << '\t' << static_cast<double>(t.launches) / steps << '\t' << t.name << '\n';
+  ZEST_CHECK(table.flush(), "bench: writing the kernel table ", path, " failed");
+}
+
+nlohmann::json heaviest(const std::vector<Total>& totals, const char* what, int top, int steps) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < totals.size() && static_cast<int>(i) < top; ++i) {
+    list.push_back({{what, totals[i].name.substr(0, 160)},
+                    {"ms", totals[i].ms},
+                    {"launches", static_cast<double>(totals[i].launches) / steps}});
+  }
+  return list;
+}
 
 }  // namespace
 
@@ -40,41 +104,34 @@ void stop_cuda_kernel_profile() { (void)torch::autograd::profiler::disableProfil
 
 nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_path, int top) {
   const auto result = torch::autograd::profiler::disableProfiler();
-  std::map<std::string, KernelTotal> by_name;
+  const auto& events = result->events();
+  const OperatorIndex operators(events);
+  std::map<std::string, Total> by_kernel, by_operator;
   double compute_ms = 0.0, nccl_ms = 0.0;  // NCCL's kernels run on their own stream, overlapped
-  for (const auto& event : result->events()) {
-    if (event.deviceType() != c10::DeviceType::CUDA) continue;
-    auto& total = by_name[event.name()];
-    total.name = event.name();
-    const double ms = static_cast<double>(event.durationNs()) / 1e6 / steps;
-    total.ms += ms;
-    total.launches += 1;
-    (total.name.rfind("nccl", 0) == 0 ? nccl_ms : compute_ms) += ms;
-  }
-  std::vector<KernelTotal> kernels;
-  for (auto& [name, total] : by_name) kernels.push_back(std::move(total));
-  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
-
-  std::ofstream table(table_path);
-  ZEST_CHECK(table, "bench: cannot write the kernel table ", table_path);
-  table << "ms_per_step\tlaunches_per_step\tkernel\n";
-  for (const auto& k : kernels) table << k.ms << '\t' << static_cast<double>(k.launches) / steps << '\t' << k.name << '\n';
-  ZEST_CHECK(table.flush(), "bench: writing the kernel table ", table_path, " failed");
-
-  nlohmann::json heaviest = nlohmann::json::array();
-  for (size_t i = 0; i < kernels.size() && static_cast<int>(i) < top; ++i) {
-    heaviest.push_back({{"kernel", kernels[i].name.substr(0, 120)},
-                        {"ms", kernels[i].ms},
-                        {"launches", static_cast<double>(kernels[i].launches) / steps}});
-  }
   int64_t launches = 0;
-  for (const auto& k : kernels) launches += k.launches;
+  for (const auto& event : events) {
+    if (event.deviceType() != c10::DeviceType::CUDA) continue;
+    const double ms = static_cast<double>(compat::event_duration_ns(event)) / 1e6 / steps;
+    for (auto* total : {&by_kernel[event.name()], &by_operator[operators.launcher_of(event)]}) {
+      total->ms += ms;
+      total->launches += 1;
+    }
+    by_kernel[event.name()].name = event.name();
+    by_operator[operators.launcher_of(event)].name = operators.launcher_of(event);
+    (event.name().rfind("nccl", 0) == 0 ? nccl_ms : compute_ms) += ms;
+    ++launches;
+  }
+  const auto kernels = sorted(std::move(by_kernel));
+  const auto launchers = sorted(std::move(by_operator));
+  write_table(table_path, "kernel", kernels, steps);
+  write_table(table_path + ".operators.tsv", "operator", launchers, steps);
   return {{"steps", steps},
           {"kernel_ms_per_step", compute_ms},
           {"nccl_kernel_ms_per_step", nccl_ms},
           {"launches_per_step", static_cast<double>(launches) / steps},
           {"table", table_path},
-          {"top", heaviest}};
+          {"top", heaviest(kernels, "kernel", top, steps)},
+          {"top_operators", heaviest(launchers, "operator", top, steps)}};
 }
 
 }  // namespace zest

@@ -12,6 +12,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
+// Float32 in NCHW order (what ATen's group-norm kernels take) in one copy, whatever t's layout.
+torch::Tensor f32_nchw(const torch::Tensor& t) {
+  return t.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+}
+// Back to `like`'s dtype and memory layout (channels-last activations stay channels-last) in one copy.
+torch::Tensor as_activation(const torch::Tensor& t, const torch::Tensor& like) {
+  return t.to(like.scalar_type(), /*non_blocking=*/false, /*copy=*/false, like.suggest_memory_format());
+}
 
 // The gradient of a broadcast operand: summed back to its own shape and dtype.
 torch::Tensor reduce_to(const torch::Tensor& grad, const torch::Tensor& like) {
@@ -71,12 +79,12 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
-    auto [out, mean, rstd] = at::native_group_norm(f32(x).contiguous(), f32(weight), f32(bias), n, c, hw, groups, eps);
+    auto [out, mean, rstd] = at::native_group_norm(f32_nchw(x), f32(weight), f32(bias), n, c, hw, groups, eps);
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["silu"] = silu;
-    return (silu ? torch::silu(out) : out).to(x.scalar_type());
+    return as_activation(silu ? torch::silu(out) : out, x);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -90,15 +98,15 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
     const double eps = ctx->saved_data["eps"].toDouble();
     const bool silu = ctx->saved_data["silu"].toBool();
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
-    const auto xf = f32(x).contiguous();
-    auto g = f32(grads[0]).contiguous();
+    const auto xf = f32_nchw(x);
+    auto g = f32_nchw(grads[0]);
     if (silu) {
       // The norm's output again (one kernel), then SiLU's own backward kernel.
       const auto y = std::get<0>(at::native_group_norm(xf, f32(weight), f32(bias), n, c, hw, groups, eps));
       g = at::silu_backward(g, y);
     }
     auto parts = at::native_group_norm_backward(g, xf, mean, rstd, f32(weight), n, c, hw, groups, {true, true, true});
-    return {std::get<0>(parts).to(x.scalar_type()), std::get<1>(parts).to(weight.scalar_type()),
+    return {as_activation(std::get<0>(parts), x), std::get<1>(parts).to(weight.scalar_type()),
             std::get<2>(parts).to(bias.scalar_type()), {}, {}, {}};
   }
 };

@@ -106,8 +106,9 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
   const auto to_tokens = [&](const torch::Tensor& t) {  // [B, C, H, W] → [B, H·W, C]
     return t.permute({0, 2, 3, 1}).reshape({batch, height * width, c});
   };
-  const auto to_image = [&](const torch::Tensor& t) {  // inverse of to_tokens
-    return t.reshape({batch, height, width, c}).permute({0, 3, 1, 2}).contiguous();
+  // Inverse of to_tokens, in x's layout: for channels-last activations both are views, no copy.
+  const auto to_image = [&](const torch::Tensor& t) {
+    return t.reshape({batch, height, width, c}).permute({0, 3, 1, 2}).contiguous(x.suggest_memory_format());
   };
   auto h = norm->forward(x);
   h = o_.linear_projection ? proj_in_linear->forward(to_tokens(h)) : to_tokens(proj_in_conv->forward(h));

@@ -119,7 +119,11 @@ Tensors UNet2DConditionModel::embed(const Tensors& in) const {
   auto temb = embed_timesteps(in[1], sample.scalar_type());
   if (add_embedding_) temb = temb + embed_added_conditions(in[2], in[3], temb.scalar_type());
   if (config_.time_embedding_act_fn) temb = activate(*config_.time_embedding_act_fn, temb);
-  return {conv_in->forward(sample), temb};
+  return {conv_in->forward(sample.contiguous(activation_layout(sample))), temb};
+}
+
+at::MemoryFormat UNet2DConditionModel::activation_layout(const torch::Tensor& sample) const {
+  return channels_last_.value_or(sample.is_cuda()) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
 torch::Tensor UNet2DConditionModel::out(const torch::Tensor& h) const {

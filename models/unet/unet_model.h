@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ class UNet2DConditionModel : public UnitModule {
                         const UNetConditioning& cond);
 
   const UNetConfig& config() const { return config_; }
+  // The activations' memory layout: channels-last (NHWC strides, cuDNN's native layout for tensor-core
+  // convolutions, so no layout conversion runs around each convolution and the attention blocks' token
+  // view is free) on CUDA, NCHW elsewhere, unless set here. Values are the same either way.
+  void set_channels_last(std::optional<bool> channels_last) { channels_last_ = channels_last; }
+  at::MemoryFormat activation_layout(const torch::Tensor& sample) const;
   // The embedding pieces "embed" runs, on their own (also for diagnostics). timesteps [B] →
   // time_embedding(sinusoid) [B, temb]; the "text_time" add embedding of [text_embeds ; sinusoids of
   // every time id] [B, temb]. `dtype`: the activation dtype the float32 sinusoids are cast to.
@@ -59,6 +65,7 @@ class UNet2DConditionModel : public UnitModule {
   void check_inputs(const torch::Tensor& sample, const UNetConditioning& cond) const;
 
   UNetConfig config_;
+  std::optional<bool> channels_last_;  // unset: on CUDA only
   Conv2d conv_in{nullptr};
   TimestepEmbedding time_embedding_{nullptr};
   TimestepEmbedding add_embedding_{nullptr};  // "text_time" models only

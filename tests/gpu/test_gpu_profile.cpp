@@ -29,6 +29,10 @@ TEST(GpuKernelProfile, RecordsTheMatrixProductsOfTwoSteps) {
   EXPECT_LT(summary["kernel_ms_per_step"].get<double>(), 1000.0) << summary.dump();
   ASSERT_FALSE(summary["top"].empty()) << summary.dump();
   EXPECT_DOUBLE_EQ(summary["top"][0]["launches"].get<double>(), 3.0) << summary.dump();
+  // The products are attributed to the operator that launched them.
+  ASSERT_FALSE(summary["top_operators"].empty()) << summary.dump();
+  EXPECT_NE(summary["top_operators"][0]["operator"].get<std::string>().find("aten::mm"), std::string::npos)
+      << summary.dump();
   std::ifstream table(table_path);
   std::stringstream text;
   text << table.rdbuf();
