@@ -6,6 +6,31 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+// The channels-last CUDA kernels (group_norm_nhwc_cuda.cpp).
+bool group_norm_nhwc_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             int64_t groups);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_forward(const torch::Tensor& x,
+                                                                                const torch::Tensor& weight,
+                                                                                const torch::Tensor& bias,
+                                                                                int64_t groups, double eps, bool silu);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_backward(
+    const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean, const torch::Tensor& rstd,
+    const torch::Tensor& weight, const torch::Tensor& bias, int64_t groups, bool silu);
+#endif
+
+// Whether the channels-last kernels run this group norm (a CUDA build, channels-last activations).
+bool uses_group_norm_kernels(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             int64_t groups) {
+#ifdef ZEST_WITH_CUDA
+  return group_norm_nhwc_applies(x, weight, bias, groups);
+#else
+  (void)x, (void)weight, (void)bias, (void)groups;
+  return false;
+#endif
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -78,12 +103,19 @@ struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
 struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
-    const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
-    auto [out, mean, rstd] = at::native_group_norm(f32_nchw(x), f32(weight), f32(bias), n, c, hw, groups, eps);
-    ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["silu"] = silu;
+#ifdef ZEST_WITH_CUDA
+    if (uses_group_norm_kernels(x, weight, bias, groups)) {
+      auto [y, mean, rstd] = group_norm_nhwc_forward(x, weight, bias, groups, eps, silu);
+      ctx->save_for_backward({x, weight, bias, mean, rstd});
+      return y;
+    }
+#endif
+    const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
+    auto [out, mean, rstd] = at::native_group_norm(f32_nchw(x), f32(weight), f32(bias), n, c, hw, groups, eps);
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
     return as_activation(silu ? torch::silu(out) : out, x);
   }
 
@@ -97,6 +129,12 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
     const int64_t groups = ctx->saved_data["groups"].toInt();
     const double eps = ctx->saved_data["eps"].toDouble();
     const bool silu = ctx->saved_data["silu"].toBool();
+#ifdef ZEST_WITH_CUDA
+    if (uses_group_norm_kernels(x, weight, bias, groups)) {
+      auto [dx, dweight, dbias] = group_norm_nhwc_backward(grads[0], x, mean, rstd, weight, bias, groups, silu);
+      return {dx, dweight.to(weight.scalar_type()), dbias.to(bias.scalar_type()), {}, {}, {}};
+    }
+#endif
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
     const auto xf = f32_nchw(x);
     auto g = f32_nchw(grads[0]);
