@@ -79,9 +79,20 @@ struct LayerNormModulate : torch::autograd::Function<LayerNormModulate> {
   }
 };
 
+// On CUDA, ATen's layer-norm kernels take compute-dtype tensors directly and compute in float32 (their
+// accumulate type), which gives autocast's float32 values without float32 copies of x and its gradient.
+bool is_native_mixed_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return x.is_cuda() && weight.scalar_type() == x.scalar_type() && bias.scalar_type() == x.scalar_type();
+}
+
 struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, double eps) {
+    if (is_native_mixed_layer_norm(x, weight, bias)) {
+      auto [out, mean, rstd] = at::native_layer_norm(x.contiguous(), {x.size(-1)}, weight, bias, eps);
+      ctx->save_for_backward({x, weight, bias, mean, rstd});
+      return out;
+    }
     auto [out, mean, rstd] = at::native_layer_norm(f32(x).contiguous(), {x.size(-1)}, f32(weight), f32(bias), eps);
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     return out.to(x.scalar_type());
@@ -92,6 +103,11 @@ struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
     const auto& x = saved[0];
     const auto& weight = saved[1];
     const auto& bias = saved[2];
+    if (is_native_mixed_layer_norm(x, weight, bias)) {
+      auto parts = at::native_layer_norm_backward(grads[0].to(x.scalar_type()).contiguous(), x.contiguous(),
+                                                  {x.size(-1)}, saved[3], saved[4], weight, bias, {true, true, true});
+      return {std::get<0>(parts), std::get<1>(parts), std::get<2>(parts), {}};
+    }
     auto parts = at::native_layer_norm_backward(f32(grads[0]).contiguous(), f32(x).contiguous(), {x.size(-1)}, saved[3],
                                                 saved[4], f32(weight),
                                                 f32(bias), {true, true, true});

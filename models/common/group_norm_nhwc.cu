@@ -4,6 +4,7 @@
 // chunks in a fixed order; elementwise kernels apply the result. Forward reads x twice and writes y once;
 // backward reads x and dy twice and writes dx once: no float32 copies of the activations.
 #include "models/common/group_norm_nhwc.h"
+#include "models/common/kernel_access.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,31 +18,12 @@
 namespace zest {
 namespace {
 
+using namespace kernels;
+
 constexpr int64_t kRowsPerChunk = 64;
 constexpr int kElementwiseThreads = 256;
 constexpr int kSmallThreads = 128;
 constexpr int kMaxLanes = 1024;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> load(const T* base, int64_t at) {
-  return *reinterpret_cast<const Pack<T, V>*>(base + at);
-}
 
 // Running count, mean and sum of squared deviations; merged with Chan's formula.
 struct Welford {
@@ -147,7 +129,7 @@ __global__ void normalize_kernel(const T* x, const T* weight, const T* bias, con
       const float z = (to_float(p.v[v]) - m) * r * to_float(weight[c]) + to_float(bias[c]);
       out.v[v] = from_float<T>(silu ? silu_of(z) : z);
     }
-    *reinterpret_cast<Pack<T, V>*>(y + i * V) = out;
+    store<T, V>(y, i * V, out);
   }
 }
 
@@ -266,7 +248,7 @@ __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const floa
       affine_grad<T>(to_float(px.v[v]), to_float(pdy.v[v]), m, r, w, to_float(bias[c]), silu, xhat, dz);
       out.v[v] = from_float<T>(r * (dz * w - mean_dxhat - xhat * mean_dxhat_xhat));
     }
-    *reinterpret_cast<Pack<T, V>*>(dx + i * V) = out;
+    store<T, V>(dx, i * V, out);
   }
 }
 
@@ -277,7 +259,7 @@ void check_launch(const char* what) {
 
 // Calls fn.template operator()<T, V>() for the runtime dtype and vector width.
 template <typename Fn>
-void dispatch(NormDtype dtype, int vector_width, Fn&& fn) {
+void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
   auto with_width = [&](auto tag) {
     using T = decltype(tag);
     switch (vector_width) {
@@ -289,9 +271,9 @@ void dispatch(NormDtype dtype, int vector_width, Fn&& fn) {
     }
   };
   switch (dtype) {
-    case NormDtype::fp32: with_width(float{}); return;
-    case NormDtype::bf16: with_width(__nv_bfloat16{}); return;
-    case NormDtype::fp16: with_width(__half{}); return;
+    case KernelDtype::fp32: with_width(float{}); return;
+    case KernelDtype::bf16: with_width(__nv_bfloat16{}); return;
+    case KernelDtype::fp16: with_width(__half{}); return;
   }
 }
 
@@ -319,7 +301,7 @@ int64_t group_norm_nhwc_backward_scratch(const GroupNormShape& s) {
   return s.n * s.chunks() * (2 * s.c + 2 * s.groups) + 2 * s.n * s.groups;
 }
 
-void launch_group_norm_nhwc_forward(const GroupNormShape& shape, NormDtype dtype, const void* x, const void* weight,
+void launch_group_norm_nhwc_forward(const GroupNormShape& shape, KernelDtype dtype, const void* x, const void* weight,
                                     const void* bias, double eps, bool silu, void* y, float* mean, float* rstd,
                                     float* scratch, void* cuda_stream) {
   const Layout l = layout_of(shape, shape.vector_width);
@@ -337,7 +319,7 @@ void launch_group_norm_nhwc_forward(const GroupNormShape& shape, NormDtype dtype
   check_launch("group norm forward");
 }
 
-void launch_group_norm_nhwc_backward(const GroupNormShape& shape, NormDtype dtype, const void* dy, const void* x,
+void launch_group_norm_nhwc_backward(const GroupNormShape& shape, KernelDtype dtype, const void* dy, const void* x,
                                      const float* mean, const float* rstd, const void* weight, const void* bias,
                                      bool silu, void* dx, float* dweight, float* dbias, float* scratch,
                                      void* cuda_stream) {

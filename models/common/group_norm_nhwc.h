@@ -5,11 +5,11 @@
 // reduction runs in a fixed order, so results are deterministic.
 #pragma once
 
+#include "models/common/kernel_dtype.h"
+
 #include <cstdint>
 
 namespace zest {
-
-enum class NormDtype : int { fp32 = 0, bf16 = 1, fp16 = 2 };
 
 // [n, hw, c] in memory (an NCHW tensor with channels-last strides), `groups` groups of c / groups channels.
 struct GroupNormShape {
@@ -28,12 +28,12 @@ int64_t group_norm_nhwc_forward_scratch(const GroupNormShape& shape);
 int64_t group_norm_nhwc_backward_scratch(const GroupNormShape& shape);
 
 // y = norm(x)·weight + bias (then SiLU); mean and rstd: float [n, groups], saved for backward.
-void launch_group_norm_nhwc_forward(const GroupNormShape& shape, NormDtype dtype, const void* x, const void* weight,
+void launch_group_norm_nhwc_forward(const GroupNormShape& shape, KernelDtype dtype, const void* x, const void* weight,
                                     const void* bias, double eps, bool silu, void* y, float* mean, float* rstd,
                                     float* scratch, void* cuda_stream);
 
 // From dy: dx (dtype, channels-last like x), dweight and dbias as float [c].
-void launch_group_norm_nhwc_backward(const GroupNormShape& shape, NormDtype dtype, const void* dy, const void* x,
+void launch_group_norm_nhwc_backward(const GroupNormShape& shape, KernelDtype dtype, const void* dy, const void* x,
                                      const float* mean, const float* rstd, const void* weight, const void* bias,
                                      bool silu, void* dx, float* dweight, float* dbias, float* scratch,
                                      void* cuda_stream);

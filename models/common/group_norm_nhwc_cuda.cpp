@@ -11,15 +11,15 @@
 namespace zest {
 namespace {
 
-NormDtype norm_dtype(torch::ScalarType dtype) {
+KernelDtype kernel_dtype(torch::ScalarType dtype) {
   switch (dtype) {
-    case torch::kFloat32: return NormDtype::fp32;
-    case torch::kBFloat16: return NormDtype::bf16;
-    default: return NormDtype::fp16;
+    case torch::kFloat32: return KernelDtype::fp32;
+    case torch::kBFloat16: return KernelDtype::bf16;
+    default: return KernelDtype::fp16;
   }
 }
 
-bool is_norm_dtype(torch::ScalarType dtype) {
+bool is_kernel_dtype(torch::ScalarType dtype) {
   return dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16;
 }
 
@@ -42,7 +42,7 @@ torch::Tensor floats(int64_t numel, const torch::Tensor& like) {
 bool group_norm_nhwc_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                              int64_t groups) {
   if (!x.is_cuda() || x.dim() != 4 || x.numel() == 0 || !x.is_contiguous(at::MemoryFormat::ChannelsLast)) return false;
-  if (!is_norm_dtype(x.scalar_type()) || weight.scalar_type() != x.scalar_type() ||
+  if (!is_kernel_dtype(x.scalar_type()) || weight.scalar_type() != x.scalar_type() ||
       bias.scalar_type() != x.scalar_type() || !weight.is_contiguous() || !bias.is_contiguous()) {
     return false;
   }
@@ -59,7 +59,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_forward(
   auto mean = floats(shape.n * groups, x).view({shape.n, groups});
   auto rstd = floats(shape.n * groups, x).view({shape.n, groups});
   auto scratch = floats(group_norm_nhwc_forward_scratch(shape), x);
-  launch_group_norm_nhwc_forward(shape, norm_dtype(x.scalar_type()), x.data_ptr(), weight.data_ptr(), bias.data_ptr(),
+  launch_group_norm_nhwc_forward(shape, kernel_dtype(x.scalar_type()), x.data_ptr(), weight.data_ptr(), bias.data_ptr(),
                                  eps, silu, y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
                                  scratch.data_ptr<float>(), stream_of(x));
   return {y, mean, rstd};
@@ -79,7 +79,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_backward
   auto dweight = floats(shape.c, x);
   auto dbias = floats(shape.c, x);
   auto scratch = floats(group_norm_nhwc_backward_scratch(shape), x);
-  launch_group_norm_nhwc_backward(shape, norm_dtype(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
+  launch_group_norm_nhwc_backward(shape, kernel_dtype(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
                                   mean.data_ptr<float>(), rstd.data_ptr<float>(), weight.data_ptr(), bias.data_ptr(),
                                   silu, dx.data_ptr(), dweight.data_ptr<float>(), dbias.data_ptr<float>(),
                                   scratch.data_ptr<float>(), stream_of(x));

@@ -3,6 +3,7 @@
 #include "models/unet/transformer_2d.h"
 
 #include "core/compat.h"
+#include "models/common/geglu_op.h"
 
 namespace zest::unet {
 
@@ -45,8 +46,7 @@ GegluImpl::GegluImpl(int64_t dim, int64_t inner_dim, const torch::TensorOptions&
 }
 
 torch::Tensor GegluImpl::forward(const torch::Tensor& x) const {
-  const auto halves = proj->forward(x).chunk(2, -1);
-  return halves[0] * torch::gelu(halves[1]);
+  return geglu(proj->forward(x));
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, const torch::TensorOptions& options) {

@@ -1,7 +1,8 @@
-// zest's channels-last group-norm kernels (ctest label `gpu`) against ATen's float32 group norm and
-// SiLU through autograd: output and the three gradients, for the group sizes the UNets use (10..80
-// channels), odd spatial sizes, with and without SiLU, in float32 and bf16; and bitwise repeatable.
+// The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
+// the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
+// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype.
 #include "models/common/fused_norms.h"
+#include "models/common/geglu_op.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -25,9 +26,9 @@ struct Result {
 
 Result run_zest(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0, const torch::Tensor& r,
                 int64_t groups, bool silu) {
-  auto x = x0.clone().requires_grad_(true);
-  auto w = w0.clone().requires_grad_(true);
-  auto b = b0.clone().requires_grad_(true);
+  auto x = x0.detach().clone().requires_grad_(true);
+  auto w = w0.detach().clone().requires_grad_(true);
+  auto b = b0.detach().clone().requires_grad_(true);
   EXPECT_TRUE(uses_group_norm_kernels(x, w, b, groups));
   auto y = group_norm_silu(x, groups, w, b, 1e-5, silu);
   EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
@@ -37,9 +38,9 @@ Result run_zest(const torch::Tensor& x0, const torch::Tensor& w0, const torch::T
 
 Result run_reference(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0,
                      const torch::Tensor& r, int64_t groups, bool silu) {
-  auto x = x0.to(torch::kFloat32).contiguous().requires_grad_(true);
-  auto w = w0.to(torch::kFloat32).requires_grad_(true);
-  auto b = b0.to(torch::kFloat32).requires_grad_(true);
+  auto x = x0.detach().to(torch::kFloat32).contiguous().clone().requires_grad_(true);
+  auto w = w0.detach().to(torch::kFloat32).clone().requires_grad_(true);
+  auto b = b0.detach().to(torch::kFloat32).clone().requires_grad_(true);
   auto y = torch::group_norm(x, groups, w, b, 1e-5);
   if (silu) y = torch::silu(y);
   (y * r).sum().backward();
@@ -84,6 +85,56 @@ TEST(GpuGroupNorm, NchwActivationsUseAten) {
   EXPECT_FALSE(uses_group_norm_kernels(x, torch::ones({64}, cuda), torch::zeros({64}, cuda), 32));
   EXPECT_TRUE(uses_group_norm_kernels(x.contiguous(at::MemoryFormat::ChannelsLast), torch::ones({64}, cuda),
                                       torch::zeros({64}, cuda), 32));
+}
+
+TEST(GpuGeglu, KernelsMatchAtenOps) {
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& sizes : std::vector<std::vector<int64_t>>{{3, 77, 2 * 640}, {4, 10}, {2, 9, 2 * 1283}}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " last dim " << sizes.back());
+      const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+      const auto proj = (2 * torch::randn(sizes, cuda)).to(dtype);
+      auto out_sizes = sizes;
+      out_sizes.back() /= 2;
+      const auto r = torch::randn(out_sizes, cuda);
+      auto ours = proj.clone().requires_grad_(true);
+      ASSERT_TRUE(uses_geglu_kernels(ours));
+      const auto y = geglu(ours);
+      (y.to(torch::kFloat32) * r).sum().backward();
+      auto theirs = proj.clone().requires_grad_(true);
+      const auto halves = theirs.chunk(2, -1);
+      const auto y_ref = halves[0] * torch::gelu(halves[1]);
+      (y_ref.to(torch::kFloat32) * r).sum().backward();
+      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+      EXPECT_LE(relative_error(y, y_ref), tolerance);
+      EXPECT_LE(relative_error(ours.grad(), theirs.grad()), tolerance);
+    }
+  }
+}
+
+// The layer norm on bf16 CUDA tensors (ATen's kernels in their float32 accumulate type) gives the values
+// of the float32 path the CPU runs, output and gradients.
+TEST(GpuLayerNorm, Bf16OnTheGpuMatchesTheFloat32Path) {
+  torch::manual_seed(5);
+  const auto x = (torch::randn({4, 300, 320}) * 2 + 1).to(torch::kBFloat16);
+  const auto w = (1 + 0.3 * torch::randn({320})).to(torch::kBFloat16);
+  const auto b = (0.3 * torch::randn({320})).to(torch::kBFloat16);
+  const auto r = torch::randn({4, 300, 320});
+  Result got, want;
+  for (auto* result : {&got, &want}) {
+    const auto device = result == &got ? torch::kCUDA : torch::kCPU;
+    auto xx = x.to(device).requires_grad_(true);
+    auto ww = w.to(device).requires_grad_(true);
+    auto bb = b.to(device).requires_grad_(true);
+    const auto y = layer_norm_affine(xx, ww, bb, 1e-5);
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    (y.to(torch::kFloat32) * r.to(device)).sum().backward();
+    *result = {y.detach().cpu(), xx.grad().cpu(), ww.grad().cpu(), bb.grad().cpu()};
+  }
+  EXPECT_LE(relative_error(got.y, want.y), 1e-2);
+  EXPECT_LE(relative_error(got.dx, want.dx), 1e-2);
+  EXPECT_LE(relative_error(got.dweight, want.dweight), 1e-2);
+  EXPECT_LE(relative_error(got.dbias, want.dbias), 1e-2);
 }
 
 }  // namespace

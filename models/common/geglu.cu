@@ -1,0 +1,123 @@
+// GEGLU kernels (see geglu.h): one thread per V consecutive elements of the inner dimension.
+#include "models/common/geglu.h"
+#include "models/common/kernel_access.cuh"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace zest {
+namespace {
+
+using namespace kernels;
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float gelu_of(float g) { return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_grad(float g) {
+  const float cdf = 0.5f * (1.0f + erff(g * 0.70710678118654752f));
+  const float pdf = expf(-0.5f * g * g) * 0.39894228040143268f;  // 1/√(2π)
+  return cdf + g * pdf;
+}
+
+template <typename T, int V>
+__global__ void forward_kernel(const T* proj, int64_t rows, int64_t inner, T* out) {
+  const int64_t packs_per_row = inner / V, packs = rows * packs_per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / packs_per_row, col = (i % packs_per_row) * V;
+    const auto hidden = load<T, V>(proj, row * 2 * inner + col);
+    const auto gate = load<T, V>(proj, row * 2 * inner + inner + col);
+    Pack<T, V> result;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      result.v[v] = from_float<T>(to_float(hidden.v[v]) * rounded<T>(gelu_of(to_float(gate.v[v]))));
+    }
+    store<T, V>(out, row * inner + col, result);
+  }
+}
+
+template <typename T, int V>
+__global__ void backward_kernel(const T* proj, const T* d_out, int64_t rows, int64_t inner, T* d_proj) {
+  const int64_t packs_per_row = inner / V, packs = rows * packs_per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / packs_per_row, col = (i % packs_per_row) * V;
+    const auto hidden = load<T, V>(proj, row * 2 * inner + col);
+    const auto gate = load<T, V>(proj, row * 2 * inner + inner + col);
+    const auto grad = load<T, V>(d_out, row * inner + col);
+    Pack<T, V> d_hidden, d_gate;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float g = to_float(gate.v[v]), dy = to_float(grad.v[v]);
+      d_hidden.v[v] = from_float<T>(dy * rounded<T>(gelu_of(g)));
+      d_gate.v[v] = from_float<T>(rounded<T>(dy * to_float(hidden.v[v])) * gelu_grad(g));
+    }
+    store<T, V>(d_proj, row * 2 * inner + col, d_hidden);
+    store<T, V>(d_proj, row * 2 * inner + inner + col, d_gate);
+  }
+}
+
+unsigned blocks_for(int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+
+void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
+}
+
+template <typename Fn>
+void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
+  auto with_width = [&](auto tag) {
+    using T = decltype(tag);
+    switch (vector_width) {
+      case 1: fn.template operator()<T, 1>(); return;
+      case 2: fn.template operator()<T, 2>(); return;
+      case 4: fn.template operator()<T, 4>(); return;
+      case 8: fn.template operator()<T, 8>(); return;
+      default: throw std::invalid_argument("GEGLU: vector width " + std::to_string(vector_width));
+    }
+  };
+  switch (dtype) {
+    case KernelDtype::fp32: with_width(float{}); return;
+    case KernelDtype::bf16: with_width(__nv_bfloat16{}); return;
+    case KernelDtype::fp16: with_width(__half{}); return;
+  }
+}
+
+}  // namespace
+
+int geglu_vector_width(int64_t inner, int element_bytes, const void* const* pointers, int num_pointers) {
+  for (const int width : {8, 4, 2, 1}) {
+    const int bytes = width * element_bytes;
+    if (bytes > 16 || inner % width != 0) continue;
+    bool aligned = true;
+    for (int p = 0; p < num_pointers; ++p) {
+      aligned = aligned && reinterpret_cast<std::uintptr_t>(pointers[p]) % static_cast<std::uintptr_t>(bytes) == 0;
+    }
+    if (aligned) return width;
+  }
+  return 1;
+}
+
+void launch_geglu_forward(int64_t rows, int64_t inner, int vector_width, KernelDtype dtype, const void* proj,
+                          void* out, void* cuda_stream) {
+  const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  dispatch(dtype, vector_width, [&]<typename T, int V>() {
+    forward_kernel<T, V><<<blocks_for(rows * inner / V), kThreads, 0, stream>>>(static_cast<const T*>(proj), rows,
+                                                                              inner, static_cast<T*>(out));
+  });
+  check_launch("GEGLU forward");
+}
+
+void launch_geglu_backward(int64_t rows, int64_t inner, int vector_width, KernelDtype dtype, const void* proj,
+                           const void* d_out, void* d_proj, void* cuda_stream) {
+  const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  dispatch(dtype, vector_width, [&]<typename T, int V>() {
+    backward_kernel<T, V><<<blocks_for(rows * inner / V), kThreads, 0, stream>>>(
+        static_cast<const T*>(proj), static_cast<const T*>(d_out), rows, inner, static_cast<T*>(d_proj));
+  });
+  check_launch("GEGLU backward");
+}
+
+}  // namespace zest

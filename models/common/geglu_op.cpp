@@ -1,0 +1,29 @@
+// geglu (see geglu_op.h): the CUDA kernels' autograd function is in geglu_cuda.cpp.
+#include "models/common/geglu_op.h"
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+torch::Tensor geglu_cuda(const torch::Tensor& proj);
+#endif
+
+bool uses_geglu_kernels(const torch::Tensor& proj) {
+#ifdef ZEST_WITH_CUDA
+  const auto dtype = proj.scalar_type();
+  return proj.is_cuda() && proj.is_contiguous() && proj.dim() >= 1 && proj.numel() > 0 && proj.size(-1) % 2 == 0 &&
+         (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16);
+#else
+  (void)proj;
+  return false;
+#endif
+}
+
+torch::Tensor geglu(const torch::Tensor& proj) {
+#ifdef ZEST_WITH_CUDA
+  if (uses_geglu_kernels(proj)) return geglu_cuda(proj);
+#endif
+  const auto halves = proj.chunk(2, -1);
+  return halves[0] * torch::gelu(halves[1]);
+}
+
+}  // namespace zest
