@@ -61,30 +61,6 @@ __global__ void backward_kernel(const T* proj, const T* d_out, int64_t rows, int
 
 unsigned blocks_for(int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
-}
-
-template <typename Fn>
-void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
-  auto with_width = [&](auto tag) {
-    using T = decltype(tag);
-    switch (vector_width) {
-      case 1: fn.template operator()<T, 1>(); return;
-      case 2: fn.template operator()<T, 2>(); return;
-      case 4: fn.template operator()<T, 4>(); return;
-      case 8: fn.template operator()<T, 8>(); return;
-      default: throw std::invalid_argument("GEGLU: vector width " + std::to_string(vector_width));
-    }
-  };
-  switch (dtype) {
-    case KernelDtype::fp32: with_width(float{}); return;
-    case KernelDtype::bf16: with_width(__nv_bfloat16{}); return;
-    case KernelDtype::fp16: with_width(__half{}); return;
-  }
-}
-
 }  // namespace
 
 int geglu_vector_width(int64_t inner, int element_bytes, const void* const* pointers, int num_pointers) {

@@ -252,31 +252,6 @@ __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const floa
   }
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
-}
-
-// Calls fn.template operator()<T, V>() for the runtime dtype and vector width.
-template <typename Fn>
-void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
-  auto with_width = [&](auto tag) {
-    using T = decltype(tag);
-    switch (vector_width) {
-      case 1: fn.template operator()<T, 1>(); return;
-      case 2: fn.template operator()<T, 2>(); return;
-      case 4: fn.template operator()<T, 4>(); return;
-      case 8: fn.template operator()<T, 8>(); return;
-      default: throw std::invalid_argument("group norm: vector width " + std::to_string(vector_width));
-    }
-  };
-  switch (dtype) {
-    case KernelDtype::fp32: with_width(float{}); return;
-    case KernelDtype::bf16: with_width(__nv_bfloat16{}); return;
-    case KernelDtype::fp16: with_width(__half{}); return;
-  }
-}
-
 }  // namespace
 
 int64_t GroupNormShape::chunks() const { return (hw + kRowsPerChunk - 1) / kRowsPerChunk; }

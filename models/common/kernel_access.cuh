@@ -1,11 +1,17 @@
-// Device helpers the model kernels share (nvcc only): float conversions of the activation dtypes and
-// aligned packs of V consecutive elements (one vector load or store).
+// What the model kernels share (nvcc only): float conversions of the activation dtypes, aligned packs of V
+// consecutive elements (one vector load or store), the dispatch over dtype and vector width, and the
+// launch check.
 #pragma once
+
+#include "models/common/kernel_dtype.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace zest::kernels {
 
@@ -37,6 +43,31 @@ __device__ __forceinline__ Pack<T, V> load(const T* base, int64_t at) {
 template <typename T, int V>
 __device__ __forceinline__ void store(T* base, int64_t at, const Pack<T, V>& pack) {
   *reinterpret_cast<Pack<T, V>*>(base + at) = pack;
+}
+
+// Calls fn.template operator()<T, V>() for the runtime dtype and vector width (1, 2, 4 or 8).
+template <typename Fn>
+void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
+  auto with_width = [&](auto tag) {
+    using T = decltype(tag);
+    switch (vector_width) {
+      case 1: fn.template operator()<T, 1>(); return;
+      case 2: fn.template operator()<T, 2>(); return;
+      case 4: fn.template operator()<T, 4>(); return;
+      case 8: fn.template operator()<T, 8>(); return;
+      default: throw std::invalid_argument("kernel vector width " + std::to_string(vector_width));
+    }
+  };
+  switch (dtype) {
+    case KernelDtype::fp32: with_width(float{}); return;
+    case KernelDtype::bf16: with_width(__nv_bfloat16{}); return;
+    case KernelDtype::fp16: with_width(__half{}); return;
+  }
+}
+
+inline void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
 }  // namespace zest::kernels
