@@ -64,16 +64,7 @@ unsigned blocks_for(int64_t items) { return static_cast<unsigned>((items + kThre
 }  // namespace
 
 int geglu_vector_width(int64_t inner, int element_bytes, const void* const* pointers, int num_pointers) {
-  for (const int width : {8, 4, 2, 1}) {
-    const int bytes = width * element_bytes;
-    if (bytes > 16 || inner % width != 0) continue;
-    bool aligned = true;
-    for (int p = 0; p < num_pointers; ++p) {
-      aligned = aligned && reinterpret_cast<std::uintptr_t>(pointers[p]) % static_cast<std::uintptr_t>(bytes) == 0;
-    }
-    if (aligned) return width;
-  }
-  return 1;
+  return widest_vector_width(inner, element_bytes, pointers, num_pointers, /*narrowest=*/1);
 }
 
 void launch_geglu_forward(int64_t rows, int64_t inner, int vector_width, KernelDtype dtype, const void* proj,

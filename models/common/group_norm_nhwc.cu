@@ -259,16 +259,9 @@ int64_t GroupNormShape::chunks() const { return (hw + kRowsPerChunk - 1) / kRows
 int group_norm_nhwc_vector_width(int64_t c, int64_t groups, int element_bytes, const void* const* pointers,
                                  int num_pointers) {
   if (groups <= 0 || c % groups != 0) return 0;
-  const int64_t group_size = c / groups;
-  for (const int width : {8, 4, 2, 1}) {
-    const int bytes = width * element_bytes;
-    if (bytes > 16 || group_size % width != 0 || c / width > kMaxLanes) continue;
-    const bool aligned = std::all_of(pointers, pointers + num_pointers, [bytes](const void* p) {
-      return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
-    });
-    if (aligned) return width;
-  }
-  return 0;
+  // A wider access needs fewer lanes, so the widest aligned one is the one to check against the limit.
+  const int width = widest_vector_width(c / groups, element_bytes, pointers, num_pointers, /*narrowest=*/1);
+  return width > 0 && c / width <= kMaxLanes ? width : 0;
 }
 
 int64_t group_norm_nhwc_forward_scratch(const GroupNormShape& s) { return s.n * s.chunks() * s.groups * 3; }

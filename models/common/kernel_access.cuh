@@ -65,6 +65,23 @@ void dispatch(KernelDtype dtype, int vector_width, Fn&& fn) {
   }
 }
 
+// The widest access among 8, 4, 2, 1 elements down to `narrowest` (at most 16 bytes) that divides
+// `extent` and to which every pointer is aligned; 0 when none does.
+inline int widest_vector_width(int64_t extent, int element_bytes, const void* const* pointers, int num_pointers,
+                               int narrowest) {
+  for (const int width : {8, 4, 2, 1}) {
+    const int bytes = width * element_bytes;
+    if (width < narrowest) break;
+    if (bytes > 16 || extent % width != 0) continue;
+    bool aligned = true;
+    for (int p = 0; p < num_pointers; ++p) {
+      aligned = aligned && reinterpret_cast<std::uintptr_t>(pointers[p]) % static_cast<std::uintptr_t>(bytes) == 0;
+    }
+    if (aligned) return width;
+  }
+  return 0;
+}
+
 inline void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "models/common/fused_norms.h"
+#include "models/common/rope_op.h"
 #include "core/compat.h"
 
 #include <cmath>
@@ -190,6 +191,7 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
 }  // namespace
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (uses_rope_kernels(x, cos, sin)) return rope_with_kernels(x, cos, sin);  // CUDA: one kernel each way
   const int64_t rotated = cos.size(0);
   const int64_t seq = x.size(1);
   ZEST_CHECK(rotated <= seq, "RoPE table of ", rotated, " positions for a sequence of ", seq);

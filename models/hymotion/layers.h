@@ -139,7 +139,8 @@ struct Rope {
   torch::Tensor cos, sin;
   static Rope make(int64_t length, int64_t head_dim);
 };
-// Rotates the first rope.cos.size(0) tokens of q or k [B, S, H, d] (computed in float32, cast back).
+// Rotates the first rope.cos.size(0) tokens of q or k [B, S, H, d] (computed in float32, cast back);
+// on CUDA through zest's kernels (models/common/rope.h), the same values.
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // Splits a [B, S, 3·H·d] projection laid out [q | k | v] × heads into three [B, S, H, d] tensors.

@@ -1,8 +1,10 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
-// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype.
+// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE.
 #include "models/common/fused_norms.h"
 #include "models/common/geglu_op.h"
+#include "models/common/rope_op.h"
+#include "models/hymotion/layers.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -135,6 +137,35 @@ TEST(GpuLayerNorm, Bf16OnTheGpuMatchesTheFloat32Path) {
   EXPECT_LE(relative_error(got.dx, want.dx), 1e-2);
   EXPECT_LE(relative_error(got.dweight, want.dweight), 1e-2);
   EXPECT_LE(relative_error(got.dbias, want.dbias), 1e-2);
+}
+
+// HY-Motion's RoPE on CUDA (the kernels) against the same function on the CPU (ATen's ops), with all
+// positions rotated and with only the motion tokens rotated, in float32 and bf16.
+TEST(GpuRope, KernelsMatchTheCpuPath) {
+  torch::manual_seed(3);
+  const auto rope = hymotion::Rope::make(100, 64);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t rotated : {100, 70}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " rotated " << rotated);
+      const auto cos = rope.cos.narrow(0, 0, rotated).contiguous();
+      const auto sin = rope.sin.narrow(0, 0, rotated).contiguous();
+      const auto x = torch::randn({2, 100, 4, 64}).to(dtype);
+      const auto r = torch::randn({2, 100, 4, 64});
+      Result got, want;
+      for (auto* result : {&got, &want}) {
+        const auto device = result == &got ? torch::kCUDA : torch::kCPU;
+        auto xx = x.to(device).requires_grad_(true);
+        const auto c = cos.to(device), s = sin.to(device);
+        EXPECT_EQ(uses_rope_kernels(xx, c, s), device == torch::kCUDA);
+        const auto y = hymotion::apply_rope(xx, c, s);
+        (y.to(torch::kFloat32) * r.to(device)).sum().backward();
+        *result = {y.detach().cpu(), xx.grad().cpu(), {}, {}};
+      }
+      const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+      EXPECT_LE(relative_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
+    }
+  }
 }
 
 }  // namespace
