@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "models/common/fused_norms.h"
+#include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
 #include "core/compat.h"
 
@@ -95,6 +96,7 @@ torch::Tensor HeadNormImpl::forward(const torch::Tensor& x) const {
     case QkNorm::none: return x;
     case QkNorm::layer: return affine_layer_norm(x, weight_, bias_);  // float32; callers cast to v's dtype
     case QkNorm::rms: {
+      if (uses_rms_norm_kernels(x, weight_)) return rms_norm_with_kernels(x, weight_, kNormEps);  // CUDA
       const auto xf = x.to(torch::kFloat32);
       const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
       return normed.to(x.scalar_type()) * weight_;
@@ -206,8 +208,10 @@ std::vector<torch::Tensor> split_qkv(const torch::Tensor& qkv, int64_t num_heads
   const int64_t width = qkv.size(-1) / 3;
   ZEST_CHECK(qkv.size(-1) == 3 * width && width % num_heads == 0, "qkv width ", qkv.size(-1),
              " is not 3 × heads ", num_heads, " × head_dim");
-  const auto split = qkv.view({qkv.size(0), qkv.size(1), 3, num_heads, width / num_heads});
-  return {split.select(2, 0), split.select(2, 1), split.select(2, 2)};
+  // unbind, not three selects: its backward stacks the three gradients in one kernel, where each
+  // select's backward zero-fills a full-size gradient and copies its slice in.
+  const auto parts = qkv.view({qkv.size(0), qkv.size(1), 3, num_heads, width / num_heads}).unbind(2);
+  return {parts[0], parts[1], parts[2]};
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -1,8 +1,10 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
-// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE.
+// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
+// per-head RMSNorm.
 #include "models/common/fused_norms.h"
 #include "models/common/geglu_op.h"
+#include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
 #include "models/hymotion/layers.h"
 
@@ -164,6 +166,42 @@ TEST(GpuRope, KernelsMatchTheCpuPath) {
       const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
       EXPECT_LE(relative_error(got.y, want.y), tolerance);
       EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
+    }
+  }
+}
+
+// The per-head RMSNorm on q as a view of a qkv projection (rows strided, d contiguous), against the
+// reference's op-by-op form on the CPU, output and the gradients of x and the weight.
+TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
+  torch::manual_seed(9);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t d : {64, 128}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " head dim " << d);
+      const int64_t heads = 4;
+      const auto qkv = (torch::randn({3, 50, 3 * heads * d}) * 3).to(dtype);
+      const auto w = (1 + 0.3 * torch::randn({d})).to(dtype);
+      const auto r = torch::randn({3, 50, heads, d});
+      Result got, want;
+      for (auto* result : {&got, &want}) {
+        const bool gpu = result == &got;
+        auto proj = qkv.to(gpu ? torch::kCUDA : torch::kCPU).requires_grad_(true);
+        auto ww = w.to(proj.device()).requires_grad_(true);
+        const auto q = proj.view({3, 50, 3, heads, d}).unbind(2)[0];
+        EXPECT_EQ(uses_rms_norm_kernels(q, ww), gpu);
+        torch::Tensor y;
+        if (gpu) {
+          y = rms_norm_with_kernels(q, ww, 1e-6);
+        } else {
+          const auto xf = q.to(torch::kFloat32);
+          y = (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(dtype) * ww;
+        }
+        (y.to(torch::kFloat32) * r.to(proj.device())).sum().backward();
+        *result = {y.detach().cpu(), proj.grad().cpu(), ww.grad().cpu(), {}};
+      }
+      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+      EXPECT_LE(relative_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
+      EXPECT_LE(relative_error(got.dweight, want.dweight), tolerance);
     }
   }
 }
