@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One line per `zest bench` JSON result (stdin or files): model, GPUs, stage, checkpointing, step time,
-throughput, MFU, peak memory, exposed communication, model state against the formula."""
+throughput, MFU, peak memory, exposed communication, model state against the formula; with --profile,
+also the heaviest launching operators of a profiled run (`zest bench --profile`)."""
 import json
 import sys
 
@@ -14,13 +15,28 @@ def line(d):
             f"exposed {d['comm_exposed_ms']:5.1f} ms state {state * 100:+.2f}%")
 
 
+def profile_lines(d, top=12):
+    p = d.get("profile") or {}
+    if not p:
+        return []
+    head = (f"    kernels {p['kernel_ms_per_step']:.1f} ms/step, NCCL {p['nccl_kernel_ms_per_step']:.1f} ms, "
+            f"{p['launches_per_step']:.0f} launches")
+    return [head] + [f"    {o['ms']:7.2f} ms {o['launches']:6.0f}x  {o['operator'][:110]}"
+                     for o in p.get("top_operators", [])[:top]]
+
+
 def main():
-    streams = [open(p) for p in sys.argv[1:]] or [sys.stdin]
+    args = sys.argv[1:]
+    with_profile = "--profile" in args
+    streams = [open(p) for p in args if p != "--profile"] or [sys.stdin]
     for stream in streams:
         for text in stream:
             text = text.strip()
             if text.startswith("{"):
-                print(line(json.loads(text)))
+                d = json.loads(text)
+                print(line(d))
+                for extra in profile_lines(d) if with_profile else []:
+                    print(extra)
 
 
 if __name__ == "__main__":
