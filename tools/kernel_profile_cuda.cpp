@@ -112,13 +112,16 @@ nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_pa
   for (const auto& event : events) {
     if (event.deviceType() != c10::DeviceType::CUDA) continue;
     const double ms = static_cast<double>(compat::event_duration_ns(event)) / 1e6 / steps;
-    for (auto* total : {&by_kernel[event.name()], &by_operator[operators.launcher_of(event)]}) {
-      total->ms += ms;
-      total->launches += 1;
-    }
-    by_kernel[event.name()].name = event.name();
-    by_operator[operators.launcher_of(event)].name = operators.launcher_of(event);
-    (event.name().rfind("nccl", 0) == 0 ? nccl_ms : compute_ms) += ms;
+    const std::string kernel = event.name();
+    const std::string launcher = operators.launcher_of(event);
+    const auto add = [ms](Total& total, const std::string& name) {
+      total.name = name;
+      total.ms += ms;
+      total.launches += 1;
+    };
+    add(by_kernel[kernel], kernel);
+    add(by_operator[launcher], launcher);
+    (kernel.rfind("nccl", 0) == 0 ? nccl_ms : compute_ms) += ms;
     ++launches;
   }
   const auto kernels = sorted(std::move(by_kernel));

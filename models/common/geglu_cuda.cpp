@@ -1,18 +1,12 @@
 // The autograd function over the GEGLU kernels (see geglu.h): saves only the projection.
 #include "models/common/geglu.h"
+#include "models/common/kernel_tensors.h"
 
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 namespace zest {
 namespace {
-
-KernelDtype kernel_dtype(torch::ScalarType dtype) {
-  return dtype == torch::kFloat32 ? KernelDtype::fp32 : dtype == torch::kBFloat16 ? KernelDtype::bf16 : KernelDtype::fp16;
-}
-
-void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 int width_for(int64_t inner, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c = {}) {
   const void* pointers[3] = {a.data_ptr(), b.data_ptr(), c.defined() ? c.data_ptr() : a.data_ptr()};
@@ -25,8 +19,8 @@ struct Geglu : torch::autograd::Function<Geglu> {
     auto sizes = proj.sizes().vec();
     sizes.back() = inner;
     auto out = torch::empty(sizes, proj.options());
-    launch_geglu_forward(rows, inner, width_for(inner, proj, out), kernel_dtype(proj.scalar_type()), proj.data_ptr(),
-                         out.data_ptr(), stream_of(proj));
+    launch_geglu_forward(rows, inner, width_for(inner, proj, out), kernel_dtype_of(proj.scalar_type()), proj.data_ptr(),
+                         out.data_ptr(), current_stream_of(proj));
     ctx->save_for_backward({proj});
     return out;
   }
@@ -37,8 +31,8 @@ struct Geglu : torch::autograd::Function<Geglu> {
     const auto d_out = grads[0].to(proj.scalar_type()).contiguous();
     const int64_t inner = proj.size(-1) / 2, rows = proj.numel() / (2 * inner);
     auto d_proj = torch::empty_like(proj);
-    launch_geglu_backward(rows, inner, width_for(inner, proj, d_out, d_proj), kernel_dtype(proj.scalar_type()),
-                          proj.data_ptr(), d_out.data_ptr(), d_proj.data_ptr(), stream_of(proj));
+    launch_geglu_backward(rows, inner, width_for(inner, proj, d_out, d_proj), kernel_dtype_of(proj.scalar_type()),
+                          proj.data_ptr(), d_out.data_ptr(), d_proj.data_ptr(), current_stream_of(proj));
     return {d_proj};
   }
 };

@@ -1,6 +1,8 @@
 // geglu (see geglu_op.h): the CUDA kernels' autograd function is in geglu_cuda.cpp.
 #include "models/common/geglu_op.h"
 
+#include "models/common/kernel_tensors.h"
+
 namespace zest {
 
 #ifdef ZEST_WITH_CUDA
@@ -11,7 +13,7 @@ bool uses_geglu_kernels(const torch::Tensor& proj) {
 #ifdef ZEST_WITH_CUDA
   const auto dtype = proj.scalar_type();
   return proj.is_cuda() && proj.is_contiguous() && proj.dim() >= 1 && proj.numel() > 0 && proj.size(-1) % 2 == 0 &&
-         (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16);
+         is_kernel_dtype(dtype);
 #else
   (void)proj;
   return false;

@@ -2,8 +2,8 @@
 // the outputs and scratch allocated on the current stream, the launch.
 #include "core/check.h"
 #include "models/common/group_norm_nhwc.h"
+#include "models/common/kernel_tensors.h"
 
-#include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>
 
 #include <tuple>
@@ -11,27 +11,12 @@
 namespace zest {
 namespace {
 
-KernelDtype kernel_dtype(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat32: return KernelDtype::fp32;
-    case torch::kBFloat16: return KernelDtype::bf16;
-    default: return KernelDtype::fp16;
-  }
-}
-
-bool is_kernel_dtype(torch::ScalarType dtype) {
-  return dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16;
-}
-
 GroupNormShape shape_of(const torch::Tensor& x, int64_t groups, std::initializer_list<const void*> pointers) {
   GroupNormShape shape{x.size(0), x.size(2) * x.size(3), x.size(1), groups, 0};
-  const std::vector<const void*> list(pointers);
-  shape.vector_width = group_norm_nhwc_vector_width(shape.c, groups, static_cast<int>(x.element_size()), list.data(),
-                                                    static_cast<int>(list.size()));
+  shape.vector_width = group_norm_nhwc_vector_width(shape.c, groups, static_cast<int>(x.element_size()),
+                                                    pointers.begin(), static_cast<int>(pointers.size()));
   return shape;
 }
-
-void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 torch::Tensor floats(int64_t numel, const torch::Tensor& like) {
   return torch::empty({numel}, like.options().dtype(torch::kFloat32).memory_format(at::MemoryFormat::Contiguous));
@@ -59,9 +44,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_forward(
   auto mean = floats(shape.n * groups, x).view({shape.n, groups});
   auto rstd = floats(shape.n * groups, x).view({shape.n, groups});
   auto scratch = floats(group_norm_nhwc_forward_scratch(shape), x);
-  launch_group_norm_nhwc_forward(shape, kernel_dtype(x.scalar_type()), x.data_ptr(), weight.data_ptr(), bias.data_ptr(),
+  launch_group_norm_nhwc_forward(shape, kernel_dtype_of(x.scalar_type()), x.data_ptr(), weight.data_ptr(), bias.data_ptr(),
                                  eps, silu, y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                 scratch.data_ptr<float>(), stream_of(x));
+                                 scratch.data_ptr<float>(), current_stream_of(x));
   return {y, mean, rstd};
 }
 
@@ -79,10 +64,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_backward
   auto dweight = floats(shape.c, x);
   auto dbias = floats(shape.c, x);
   auto scratch = floats(group_norm_nhwc_backward_scratch(shape), x);
-  launch_group_norm_nhwc_backward(shape, kernel_dtype(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
+  launch_group_norm_nhwc_backward(shape, kernel_dtype_of(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
                                   mean.data_ptr<float>(), rstd.data_ptr<float>(), weight.data_ptr(), bias.data_ptr(),
                                   silu, dx.data_ptr(), dweight.data_ptr<float>(), dbias.data_ptr<float>(),
-                                  scratch.data_ptr<float>(), stream_of(x));
+                                  scratch.data_ptr<float>(), current_stream_of(x));
   return {dx, dweight, dbias};
 }
 

@@ -1,23 +1,17 @@
 // The autograd function over the RMSNorm kernels (see rms_norm.h): saves x, the weight and rstd.
 #include "core/check.h"
 #include "models/common/rms_norm.h"
+#include "models/common/kernel_tensors.h"
 #include "models/common/rms_norm_op.h"
 
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
 namespace {
 
-KernelDtype kernel_dtype(torch::ScalarType dtype) {
-  return dtype == torch::kFloat32 ? KernelDtype::fp32 : dtype == torch::kBFloat16 ? KernelDtype::bf16 : KernelDtype::fp16;
-}
-
 RmsRows rows_of(const torch::Tensor& x) {
   return {x.size(0), x.size(1), x.size(2), x.size(3), x.stride(0), x.stride(1), x.stride(2)};
 }
-
-void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 torch::Tensor contiguous_like(const torch::Tensor& x) {
   return torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
@@ -29,8 +23,8 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     const RmsRows rows = rows_of(x);
     auto y = contiguous_like(x);
     auto rstd = torch::empty({rows.rows()}, x.options().dtype(torch::kFloat32));
-    launch_rms_norm_forward(rows, kernel_dtype(x.scalar_type()), x.data_ptr(), weight.data_ptr(), eps, y.data_ptr(),
-                            rstd.data_ptr<float>(), stream_of(x));
+    launch_rms_norm_forward(rows, kernel_dtype_of(x.scalar_type()), x.data_ptr(), weight.data_ptr(), eps, y.data_ptr(),
+                            rstd.data_ptr<float>(), current_stream_of(x));
     ctx->save_for_backward({x, weight, rstd});
     return y;
   }
@@ -45,9 +39,9 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     auto dx = contiguous_like(x);
     auto dweight = torch::empty({rows.head_dim}, x.options().dtype(torch::kFloat32));
     auto scratch = torch::empty({rms_norm_backward_scratch(rows)}, x.options().dtype(torch::kFloat32));
-    launch_rms_norm_backward(rows, kernel_dtype(x.scalar_type()), dy.data_ptr(), x.data_ptr(), weight.data_ptr(),
+    launch_rms_norm_backward(rows, kernel_dtype_of(x.scalar_type()), dy.data_ptr(), x.data_ptr(), weight.data_ptr(),
                              saved[2].data_ptr<float>(), dx.data_ptr(), dweight.data_ptr<float>(),
-                             scratch.data_ptr<float>(), stream_of(x));
+                             scratch.data_ptr<float>(), current_stream_of(x));
     return {dx, dweight.to(weight.scalar_type()), {}};
   }
 };

@@ -1,6 +1,8 @@
 // uses_rms_norm_kernels (see rms_norm_op.h); the kernels' autograd function is in rms_norm_cuda.cpp.
 #include "models/common/rms_norm_op.h"
 
+#include "models/common/kernel_tensors.h"
+
 #include "core/check.h"
 
 namespace zest {
@@ -13,7 +15,7 @@ bool uses_rms_norm_kernels(const torch::Tensor& x, const torch::Tensor& weight) 
 #ifdef ZEST_WITH_CUDA
   const auto dtype = x.scalar_type();
   return x.is_cuda() && x.dim() == 4 && x.numel() > 0 && x.stride(3) == 1 && rms_norm_covers(x.size(3)) &&
-         (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16) &&
+         is_kernel_dtype(dtype) &&
          weight.scalar_type() == dtype && weight.device() == x.device() && weight.dim() == 1 &&
          weight.size(0) == x.size(3) && weight.is_contiguous();
 #else

@@ -1,17 +1,13 @@
 // The autograd function over the RoPE kernels (see rope.h): saves only the tables.
 #include "core/check.h"
 #include "models/common/rope.h"
+#include "models/common/kernel_tensors.h"
 #include "models/common/rope_op.h"
 
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
 namespace {
-
-KernelDtype kernel_dtype(torch::ScalarType dtype) {
-  return dtype == torch::kFloat32 ? KernelDtype::fp32 : dtype == torch::kBFloat16 ? KernelDtype::bf16 : KernelDtype::fp16;
-}
 
 RopeShape shape_of(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& out) {
   RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), cos.size(0)};
@@ -21,14 +17,12 @@ RopeShape shape_of(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return shape;
 }
 
-void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
 struct RopeFunction : torch::autograd::Function<RopeFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin) {
     auto y = torch::empty_like(x, x.options().memory_format(at::MemoryFormat::Contiguous));
-    launch_rope_forward(shape_of(x, cos, y), kernel_dtype(x.scalar_type()), x.data_ptr(), cos.data_ptr<float>(),
-                        sin.data_ptr<float>(), y.data_ptr(), stream_of(x));
+    launch_rope_forward(shape_of(x, cos, y), kernel_dtype_of(x.scalar_type()), x.data_ptr(), cos.data_ptr<float>(),
+                        sin.data_ptr<float>(), y.data_ptr(), current_stream_of(x));
     ctx->save_for_backward({cos, sin});
     return y;
   }
@@ -40,8 +34,8 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
     const auto& sin = saved[1];
     const auto dy = grads[0].contiguous();
     auto dx = torch::empty_like(dy, dy.options().memory_format(at::MemoryFormat::Contiguous));
-    launch_rope_backward(shape_of(dy, cos, dx), kernel_dtype(dy.scalar_type()), dy.data_ptr(), cos.data_ptr<float>(),
-                         sin.data_ptr<float>(), dx.data_ptr(), stream_of(dy));
+    launch_rope_backward(shape_of(dy, cos, dx), kernel_dtype_of(dy.scalar_type()), dy.data_ptr(), cos.data_ptr<float>(),
+                         sin.data_ptr<float>(), dx.data_ptr(), current_stream_of(dy));
     return {dx, {}, {}};
   }
 };

@@ -1,6 +1,8 @@
 // uses_rope_kernels (see rope_op.h); the kernels' autograd function is in rope_cuda.cpp.
 #include "models/common/rope_op.h"
 
+#include "models/common/kernel_tensors.h"
+
 #include "core/check.h"
 
 namespace zest {
@@ -12,7 +14,7 @@ bool uses_rope_kernels(const torch::Tensor& x, const torch::Tensor& cos, const t
                       cos.device() == x.device() && sin.device() == x.device() && cos.is_contiguous() &&
                       sin.is_contiguous() && cos.dim() == 2 && cos.sizes() == sin.sizes();
   return x.is_cuda() && x.dim() == 4 && x.is_contiguous() && x.numel() > 0 && tables &&
-         (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16) &&
+         is_kernel_dtype(dtype) &&
          cos.size(1) == x.size(3) && x.size(3) % 2 == 0 && cos.size(0) <= x.size(1);
 #else
   (void)x, (void)cos, (void)sin;
