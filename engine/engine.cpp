@@ -121,7 +121,7 @@ Engine::~Engine() {
 void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
   place_units(model, decls);
   const std::vector<BucketRange> plan = plan_bucket_ranges();
-  check_fits_device(preflight_inputs(plan), device_);  // before the first byte of model state
+  check_fits(preflight_inputs(plan), device_, comm_->local_size());  // before the first byte of model state
   const bool offload = config_.offload_optimizer != OffloadTarget::none;
   ZEST_CHECK(!offload || policy_.shard_optimizer, "optimizer offload needs engine.stage = 1, 2 or 3");
   buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_, /*master_on_host=*/offload);
@@ -169,11 +169,6 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   residency_ = std::make_unique<ParamResidency>(buckets_, std::move(needed), policy_, config_.prefetch,
                                                 /*is_lazy=*/device_.is_cuda());
   reducer_->on_launched = [this](size_t b) { residency_->bucket_reduced(b); };
-  if (offload_) {
-    reducer_->on_reduced = [this](size_t b) {
-      if (is_final_reduction_) offload_->copy_grads_to_host(buckets_[b].first(), buckets_[b].last());
-    };
-  }
 
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
@@ -274,7 +269,9 @@ void Engine::build_optimizer() {
   }
   const int64_t numel = buffers_->master().numel();
   if (config_.offload_optimizer != OffloadTarget::none) {
-    auto offloaded = std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_);
+    const auto staging_bytes = static_cast<int64_t>(config_.offload_staging_mb * 1024 * 1024);
+    auto offloaded =
+        std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_, staging_bytes);
     offload_ = offloaded.get();
     optimizer_ = std::move(offloaded);
     return;
@@ -322,8 +319,7 @@ void Engine::backward(const torch::Tensor& loss) {
              " times without step(); engine.accumulation_steps = ", config_.accumulation_steps);
   if (micro_step_ == 0) check_model_in_place();
   outcome_->poll();
-  is_final_reduction_ = is_boundary_micro_step();
-  const bool reduce = policy_.reduces_every_micro_step() || is_final_reduction_;
+  const bool reduce = policy_.reduces_every_micro_step() || is_boundary_micro_step();
   reducer_->begin_backward(reduce, /*accumulate=*/policy_.shard_grads && micro_step_ > 0);
   residency_->begin_backward();
   // loss · scale / accumulation_steps, the scale read on the device.
@@ -340,6 +336,7 @@ void Engine::step() {
   micro_step_ = 0;
   torch::NoGradGuard no_grad;
   reducer_->wait_all();
+  if (offload_) offload_->start_downloads();  // the gradient shard starts for the host while the norm is computed
 
   // Global norm: each rank's per-parameter sums of squares, one allreduce (stage 0 holds it all already).
   sums_of_squares(norm_pieces_, param_sumsq_);
@@ -347,7 +344,6 @@ void Engine::step() {
 
   run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
   optimizer_->step();                              // reads them there; a skipped step changes nothing
-  is_final_reduction_ = false;
   if (ema_) {
     // The EMA sits next to the master: with offload both are in host memory, gated by the host's scalars.
     const torch::Tensor& scalars = offload_ ? offload_->host_scalars() : scalars_;

@@ -161,7 +161,6 @@ class Engine final : private UnitEvents {
   bool has_unit_runner_ = false;
 
   int64_t micro_step_ = 0;  // backward() calls since the last step()
-  bool is_final_reduction_ = false;  // this micro-step's reductions carry the step's complete gradients
   int64_t step_count_ = 0;  // step() calls
 };
 

@@ -84,6 +84,8 @@ const std::map<std::string, std::string> kEngineHints = {
 const std::map<std::string, std::string> kOffloadHints = {
     {"device", "zest calls it optimizer = \"cpu\""},
     {"pin_memory", "zest always pins the host buffers on a GPU"},
+    {"buffer_size", "zest sizes its page-locked ring with staging_mb, in MiB"},
+    {"buffer_count", "zest sizes its page-locked ring with staging_mb, in MiB"},
 };
 const std::map<std::string, std::string> kLossScaleHints = {
     {"initial_scale_power", "zest takes the scale itself: initial = 65536.0 for 2^16"},
@@ -170,7 +172,11 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.threads = table.get("threads", c.threads);
   ConfigTable offload = table.table("offload");
   c.offload_optimizer = offload.get_enum("optimizer", c.offload_optimizer, kOffloadTargets);
+  c.offload_staging_mb = offload.get("staging_mb", c.offload_staging_mb);
   offload.reject_unknown_keys(kOffloadHints);
+  check(offload, std::isfinite(c.offload_staging_mb) && c.offload_staging_mb > 0, "staging_mb", "must be > 0 (MiB)");
+  check(offload, c.offload_optimizer != OffloadTarget::none || !offload.has("staging_mb"), "staging_mb",
+        "is only used with optimizer = \"cpu\"");
   // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
   // which no one wants; DeepSpeed likewise offloads from stage 1 up.
   if (c.offload_optimizer != OffloadTarget::none && c.stage == 0)
@@ -209,6 +215,7 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
   if (c.offload_optimizer != OffloadTarget::none) {
     ConfigWriter& off = t.table("offload", "ZeRO-Offload: master weights and optimizer state in host memory");
     off.set("optimizer", to_string(c.offload_optimizer), "none|cpu: where the master and optimizer state live");
+    off.set("staging_mb", c.offload_staging_mb, "page-locked host ring the gradients and parameters cross PCIe through");
   }
   if (c.precision != Precision::fp16) return;
   ConfigWriter& ls = t.table("loss_scale", "fp16 dynamic loss scaling");

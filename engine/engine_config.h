@@ -27,7 +27,7 @@ enum class DeviceKind { auto_, cuda, cpu };
 const char* to_string(DeviceKind d);
 
 // Where the fp32 master shard and optimizer state live ([engine.offload] optimizer): on the engine's
-// device, or in (pinned) host memory, updated there by the host optimizer (ZeRO-Offload).
+// device, or in host memory, updated there by the host optimizer (ZeRO-Offload).
 enum class OffloadTarget { none, cpu };
 const char* to_string(OffloadTarget t);
 
@@ -55,6 +55,7 @@ struct EngineConfig {
   int max_nonfinite_steps = 5;                  // consecutive skipped (non-finite) steps before the run stops
   int threads = 0;                              // intra-op threads per rank; 0 = cores / local ranks
   OffloadTarget offload_optimizer = OffloadTarget::none;  // [engine.offload] optimizer (stages 1–3)
+  double offload_staging_mb = 256.0;  // [engine.offload] staging_mb: the page-locked ring the shard streams through
   LossScaleConfig loss_scale;
 
   // Reads [engine], [engine.offload] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and

@@ -29,7 +29,7 @@ void GradReducer::reset_tracking() {
     slot_accumulated_[u].assign(units_[u].params().size(), 0);
     slots_left_[u] = static_cast<int>(units_[u].params().size());
   }
-  // is_launched_ stays until the next begin_backward: wait_all() after backward still needs it.
+  // is_launched_ stays until the next begin_backward.
 }
 
 void GradReducer::marker_attached(size_t u) {
@@ -103,8 +103,6 @@ void GradReducer::launch_ready(bool flush) {
     if (max_in_flight_ > 0 && static_cast<int>(in_flight_.size()) > max_in_flight_) {
       const size_t oldest = in_flight_.front();
       buckets_[oldest].wait_reduce();
-      // The oldest may be the previous micro-step's reduction of a bucket not yet launched in this one.
-      if (on_reduced && is_launched_[oldest]) on_reduced(oldest);
       in_flight_.pop_front();
     }
     --next_bucket_;
@@ -112,10 +110,7 @@ void GradReducer::launch_ready(bool flush) {
 }
 
 void GradReducer::wait_all() {
-  for (size_t b : in_flight_) {
-    buckets_[b].wait_reduce();
-    if (on_reduced && is_launched_[b]) on_reduced(b);
-  }
+  for (size_t b : in_flight_) buckets_[b].wait_reduce();
   in_flight_.clear();
 }
 

@@ -38,9 +38,6 @@ class GradReducer {
 
   // Called with the bucket index right after its reduction is launched (stage 3 releases its parameters).
   std::function<void(size_t bucket_idx)> on_launched;
-  // Called with the bucket index once this micro-step's reduction of it is ordered before what follows
-  // (optimizer offload starts copying the shard to the host).
-  std::function<void(size_t bucket_idx)> on_reduced;
 
  private:
   bool is_own_backward_done(size_t unit_idx) const;

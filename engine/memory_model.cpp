@@ -3,6 +3,8 @@
 
 #include "core/check.h"
 
+#include <algorithm>
+
 namespace zest {
 
 int64_t dtype_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
@@ -26,7 +28,9 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   if (in.offload_optimizer) {
     ZEST_CHECK(in.stage >= 1, "optimizer offload needs stage 1, 2 or 3");
     bytes.offloaded = true;
-    bytes.staging = (r + c) * P / N;
+    constexpr int64_t kSlots = 4;  // OffloadedOptimizer::kStagingSlots
+    const int64_t slot_numel = std::clamp<int64_t>(in.offload_staging_bytes / (kSlots * (r + c)), 1, (P + N - 1) / N);
+    bytes.staging = kSlots * slot_numel * (r + c);
   }
   return bytes;
 }

@@ -14,8 +14,8 @@ struct ModelStateBytes {
   int64_t master = 0;     // fp32 master weights
   int64_t optimizer = 0;  // optimizer state (Adam: exp_avg + exp_avg_sq)
   int64_t ema = 0;        // fp32 EMA of the master weights ([ema]), sharded like the master
-  // [engine.offload] optimizer = "cpu": master, optimizer state and EMA live in host memory, with host
-  // copies of the gradient shard and of the updated parameter shard (`staging`) to cross PCIe through.
+  // [engine.offload] optimizer = "cpu": master, optimizer state and EMA live in host memory, with a small
+  // page-locked ring (`staging`) the gradient and parameter pieces cross PCIe through.
   bool offloaded = false;
   int64_t staging = 0;
   int64_t total() const { return params + grads + master + optimizer + ema; }  // model state, wherever it lives
@@ -32,12 +32,14 @@ struct MemoryModelInputs {
   int64_t optimizer_bytes_per_element = 8;   // AdamW 8, SGD with momentum 4
   bool ema = false;                          // an fp32 EMA of the master: 4P at stage 0, 4P/N above
   bool offload_optimizer = false;            // stages 1–3: master, optimizer state and EMA in host memory
+  int64_t offload_staging_bytes = 256LL << 20;  // [engine.offload] staging_mb, in bytes
 };
 
 // bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 16P/N.
 // An fp32 reduce dtype keeps gradients in fp32: +2P at stages 0/1, +2P/N at stages 2/3. An EMA adds what
 // the master takes (4P at stage 0, 4P/N at stages 1-3). Offloading moves master, optimizer state and EMA to
-// the host, which also holds a gradient-shard and a parameter-shard copy ((r + c)·P/N).
+// the host (12P/N with AdamW), which also holds the staging ring: staging_mb, or less for a shard smaller
+// than four of its slots (the engine cuts slots to its largest unit shard, so its ring may be smaller still).
 ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in);
 
 int64_t dtype_bytes(Precision p);

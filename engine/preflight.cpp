@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 namespace zest {
 
@@ -29,6 +30,7 @@ PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const Engine
   in.model_state = {numel, world_size, engine.stage, engine.precision, engine.reduce_dtype,
                     optimizer_state_bytes_per_element(optim)};
   in.model_state.offload_optimizer = engine.offload_optimizer != OffloadTarget::none;
+  in.model_state.offload_staging_bytes = static_cast<int64_t>(engine.offload_staging_mb * 1024 * 1024);
   in.ema = ema;
   in.prefetch = engine.prefetch;
   return in;
@@ -89,6 +91,43 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
   return message + " (activations come on top)";
 }
 
+int64_t preflight_host_bytes(const PreflightInputs& in) {
+  if (!in.model_state.offload_optimizer || in.model_state.stage < 1) return 0;
+  MemoryModelInputs m = in.model_state;
+  m.ema = in.ema;
+  return estimate_model_state_bytes(m).on_host() + kProcessHostBytes;
+}
+
+std::string host_preflight_problem(const PreflightInputs& in, int ranks_on_host, int64_t available_bytes) {
+  const int64_t per_rank = preflight_host_bytes(in);
+  if (per_rank * ranks_on_host <= available_bytes) return "";
+  std::string message =
+      str("stage ", in.model_state.stage, " with [engine.offload] optimizer = \"cpu\" needs ", gb(per_rank),
+          " of host memory per rank (master, optimizer state", in.ema ? ", EMA" : "", " and staging for ",
+          in.model_state.numel, " parameters on ", in.model_state.world_size, " rank(s), with ", gb(kProcessHostBytes),
+          " for the process), ", gb(per_rank * ranks_on_host), " for the ", ranks_on_host,
+          " rank(s) on this host; this host has ", gb(available_bytes), " available (MemAvailable)");
+  PreflightInputs more = in;
+  for (int n = in.model_state.world_size + 1; n <= 65536; ++n) {
+    more.model_state.world_size = n;
+    if (preflight_host_bytes(more) * ranks_on_host <= available_bytes) {
+      return message + str("; it fits on ", n, " ranks with ", ranks_on_host, " per host");
+    }
+  }
+  return message + "; it does not fit this host at any world size";
+}
+
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
 int64_t device_free_bytes(const torch::Device& device) {
 #ifdef ZEST_WITH_CUDA
   if (device.is_cuda()) return cuda_free_bytes(device.index());
@@ -96,10 +135,17 @@ int64_t device_free_bytes(const torch::Device& device) {
   return -1;
 }
 
-void check_fits_device(const PreflightInputs& in, const torch::Device& device) {
+void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host) {
   const int64_t free_bytes = device_free_bytes(device);
-  if (free_bytes < 0) return;
-  const std::string problem = preflight_problem(in, free_bytes, device.is_cuda() ? "GPU" : device.str());
+  if (free_bytes >= 0) {
+    const std::string problem = preflight_problem(in, free_bytes, device.is_cuda() ? "GPU" : device.str());
+    if (!problem.empty()) throw Error(problem);
+  }
+  // A CPU run keeps everything in host memory whether offloaded or not, and is not checked.
+  if (!device.is_cuda() || preflight_host_bytes(in) == 0) return;
+  const int64_t available = host_available_bytes();
+  if (available < 0) return;
+  const std::string problem = host_preflight_problem(in, ranks_on_host, available);
   if (!problem.empty()) throw Error(problem);
 }
 

@@ -1,7 +1,8 @@
 // The pre-flight memory check: before anything is allocated, the per-rank model state of the asked-for
 // stage (the formula `zest estimate` prints) plus the transient buffers (gradient buckets in flight,
 // stage 3's gathered buckets) is compared with the device's free memory, and a run that cannot fit is
-// refused with what would: the other stages' needs, or how many GPUs the asked-for stage needs.
+// refused with what would: the other stages' needs, or how many GPUs the asked-for stage needs. With the
+// optimizer offloaded, what the ranks of one host keep in host memory is compared with its available memory.
 #pragma once
 
 #include "engine/memory_model.h"
@@ -29,9 +30,19 @@ int64_t preflight_bytes(const PreflightInputs& in, int stage);
 // "" when the run fits in `free_bytes`, else the refusal (names the device, each stage's need, and the GPUs
 // the asked-for stage would need).
 std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, const std::string& device_name);
+// Host bytes one rank needs with the optimizer offloaded: its offloaded state and staging ring, plus
+// kProcessHostBytes for the process itself (libraries, CUDA context). 0 without offload.
+constexpr int64_t kProcessHostBytes = 2'000'000'000;
+int64_t preflight_host_bytes(const PreflightInputs& in);
+// "" when `ranks_on_host` ranks fit in `available_bytes` of host memory, else the refusal (names the
+// need per rank and per host, what the host has, and how many ranks spread over hosts would fit).
+std::string host_preflight_problem(const PreflightInputs& in, int ranks_on_host, int64_t available_bytes);
 // Free bytes of `device` now (CUDA: cudaMemGetInfo), or -1 when not known (the CPU: the check is skipped).
 int64_t device_free_bytes(const torch::Device& device);
-// Throws zest::Error with preflight_problem's text when the run does not fit `device`.
-void check_fits_device(const PreflightInputs& in, const torch::Device& device);
+// MemAvailable of /proc/meminfo in bytes, or -1 when not known (the host check is then skipped).
+int64_t host_available_bytes();
+// Throws zest::Error with preflight_problem's (or host_preflight_problem's) text when the run does not
+// fit `device` (or, offloaded from a GPU, the host's memory shared by `ranks_on_host` ranks).
+void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host);
 
 }  // namespace zest

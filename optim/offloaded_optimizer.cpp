@@ -1,100 +1,50 @@
-// OffloadedOptimizer (see offloaded_optimizer.h): pinned host copies, the side-stream copies, and the
-// host update — one pass over each unit's elements with PyTorch's update rules (those of
+// OffloadedOptimizer (see offloaded_optimizer.h): the pieces' trip through the staging ring, and the host
+// update — one pass over each piece's elements with PyTorch's update rules (those of
 // optim/cpu_optimizers.cpp), in chunks spread over as many threads as the rank's intra-op threads.
 #include "optim/offloaded_optimizer.h"
 
 #include "core/check.h"
+#include "optim/host_update.h"
 #include "optim/pinned_memory.h"
 #include "optim/step_scalars.h"
 
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
+#include <chrono>
+#include <limits>
 #include <thread>
 
 namespace zest {
-namespace {
-
-// m ← m + (1−β1)(g − m) (ATen's lerp for weights < 0.5); v ← β2·v + (1−β2)·g²;
-// p ← p·(1 − lr·wd) − step_size · m / (√v / √(1−β2^t) + ε).
-template <typename Grad, typename Param>
-void adamw_range(const HostUpdate& u, bool decay, float* master, float* m, float* v, const Grad* grad,
-                 Param* param, int64_t n) {
-  const float decay_factor = decay ? 1.0f - u.lr * u.weight_decay : 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = static_cast<float>(grad[i]) * u.multiplier;
-    const float mi = m[i] + (1.0f - u.beta1) * (g - m[i]);
-    const float vi = u.beta2 * v[i] + (1.0f - u.beta2) * g * g;
-    const float p = master[i] * decay_factor - u.step_size * mi / (std::sqrt(vi) / u.bias_correction2_sqrt + u.eps);
-    m[i] = mi;
-    v[i] = vi;
-    master[i] = p;
-    param[i] = static_cast<Param>(p);
-  }
-}
-
-// g ← g + wd·p; b ← μ·b + g (b = g on the first step); g ← g + μ·b (Nesterov) or b; p ← p − lr·g.
-template <typename Grad, typename Param>
-void sgd_range(const HostUpdate& u, bool decay, float* master, float* buf, const Grad* grad, Param* param,
-               int64_t n) {
-  const float wd = decay ? u.weight_decay : 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    float g = static_cast<float>(grad[i]) * u.multiplier + wd * master[i];
-    if (buf != nullptr) {
-      const float b = u.first_sgd_step ? g : u.momentum * buf[i] + g;
-      buf[i] = b;
-      g = u.nesterov ? g + u.momentum * b : b;
-    }
-    master[i] -= u.lr * g;
-    param[i] = static_cast<Param>(master[i]);
-  }
-}
-
-template <typename Fn>
-void with_element_types(torch::Dtype grad, torch::Dtype param, Fn&& fn) {
-  auto with_param = [&](auto grad_tag) {
-    using G = decltype(grad_tag);
-    switch (param) {
-      case torch::kFloat32: return fn(G{}, float{});
-      case torch::kBFloat16: return fn(G{}, c10::BFloat16{});
-      case torch::kFloat16: return fn(G{}, c10::Half{});
-      default: ZEST_FAIL("offloaded optimizer: parameter dtype ", param, " is not fp32, bf16 or fp16");
-    }
-  };
-  switch (grad) {
-    case torch::kFloat32: return with_param(float{});
-    case torch::kBFloat16: return with_param(c10::BFloat16{});
-    case torch::kFloat16: return with_param(c10::Half{});
-    default: ZEST_FAIL("offloaded optimizer: gradient dtype ", grad, " is not fp32, bf16 or fp16");
-  }
-}
-
-}  // namespace
-
 OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments,
-                                       int64_t numel, torch::Tensor step_scalars)
+                                       int64_t numel, torch::Tensor step_scalars, int64_t staging_bytes)
     : Optimizer(config, std::move(device_segments), std::move(step_scalars)),
-      is_adamw_(config.name == OptimizerKind::adamw),
-      copies_(scalars_.device()) {
-  const torch::Device device = scalars_.device();  // the host buffers cross PCIe: page-locked for a GPU
-  const torch::Dtype grad_dtype = segments_.empty() ? torch::kFloat32 : segments_.front().grad.scalar_type();
-  const torch::Dtype param_dtype = segments_.empty() ? torch::kFloat32 : segments_.front().param.scalar_type();
+      is_adamw_(config.name == OptimizerKind::adamw) {
+  const torch::Device device = scalars_.device();  // the staging buffers cross PCIe: page-locked for a GPU
+  if (!segments_.empty()) {
+    grad_dtype_ = segments_.front().grad.scalar_type();
+    param_dtype_ = segments_.front().param.scalar_type();
+  }
+  int64_t largest_segment = 1;
   for (const auto& seg : segments_) {
     ZEST_CHECK(seg.master.device().is_cpu(), "offloaded optimizer: the master shard must be in host memory");
-    ZEST_CHECK(seg.grad.scalar_type() == grad_dtype && seg.param.scalar_type() == param_dtype,
+    ZEST_CHECK(seg.grad.scalar_type() == grad_dtype_ && seg.param.scalar_type() == param_dtype_,
                "offloaded optimizer: every segment must share the gradient and parameter dtypes");
+    largest_segment = std::max(largest_segment, seg.master.numel());
   }
-  grad_host_ = zeroed_host_tensor(numel, grad_dtype, device);
-  param_host_ = zeroed_host_tensor(numel, param_dtype, device);
+  // Other dtypes are refused here, not mid-step.
+  ZEST_CHECK(is_host_update_dtype(grad_dtype_) && is_host_update_dtype(param_dtype_), "offloaded optimizer: gradient ",
+             grad_dtype_, " and parameter ", param_dtype_, " dtypes must each be fp32, bf16 or fp16");
+  const int64_t element_bytes = static_cast<int64_t>(torch::elementSize(grad_dtype_) + torch::elementSize(param_dtype_));
+  const int64_t piece_numel =
+      std::clamp<int64_t>(staging_bytes / (kStagingSlots * element_bytes), 1, largest_segment);
+  plan_pieces(piece_numel);
+  const int slots = static_cast<int>(std::clamp<size_t>(pieces_.size(), 1, kStagingSlots));
+  ring_ = std::make_unique<StagingRing>(slots, piece_numel, grad_dtype_, param_dtype_, device);
   host_scalars_ = zeroed_host_tensor(kStepScalarCount, torch::kFloat64, device);
   first_ = torch::zeros({numel}, torch::kFloat32);  // never crosses PCIe: pageable
   if (is_adamw_) second_ = torch::zeros({numel}, torch::kFloat32);
-  is_grad_copied_.assign(segments_.size(), 0);
-  plan_chunks();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> OffloadedOptimizer::state_tensors() const {
@@ -102,30 +52,29 @@ std::vector<std::pair<std::string, torch::Tensor>> OffloadedOptimizer::state_ten
   return {{"momentum", first_}};  // the names the on-device optimizers use: checkpoints move between them
 }
 
-void OffloadedOptimizer::copy_grads_to_host(size_t first, size_t last) {
-  ZEST_CHECK(first <= last && last < segments_.size(), "copy_grads_to_host: segments ", first, "..", last,
-             " outside ", segments_.size());
-  copies_.run([&] {
-    for (size_t i = first; i <= last; ++i) {
-      if (is_grad_copied_[i]) continue;
-      const OptimSegment& seg = segments_[i];
-      grad_host_.narrow(0, seg.offset, seg.grad.numel()).copy_(seg.grad, /*non_blocking=*/true);
-      is_grad_copied_[i] = 1;
-    }
-  });
+void OffloadedOptimizer::download(size_t piece) {
+  const HostPiece& p = pieces_[piece];
+  downloaded_[piece] = ring_->download(slot_of(piece), segments_[p.segment].grad.narrow(0, p.begin, p.end - p.begin));
+}
+
+void OffloadedOptimizer::start_downloads() {
+  torch::NoGradGuard no_grad;
+  downloaded_.resize(pieces_.size());
+  const size_t first_pieces = std::min(pieces_.size(), static_cast<size_t>(ring_->slots()));
+  for (; downloads_issued_ < first_pieces; ++downloads_issued_) download(downloads_issued_);
 }
 
 void OffloadedOptimizer::step() {
   torch::NoGradGuard no_grad;
-  if (!segments_.empty()) copy_grads_to_host(0, segments_.size() - 1);
-  is_grad_copied_.assign(segments_.size(), 0);
-  copies_.join();
-  // The one host wait: the decision (and, queued before it, every gradient copy) is on the host after this.
+  start_downloads();
+  // The one wait for the device: the decision, while the first pieces go down.
   host_scalars_.copy_(scalars_);
   const StepScalars& s = *reinterpret_cast<const StepScalars*>(host_scalars_.data_ptr<double>());
-  if (s.skip != 0.0) return;
-  update_and_upload(update_of(s));
-  copies_.join();  // the gathers and the next forward read the parameters after their upload
+  if (s.skip == 0.0) stream_update(update_of(s));
+  downloads_issued_ = 0;
+  // The gathers and the next forward read the parameters after their upload; the gradients are zeroed
+  // after their download.
+  ring_->join();
 }
 
 HostUpdate OffloadedOptimizer::update_of(const StepScalars& s) const {
@@ -144,57 +93,90 @@ HostUpdate OffloadedOptimizer::update_of(const StepScalars& s) const {
   return u;
 }
 
-// Worker threads take chunks in forward order; the calling thread uploads each unit as soon as its
-// last chunk is done, so the host→device copies run while the workers update the next units.
-void OffloadedOptimizer::update_and_upload(const HostUpdate& u) {
-  std::vector<std::atomic<int64_t>> chunks_left(segments_.size());
-  for (size_t i = 0; i < segments_.size(); ++i) chunks_left[i].store(chunks_per_segment_[i]);
+// The calling thread moves the pieces through the ring — publishes a piece to the workers once its
+// gradients are on the host and its slot's parameter half is free, uploads it once its chunks are done,
+// and downloads the piece that slot takes next — while worker threads update the published pieces'
+// chunks in order.
+void OffloadedOptimizer::stream_update(const HostUpdate& u) {
+  const size_t n = pieces_.size();
+  const size_t slots = static_cast<size_t>(ring_->slots());
+  constexpr size_t kStop = std::numeric_limits<size_t>::max();
+  std::vector<std::atomic<int64_t>> chunks_left(n);
+  for (size_t p = 0; p < n; ++p) chunks_left[p].store(chunks_per_piece_[p]);
+  std::atomic<size_t> published{0};  // pieces [0, published) may be updated; kStop: give up
   std::atomic<size_t> next_chunk{0};
   auto work = [&] {
     for (size_t c = next_chunk.fetch_add(1); c < chunks_.size(); c = next_chunk.fetch_add(1)) {
+      const size_t piece = chunks_[c].piece;
+      size_t ready = published.load();
+      for (; ready != kStop && ready <= piece; ready = published.load()) published.wait(ready);
+      if (ready == kStop) return;
       update_chunk(chunks_[c], u);
-      std::atomic<int64_t>& left = chunks_left[chunks_[c].segment];
-      if (left.fetch_sub(1) == 1) left.notify_one();
+      chunks_left[piece].fetch_sub(1);
     }
   };
-  const int workers = std::max(1, at::get_num_threads());
-  std::vector<std::jthread> threads;
-  threads.reserve(static_cast<size_t>(workers));
-  for (int t = 0; t < workers; ++t) threads.emplace_back(work);
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    for (int64_t left = chunks_left[i].load(); left != 0; left = chunks_left[i].load()) chunks_left[i].wait(left);
-    const OptimSegment& seg = segments_[i];
-    const torch::Tensor values = param_host_.narrow(0, seg.offset, seg.param.numel());
-    copies_.run([&] { seg.param.copy_(values, /*non_blocking=*/true); });
+  std::vector<std::jthread> workers;
+  const int threads = std::max(1, at::get_num_threads());
+  for (int t = 0; t < threads; ++t) workers.emplace_back(work);
+  try {
+    size_t ready = 0, uploaded = 0;
+    while (uploaded < n) {
+      bool progressed = false;
+      if (ready < downloads_issued_ && downloaded_[ready].is_reached() && ring_->is_param_free(slot_of(ready))) {
+        published.store(++ready);
+        published.notify_all();
+        progressed = true;
+      }
+      if (uploaded < ready && chunks_left[uploaded].load() == 0) {
+        const HostPiece& p = pieces_[uploaded];
+        ring_->upload(slot_of(uploaded), segments_[p.segment].param.narrow(0, p.begin, p.end - p.begin));
+        ++uploaded;
+        progressed = true;
+      }
+      // A slot's gradient half is free once its previous piece is updated (uploaded, here).
+      if (downloads_issued_ < n && downloads_issued_ < uploaded + slots) {
+        download(downloads_issued_++);
+        progressed = true;
+      }
+      if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  } catch (...) {
+    published.store(kStop);
+    published.notify_all();
+    throw;
   }
 }
 
 void OffloadedOptimizer::update_chunk(const HostChunk& chunk, const HostUpdate& u) {
-  const OptimSegment& seg = segments_[chunk.segment];
+  const HostPiece& piece = pieces_[chunk.piece];
+  const OptimSegment& seg = segments_[piece.segment];
+  const int slot = slot_of(chunk.piece);
+  const int64_t in_slot = chunk.begin - piece.begin;
   const int64_t at = seg.offset + chunk.begin;  // in the flat state buffers
-  const int64_t n = chunk.end - chunk.begin;
-  float* master = seg.master.data_ptr<float>() + chunk.begin;
-  float* first = first_.data_ptr<float>() + at;
-  with_element_types(grad_host_.scalar_type(), param_host_.scalar_type(), [&](auto grad_tag, auto param_tag) {
-    using G = decltype(grad_tag);
-    using P = decltype(param_tag);
-    const G* grad = grad_host_.data_ptr<G>() + at;
-    P* param = param_host_.data_ptr<P>() + at;
-    if (is_adamw_) {
-      adamw_range(u, chunk.decay, master, first, second_.data_ptr<float>() + at, grad, param, n);
-    } else {
-      sgd_range(u, chunk.decay, master, config_.momentum != 0.0 ? first : nullptr, grad, param, n);
-    }
-  });
+  const bool has_first = is_adamw_ || config_.momentum != 0.0;
+  const HostRange range{seg.master.data_ptr<float>() + chunk.begin,
+                        has_first ? first_.data_ptr<float>() + at : nullptr,
+                        is_adamw_ ? second_.data_ptr<float>() + at : nullptr,
+                        ring_->grad_at(slot, in_slot),
+                        grad_dtype_,
+                        ring_->param_at(slot, in_slot),
+                        param_dtype_,
+                        chunk.end - chunk.begin};
+  if (is_adamw_) {
+    adamw_update(u, chunk.decay, range);
+  } else {
+    sgd_update(u, chunk.decay, range);
+  }
 }
 
-// Each segment's uniform-decay runs, cut into pieces small enough to spread a unit over every thread.
-void OffloadedOptimizer::plan_chunks() {
+// Each segment cut into pieces of at most `piece_numel`; each piece into chunks of uniform weight decay,
+// small enough to spread a piece over every thread.
+void OffloadedOptimizer::plan_pieces(int64_t piece_numel) {
   constexpr int64_t kChunkNumel = 1 << 16;
   for (size_t i = 0; i < segments_.size(); ++i) {
     const OptimSegment& seg = segments_[i];
     const int64_t n = seg.master.numel();
-    std::vector<std::pair<ElementRange, bool>> runs;
+    std::vector<std::pair<ElementRange, bool>> runs;  // the segment's uniform-decay runs
     int64_t at = 0;
     for (const auto& r : seg.decay_ranges) {
       if (r.begin > at) runs.push_back({{at, r.begin}, false});
@@ -202,14 +184,20 @@ void OffloadedOptimizer::plan_chunks() {
       at = r.end;
     }
     if (at < n) runs.push_back({{at, n}, false});
-    int64_t count = 0;
-    for (const auto& [range, decay] : runs) {
-      for (int64_t b = range.begin; b < range.end; b += kChunkNumel) {
-        chunks_.push_back({i, b, std::min(range.end, b + kChunkNumel), decay});
-        ++count;
+    for (int64_t begin = 0; begin < n; begin += piece_numel) {
+      const int64_t end = std::min(n, begin + piece_numel);
+      const size_t piece = pieces_.size();
+      pieces_.push_back({i, begin, end});
+      int64_t count = 0;
+      for (const auto& [range, decay] : runs) {
+        const int64_t from = std::max(range.begin, begin), to = std::min(range.end, end);
+        for (int64_t b = from; b < to; b += kChunkNumel) {
+          chunks_.push_back({piece, b, std::min(to, b + kChunkNumel), decay});
+          ++count;
+        }
       }
+      chunks_per_piece_.push_back(count);
     }
-    chunks_per_segment_.push_back(count);
   }
 }
 

@@ -1,14 +1,14 @@
 // OffloadedOptimizer: ZeRO-Offload ([engine.offload] optimizer = "cpu"). The fp32 master shard (the
-// engine's, in pinned host memory) and the optimizer state live in host memory. Each bucket's reduced
-// gradient shard is copied device→host on a side stream as soon as its reduction is ordered
-// (copy_grads_to_host), while backward goes on; step() waits for the step's decision (norm, clip, skip,
-// computed on the device as without offload), updates the master unit by unit with a fused, vectorised,
-// multithreaded host AdamW/SGD (worker threads over chunks, in unit order), and sends each unit's new
-// compute-dtype values back host→device on the side stream while the workers update the next units. The one host wait of a step is the decision's.
+// engine's, in host memory) and the optimizer state live in host memory; the reduced gradient shard
+// stays on the device. step() waits for the step's decision (norm, clip, skip: computed on the device as
+// without offload), then streams the shard through a small ring of page-locked buffers (StagingRing):
+// piece by piece, the gradients go down, worker threads update the master with a fused, vectorised
+// AdamW/SGD pass, and the new compute-dtype values go back up, all three overlapped. The host holds the
+// master and optimizer state and a fixed few hundred MB of staging, not copies of the shard.
 #pragma once
 
 #include "optim/optimizer.h"
-#include "optim/side_stream.h"
+#include "optim/staging_ring.h"
 
 #include <torch/torch.h>
 
@@ -18,54 +18,61 @@
 namespace zest {
 
 struct StepScalars;  // optim/step_scalars.h
+struct HostUpdate;   // optim/host_update.h
 
-// One step's numbers for the host update, in fp32 as the update computes.
-struct HostUpdate {
-  float lr, multiplier, weight_decay, beta1, beta2, eps, step_size, bias_correction2_sqrt, momentum;
-  bool nesterov, first_sgd_step;
+// A contiguous range of one segment that crosses PCIe as one copy through one staging slot.
+struct HostPiece {
+  size_t segment;
+  int64_t begin, end;  // relative to the segment
 };
 
-// A piece of one segment with uniform weight decay: the unit of work of the host update's threads.
+// A range of one piece with uniform weight decay: the unit of work of the host update's threads.
 struct HostChunk {
-  size_t segment;
+  size_t piece;
   int64_t begin, end;  // relative to the segment
   bool decay;
 };
 
 class OffloadedOptimizer final : public Optimizer {
  public:
-  // device_segments: the engine's per-unit views — master in host memory, gradient shard and parameter
-  // shard on the device. step_scalars: on the device.
-  OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments, int64_t numel,
-                     torch::Tensor step_scalars);
+  static constexpr int kStagingSlots = 4;  // one piece going down, one being updated, one going up, one spare
 
-  // Starts copying segments first..last's gradient shards to the host (after the work queued so far).
-  // Segments not copied by step() are copied there.
-  void copy_grads_to_host(size_t first, size_t last);
+  // device_segments: the engine's per-unit views — master in host memory, gradient shard and parameter
+  // shard on the device. step_scalars: on the device. staging_bytes: the ring's size, all slots together.
+  OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments, int64_t numel,
+                     torch::Tensor step_scalars, int64_t staging_bytes);
+
+  // Starts copying the first pieces of the gradient shard to the host, after the work queued so far
+  // (the engine calls it once the reductions are ordered, before the norm; step() calls it otherwise).
+  void start_downloads();
   void step() override;
   int64_t state_bytes_per_element() const override { return is_adamw_ ? 8 : (config_.momentum != 0.0 ? 4 : 0); }
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override;
   // The last step's scalars on the host (valid after step()); the EMA reads its gating from here.
   const torch::Tensor& host_scalars() const { return host_scalars_; }
-  // Host bytes of the gradient and parameter copies that cross PCIe.
-  int64_t staging_bytes() const { return grad_host_.nbytes() + param_host_.nbytes(); }
+  // Host bytes of the staging ring the gradient and parameter pieces cross PCIe through.
+  int64_t staging_bytes() const { return ring_->bytes(); }
 
  private:
-  void plan_chunks();
+  void plan_pieces(int64_t piece_numel);
   HostUpdate update_of(const StepScalars& s) const;
-  void update_and_upload(const HostUpdate& u);
+  void stream_update(const HostUpdate& u);
   void update_chunk(const HostChunk& chunk, const HostUpdate& u);
+  int slot_of(size_t piece) const { return static_cast<int>(piece % static_cast<size_t>(ring_->slots())); }
+  void download(size_t piece);
 
   bool is_adamw_ = true;
-  torch::Tensor grad_host_;     // [numel] reduce dtype, pinned: the reduced gradient shard
-  torch::Tensor param_host_;    // [numel] compute dtype, pinned: the updated values on their way back
+  torch::Dtype grad_dtype_ = torch::kFloat32;
+  torch::Dtype param_dtype_ = torch::kFloat32;
   torch::Tensor host_scalars_;  // float64 [kStepScalarCount], pinned
   torch::Tensor first_;         // exp_avg (AdamW) or momentum (SGD), fp32 [numel]
   torch::Tensor second_;        // exp_avg_sq (AdamW), fp32 [numel]
-  std::vector<char> is_grad_copied_;  // per segment, this step
-  std::vector<HostChunk> chunks_;     // every segment's, in segment (forward) order
-  std::vector<int64_t> chunks_per_segment_;
-  SideStream copies_;
+  std::vector<HostPiece> pieces_;  // every segment's, in segment (forward) order
+  std::vector<HostChunk> chunks_;  // every piece's, in piece order
+  std::vector<int64_t> chunks_per_piece_;
+  std::unique_ptr<StagingRing> ring_;
+  std::vector<SideStream::Mark> downloaded_;  // per piece, this step
+  size_t downloads_issued_ = 0;               // this step
 };
 
 }  // namespace zest

@@ -10,6 +10,9 @@ SideStream::SideStream(const torch::Device&) {}
 SideStream::~SideStream() = default;
 void SideStream::run(const std::function<void()>& work) { work(); }
 void SideStream::join() {}
+SideStream::Mark SideStream::mark() { return {}; }
+bool SideStream::Mark::is_reached() const { return true; }
+void SideStream::Mark::wait_host() const {}
 
 }  // namespace zest
 #endif

@@ -1,5 +1,6 @@
 // SideStream: a second CUDA stream for host↔device copies that must not queue behind the compute
-// stream's kernels (optimizer offload). On the CPU it runs the work at once and joins trivially.
+// stream's kernels (optimizer offload), and marks on it the host can poll or wait for. On the CPU it runs
+// the work at once, joins trivially and every mark is reached.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,6 +12,18 @@ namespace zest {
 
 class SideStream {
  public:
+  // A point on the side stream: everything queued there before it. A default mark is reached.
+  class Mark {
+   public:
+    bool is_reached() const;  // without waiting
+    void wait_host() const;   // the host waits until it is reached
+
+   private:
+    friend class SideStream;
+    struct Event;  // a CUDA event (optim/side_stream_cuda.cpp); none on the CPU
+    std::shared_ptr<Event> event_;
+  };
+
   explicit SideStream(const torch::Device& device);
   ~SideStream();
   SideStream(const SideStream&) = delete;
@@ -21,6 +34,8 @@ class SideStream {
   void run(const std::function<void()>& work);
   // The current stream waits for everything queued on the side stream so far (no host wait).
   void join();
+  // The point after everything queued on the side stream so far.
+  Mark mark();
 
  private:
   struct Impl;  // the CUDA stream (optim/side_stream_cuda.cpp); null on the CPU

@@ -12,6 +12,10 @@ struct SideStream::Impl {
   c10::cuda::CUDAStream stream;
 };
 
+struct SideStream::Mark::Event {
+  at::cuda::CUDAEvent event;
+};
+
 SideStream::SideStream(const torch::Device& device) {
   if (!device.is_cuda()) return;
   impl_ = std::make_unique<Impl>(Impl{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())});
@@ -36,6 +40,20 @@ void SideStream::join() {
   at::cuda::CUDAEvent done;
   done.record(impl_->stream);
   done.block(c10::cuda::getCurrentCUDAStream(impl_->stream.device_index()));
+}
+
+SideStream::Mark SideStream::mark() {
+  Mark mark;
+  if (!impl_) return mark;
+  mark.event_ = std::make_shared<Mark::Event>();
+  mark.event_->event.record(impl_->stream);
+  return mark;
+}
+
+bool SideStream::Mark::is_reached() const { return !event_ || event_->event.query(); }
+
+void SideStream::Mark::wait_host() const {
+  if (event_) event_->event.synchronize();
 }
 
 }  // namespace zest

@@ -68,9 +68,9 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   }
   torch::manual_seed(config.train.seed);
   const ResolvedModel resolved = resolve_model(config.model, config.source);
-  check_fits_device(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine,
-                                         config.optimizer, /*ema=*/false),
-                    place_engine(config.engine, *comm));  // before building a model that cannot fit
+  check_fits(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine, config.optimizer,
+                                  /*ema=*/false),
+             place_engine(config.engine, *comm), comm->local_size());  // before building a model that cannot fit
   auto model = build_model(resolved);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   const torch::Device device = engine.device();
@@ -133,7 +133,8 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const bool offloaded = config.engine.offload_optimizer != OffloadTarget::none;
   const auto formula = estimate_model_state_bytes({engine.num_parameters(), comm->size(), config.engine.stage,
                                                    config.engine.precision, config.engine.reduce_dtype,
-                                                   engine.optimizer().state_bytes_per_element(), false, offloaded});
+                                                   engine.optimizer().state_bytes_per_element(), false, offloaded,
+                                                   static_cast<int64_t>(config.engine.offload_staging_mb * 1024 * 1024)});
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
   const double peak_rss_gib = static_cast<double>(usage.ru_maxrss) * 1024.0;

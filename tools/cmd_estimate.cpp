@@ -87,6 +87,7 @@ void run_estimate(const EstimateArgs& args) {
     // The run file's own dtypes and optimizer: the estimate is of that run.
     in.precision = run.engine.precision;
     in.reduce_dtype = run.engine.reduce_dtype;
+    in.offload_staging_bytes = static_cast<int64_t>(run.engine.offload_staging_mb * 1024 * 1024);
     optim = run.optimizer;
   }
   in.numel = params;
@@ -116,7 +117,7 @@ void run_estimate(const EstimateArgs& args) {
   }
   std::printf("(GB = 1e9 bytes as in the ZeRO paper; activations, gradient buckets in flight and stage 3's "
               "gathered buckets come on top. Offload ([engine.offload] optimizer = \"cpu\", stages 1-3): master, "
-              "optimizer state and EMA in host memory, plus host copies of the gradient and parameter shards)\n");
+              "optimizer state and EMA in host memory, plus a page-locked staging ring, [engine.offload] staging_mb)\n");
 }
 
 }  // namespace

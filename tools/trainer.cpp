@@ -166,9 +166,9 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   resolved_ = resolve_run_model(config);
   // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
   phase_ = "checking that the model state fits the device";
-  check_fits_device(preflight_inputs_for(count_model_parameters(resolved_), comm_->size(), config.engine,
-                                         config.optimizer, config.ema.enabled),
-                    place_engine(config.engine, *comm_));
+  check_fits(preflight_inputs_for(count_model_parameters(resolved_), comm_->size(), config.engine, config.optimizer,
+                                  config.ema.enabled),
+             place_engine(config.engine, *comm_), comm_->local_size());
   phase_ = "building the model";
   model_ = build_model(resolved_);
   // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).

@@ -102,6 +102,19 @@ TEST(EngineConfigToml, OptimizerOffload) {
                {"engine.offload.optimizer: \"nvme\" is not one of \"none\", \"cpu\""});
   expect_error([] { engine("[engine.offload]\ndevice = \"cpu\"\n"); },
                {"engine.offload.device: unknown key", "optimizer = \"cpu\""});
+  // The staging ring's size: written back, positive, and only with the optimizer offloaded.
+  EXPECT_EQ(off.offload_staging_mb, 256.0);
+  const EngineConfig small = engine("stage = 2\n[engine.offload]\noptimizer = \"cpu\"\nstaging_mb = 64.0\n");
+  EXPECT_EQ(small.offload_staging_mb, 64.0);
+  ConfigWriter small_out;
+  to_toml(small, small_out);
+  EXPECT_EQ(read_section<EngineConfig>(small_out.str(), "engine").offload_staging_mb, 64.0);
+  expect_error([] { engine("[engine.offload]\noptimizer = \"cpu\"\nstaging_mb = 0.0\n"); },
+               {"cfg.toml:4:14: engine.offload.staging_mb: must be > 0 (MiB)"});
+  expect_error([] { engine("[engine.offload]\nstaging_mb = 64.0\n"); },
+               {"engine.offload.staging_mb: is only used with optimizer = \"cpu\""});
+  expect_error([] { engine("[engine.offload]\noptimizer = \"cpu\"\nbuffer_count = 4\n"); },
+               {"engine.offload.buffer_count: unknown key", "staging_mb"});
 }
 
 TEST(EngineConfigToml, RangeErrors) {

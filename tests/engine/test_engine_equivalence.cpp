@@ -94,6 +94,7 @@ struct Case {
   bool reshard_after_forward = true;
   int prefetch = 1;
   bool offload = false;  // [engine.offload] optimizer = "cpu": the host optimizer
+  double staging_mb = 256.0;  // [engine.offload] staging_mb: below a unit shard, the ring wraps within a step
 };
 
 TrainedRun engine_run(const Case& c) {
@@ -111,6 +112,7 @@ TrainedRun engine_run(const Case& c) {
   ec.reshard_after_forward = c.reshard_after_forward;
   ec.prefetch = c.prefetch;
   ec.offload_optimizer = c.offload ? OffloadTarget::cpu : OffloadTarget::none;
+  ec.offload_staging_mb = c.staging_mb;
   Engine engine(model, ec, optim_config(c.opt, c.sgd_lr), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -143,6 +145,7 @@ std::string name_of(const Case& c) {
   if (!c.reshard_after_forward) name += "_keepgathered";
   if (c.prefetch != 1) name += "_prefetch" + std::to_string(c.prefetch);
   if (c.offload) name += "_offload";
+  if (c.staging_mb < 1.0) name += "_smallstaging";
   return name;
 }
 
@@ -198,10 +201,15 @@ std::vector<Case> all_cases() {
   cases.push_back({3, 3, 0.0, Opt::sgd, CheckpointPolicy::none, 1e-6, 0.01, /*reshard=*/false});
   cases.push_back({3, 1, 0.0, Opt::sgd, CheckpointPolicy::all, 1e-6, 0.01, true, /*prefetch=*/0});
   cases.push_back({3, 3, kPartialClip, Opt::sgd, CheckpointPolicy::every_k, 1e-6, 0.01, true, /*prefetch=*/2});
-  // Optimizer offload: the host optimizer, per-bucket gradient copies (unit buckets: one copy per unit
-  // as its reduction completes) and accumulation, at every stage that shards the optimizer.
+  // Optimizer offload: the host optimizer, accumulation and clipping at every stage that shards the
+  // optimizer; a staging ring of 4 × 32 elements cuts every unit's shard into pieces (with decay runs
+  // split across them) and reuses each slot many times in a step.
   for (int stage : {1, 2, 3}) {
     cases.push_back({stage, 3, 0.05, Opt::adamw, CheckpointPolicy::none, 1e-6, 0.01, true, 1, /*offload=*/true});
+    cases.push_back({stage, 3, 0.05, Opt::adamw, CheckpointPolicy::none, 1e-6, 0.01, true, 1, /*offload=*/true,
+                     /*staging_mb=*/1024.0 / (1 << 20)});
+    cases.push_back({stage, 1, kPartialClip, Opt::sgd_nesterov, CheckpointPolicy::none, 25.0, 0.01, true, 1,
+                     /*offload=*/true, /*staging_mb=*/1024.0 / (1 << 20)});
     cases.push_back({stage, 1, 0.0, Opt::sgd, CheckpointPolicy::none, 25.0, 0.01, true, 1, /*offload=*/true});
     cases.push_back({stage, 3, kPartialClip, Opt::sgd_nesterov, CheckpointPolicy::all, 0.001, 0.01, true, 1,
                      /*offload=*/true});

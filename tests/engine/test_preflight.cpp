@@ -52,15 +52,41 @@ TEST(Preflight, OffloadIsNamedWhenItFitsAndCountsOnlyWhatStaysOnTheGpu) {
   offloaded.model_state.offload_optimizer = true;
   EXPECT_EQ(preflight_bytes(offloaded, 2), 60'000'000'000);
   EXPECT_TRUE(preflight_problem(offloaded, free_bytes, "GPU").empty());
-  // The host side: master 4P + Adam 8P + the gradient (fp32) and parameter (bf16) copies 6P.
+  // The host side: master 4P + Adam 8P + the staging ring: four slots of fp32 gradients and bf16
+  // parameters, 256 MiB together (rounded down to whole elements).
   MemoryModelInputs in = offloaded.model_state;
-  EXPECT_EQ(estimate_model_state_bytes(in).on_host(), 180'000'000'000);
+  EXPECT_EQ(estimate_model_state_bytes(in).staging, 4 * (268'435'456 / 24) * 6);
+  EXPECT_EQ(estimate_model_state_bytes(in).on_host(), 120'000'000'000 + 4 * (268'435'456 / 24) * 6);
   EXPECT_EQ(estimate_model_state_bytes(in).on_device(), 60'000'000'000);
+  // A shard smaller than four slots needs no more ring than four copies of it.
+  in.numel = 1000;
+  EXPECT_EQ(estimate_model_state_bytes(in).staging, 4 * 1000 * 6);
+}
+
+// Offloaded, the ranks of one host share its memory: 10B on one rank needs 120.3 GB (+ 2 GB for the
+// process); a host with 100 GB available refuses it and says how many ranks (one per host) would fit.
+TEST(Preflight, OffloadChecksTheHostMemoryOfItsRanks) {
+  PreflightInputs in = ten_billion(2, 1);
+  in.model_state.offload_optimizer = true;
+  const int64_t per_rank = preflight_host_bytes(in);
+  EXPECT_EQ(per_rank, 120'000'000'000 + 4 * (268'435'456 / 24) * 6 + kProcessHostBytes);
+  EXPECT_TRUE(host_preflight_problem(in, 1, per_rank).empty());
+  const std::string problem = host_preflight_problem(in, 1, 100'000'000'000);
+  EXPECT_NE(problem.find("needs 122.3 GB of host memory per rank"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("this host has 100.0 GB available"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("it fits on 2 ranks with 1 per host"), std::string::npos) << problem;
+  // Two ranks on the same host need twice their share: 2 × (60.3 + 2) GB > 100 GB.
+  in.model_state.world_size = 2;
+  EXPECT_NE(host_preflight_problem(in, 2, 100'000'000'000).find("124.5 GB for the 2 rank(s) on this host"),
+            std::string::npos);
+  // Without offload nothing is checked on the host.
+  EXPECT_EQ(preflight_host_bytes(ten_billion(2, 1)), 0);
+  EXPECT_GT(host_available_bytes(), 0);  // Linux: /proc/meminfo
 }
 
 TEST(Preflight, UnknownFreeMemoryOnTheCpuIsNotChecked) {
   EXPECT_EQ(device_free_bytes(torch::kCPU), -1);
-  EXPECT_NO_THROW(check_fits_device(ten_billion(0, 1), torch::kCPU));
+  EXPECT_NO_THROW(check_fits(ten_billion(0, 1), torch::kCPU, 1));
 }
 
 }  // namespace

@@ -42,12 +42,14 @@ struct GpuCase {
   CheckpointPolicy activation_checkpointing = CheckpointPolicy::none;
   double bucket_mb = 25.0;
   bool offload = false;  // [engine.offload] optimizer = "cpu"
+  double staging_mb = 256.0;  // [engine.offload] staging_mb
 };
 
 std::string name_of(const GpuCase& c) {
   return std::string(c.is_sgd ? "sgd" : "adamw") + "_stage" + std::to_string(c.stage) + "_acc" +
          std::to_string(c.accumulation) + (c.clip > 0 ? "_clip" : "_noclip") +
-         (c.activation_checkpointing == CheckpointPolicy::all ? "_ac" : "") + (c.bucket_mb < 1 ? "_unitbuckets" : "") + (c.offload ? "_offload" : "");
+         (c.activation_checkpointing == CheckpointPolicy::all ? "_ac" : "") + (c.bucket_mb < 1 ? "_unitbuckets" : "") + (c.offload ? "_offload" : "") +
+         (c.staging_mb < 1 ? "_smallstaging" : "");
 }
 
 // Trains ToyNet for kSteps on `device` (each rank its slice of the global batch); returns parameters.
@@ -65,6 +67,7 @@ std::map<std::string, torch::Tensor> train(const GpuCase& c, DeviceKind device, 
   ec.activation_checkpointing = c.activation_checkpointing;
   ec.bucket_mb = c.bucket_mb;
   ec.offload_optimizer = c.offload ? OffloadTarget::cpu : OffloadTarget::none;
+  ec.offload_staging_mb = c.staging_mb;
   Engine engine(model, ec, c.is_sgd ? sgd(0.01) : adamw(), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -147,9 +150,12 @@ std::vector<GpuCase> gpu_cases() {
     cases.push_back({stage, 3, 0.05, false});
     cases.push_back({stage, 1, 0.0, true, CheckpointPolicy::all, 1e-6});
     if (stage == 0) continue;
-    // Optimizer offload: side-stream copies per unit bucket, the host update, uploads, accumulation.
+    // Optimizer offload: the pieces' downloads, host update and uploads, with accumulation; a ring of
+    // 4 × 32 elements makes every unit many pieces and reuses each slot many times a step, so an upload
+    // or download raced by the host would show.
     cases.push_back({stage, 3, 0.05, false, CheckpointPolicy::none, 1e-6, /*offload=*/true});
     cases.push_back({stage, 1, 0.0, true, CheckpointPolicy::all, 1e-6, /*offload=*/true});
+    cases.push_back({stage, 3, 0.05, false, CheckpointPolicy::none, 1e-6, /*offload=*/true, 1024.0 / (1 << 20)});
   }
   return cases;
 }
@@ -169,7 +175,8 @@ TEST(DistGpuFusedOptimizer, EqualsTheCpuPath) {
   }
 }
 
-// Offloaded (host AdamW over the pinned master, bf16 parameters uploaded) equals the on-device optimizer.
+// Offloaded (host AdamW over the master in host memory, bf16 parameters uploaded through the staging
+// ring) equals the on-device optimizer.
 TEST(DistGpuOffload, Bf16EqualsTheDeviceOptimizer) {
   for (int stage : {1, 2, 3}) {
     const GpuCase on_device{stage, 3, 0.05, false};
