@@ -53,7 +53,7 @@ void write_folder(const std::string& dir, const std::string& names, const std::s
   std::filesystem::create_directories(dir);
   ModelSelection selection;
   selection.name = model_name;
-  const ResolvedModel model = resolve_model(selection, "");
+  const ResolvedModel model = resolve_model(selection);
   std::ofstream(dir + "/" + unet::kDiffusersConfigName)
       << unet::diffusers_config_json(toml_to_json(model.toml_text, model_name)).dump(2) << "\n";
   const auto decls = read_names(names, dtype);

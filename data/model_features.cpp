@@ -68,7 +68,7 @@ ExpectedFeatures model_features(const ResolvedModel& model) {
 ExpectedFeatures builtin_model_features(const std::string& flavor) {
   ModelSelection selection;
   selection.name = flavor;
-  return model_features(resolve_model(selection, ""));
+  return model_features(resolve_model(selection));
 }
 
 void check_features(const std::string& dir, const DatasetManifest& m, const ExpectedFeatures& expected) {

@@ -118,10 +118,23 @@ Engine::~Engine() {
 
 // ---- assembly ---------------------------------------------------------------------------------------
 
+namespace {
+
+// Bytes of the model's parameters and buffers in host memory.
+int64_t host_bytes_of(torch::nn::Module& model) {
+  int64_t bytes = 0;
+  for (const auto& p : model.parameters()) bytes += p.device().is_cpu() ? static_cast<int64_t>(p.nbytes()) : 0;
+  for (const auto& b : model.buffers()) bytes += b.device().is_cpu() ? static_cast<int64_t>(b.nbytes()) : 0;
+  return bytes;
+}
+
+}  // namespace
+
 void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
   place_units(model, decls);
   const std::vector<BucketRange> plan = plan_bucket_ranges();
-  check_fits(preflight_inputs(plan), device_, comm_->local_size());  // before the first byte of model state
+  // Before the first byte of model state; the model's own host copy leaves as it moves to the GPU.
+  check_fits(preflight_inputs(plan), device_, comm_->local_size(), host_bytes_of(model));
   const bool offload = config_.offload_optimizer != OffloadTarget::none;
   ZEST_CHECK(!offload || policy_.shard_optimizer, "optimizer offload needs engine.stage = 1, 2 or 3");
   buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_, /*master_on_host=*/offload);

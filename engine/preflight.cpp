@@ -135,7 +135,7 @@ int64_t device_free_bytes(const torch::Device& device) {
   return -1;
 }
 
-void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host) {
+void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host, int64_t model_host_bytes) {
   const int64_t free_bytes = device_free_bytes(device);
   if (free_bytes >= 0) {
     const std::string problem = preflight_problem(in, free_bytes, device.is_cuda() ? "GPU" : device.str());
@@ -145,7 +145,7 @@ void check_fits(const PreflightInputs& in, const torch::Device& device, int rank
   if (!device.is_cuda() || preflight_host_bytes(in) == 0) return;
   const int64_t available = host_available_bytes();
   if (available < 0) return;
-  const std::string problem = host_preflight_problem(in, ranks_on_host, available);
+  const std::string problem = host_preflight_problem(in, ranks_on_host, available + ranks_on_host * model_host_bytes);
   if (!problem.empty()) throw Error(problem);
 }
 

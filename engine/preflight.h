@@ -43,6 +43,9 @@ int64_t device_free_bytes(const torch::Device& device);
 int64_t host_available_bytes();
 // Throws zest::Error with preflight_problem's (or host_preflight_problem's) text when the run does not
 // fit `device` (or, offloaded from a GPU, the host's memory shared by `ranks_on_host` ranks).
-void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host);
+// model_host_bytes: host memory each rank's model holds now and gives back when it moves to the GPU
+// (the engine checks after the model was built on the CPU; the CLI checks before building it).
+void check_fits(const PreflightInputs& in, const torch::Device& device, int ranks_on_host,
+                int64_t model_host_bytes = 0);
 
 }  // namespace zest

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);  // every rank builds the same model; the engine broadcasts rank 0's anyway
     zest::ModelSelection selection;
     selection.name = model_name;
-    auto model = zest::build_model(zest::resolve_model(selection, ""));
+    auto model = zest::build_model(zest::resolve_model(selection));
     auto hy = std::dynamic_pointer_cast<zest::hymotion::HyMotionModel>(model);
     ZEST_CHECK(hy != nullptr, "--model ", model_name, " is not a HY-Motion configuration");
 

@@ -61,7 +61,7 @@ inline LoadedModel load_model(const ModelArgs& args, const std::string& family) 
   selection.name = args.name;
   selection.config_path = args.config;
   if (!args.config.empty()) selection.family = family;  // any file name will do
-  LoadedModel loaded{resolve_model(selection, ""), nullptr};
+  LoadedModel loaded{resolve_model(selection), nullptr};
   ZEST_CHECK(loaded.resolved.family->name == family, loaded.resolved.source, " is a ",
              loaded.resolved.family->name, " configuration; this example needs a ", family, " one");
   loaded.module = build_model(loaded.resolved);

@@ -31,7 +31,7 @@ const ModelFamily& family_for_file(const ModelSelection& selection, const std::s
 
 }  // namespace
 
-ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file) {
+ResolvedModel resolve_model(const ModelSelection& selection) {
   if (selection.has_pretrained_folder()) return resolve_pretrained_folder(selection.pretrained);
   ResolvedModel model;
   model.pretrained = selection.pretrained;  // a weights file with the model's own names, or none
@@ -42,8 +42,7 @@ ResolvedModel resolve_model(const ModelSelection& selection, const std::string& 
     model.toml_text = builtin.toml_text;
     model.source = "built-in model configuration " + builtin.name;
   } else {
-    std::filesystem::path path = selection.config_path;
-    if (path.is_relative() && !run_file.empty()) path = std::filesystem::path(run_file).parent_path() / path;
+    const std::filesystem::path path = selection.config_path;
     model.family = &family_for_file(selection, path.string());
     model.name = path.stem().string();
     model.toml_text = read_text(path.string());

@@ -26,8 +26,9 @@ struct ResolvedModel {
 
 // A file's family is model.family when given, else the family whose name prefixes the file name
 // (hymotion_*.toml, unet_*.toml); anything else is an error asking for model.family. A pretrained
-// folder's family and configuration come from the folder (models/pretrained_source.h).
-ResolvedModel resolve_model(const ModelSelection& selection, const std::string& run_file);
+// folder's family and configuration come from the folder (models/pretrained_source.h). A relative
+// model.config was already made relative to its run file when the run file was read (ConfigTable::get_path).
+ResolvedModel resolve_model(const ModelSelection& selection);
 
 // The configuration as a ConfigTable (errors name the configuration's source).
 ConfigTable model_config_table(const ResolvedModel& model);

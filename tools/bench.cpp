@@ -67,7 +67,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     at::set_num_threads(std::max(1, cores / std::max(1, comm->local_size())));
   }
   torch::manual_seed(config.train.seed);
-  const ResolvedModel resolved = resolve_model(config.model, config.source);
+  const ResolvedModel resolved = resolve_model(config.model);
   check_fits(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine, config.optimizer,
                                   /*ema=*/false),
              place_engine(config.engine, *comm), comm->local_size());  // before building a model that cannot fit

@@ -137,7 +137,7 @@ RunConfig parse_run_config(const std::string& path, const std::vector<std::strin
   }
 }
 
-ResolvedModel resolve_run_model(const RunConfig& config) { return resolve_model(config.model, ""); }
+ResolvedModel resolve_run_model(const RunConfig& config) { return resolve_model(config.model); }
 
 std::string to_toml(const RunConfig& c) {
   ConfigWriter out;

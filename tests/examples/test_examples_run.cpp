@@ -61,7 +61,7 @@ class ExampleRun : public ::testing::Test {
     torch::manual_seed(11);
     ModelSelection selection;
     selection.name = name;
-    auto model = std::dynamic_pointer_cast<Model>(build_model(resolve_model(selection, "")));
+    auto model = std::dynamic_pointer_cast<Model>(build_model(resolve_model(selection)));
     save_state_dict(*model, weights);
     return model;
   }

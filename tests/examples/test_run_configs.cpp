@@ -62,7 +62,7 @@ TEST(RunConfigs, EveryShippedFileParses) {
     EXPECT_EQ(configs.count(name), 1u) << "configs/" << name << ".toml is missing";
   for (const auto& [name, config] : configs) {
     // The model of each run file is of the family its file name says (a fine-tune: its weights' family).
-    const ResolvedModel model = resolve_model(config.model, config.source);
+    const ResolvedModel model = resolve_model(config.model);
     const std::string family = kFineTunes.count(name) ? kFineTunes.at(name) : name.substr(0, name.find('_'));
     EXPECT_EQ(model.family->name, family) << name;
     EXPECT_EQ(config.train.run_dir, "runs/" + name) << name;
@@ -96,7 +96,7 @@ TEST(RunConfigs, TenBillionModelNeedsShardedParameters) {
   const auto configs = parse_all_configs();
   const RunConfig& c = configs.at("hymotion_10b");
   EXPECT_EQ(c.engine.stage, 3);
-  const int64_t P = count_model_parameters(resolve_model(c.model, c.source));
+  const int64_t P = count_model_parameters(resolve_model(c.model));
   EXPECT_GE(P, 10'000'000'000);
   PreflightInputs in{{P, 2, 0, c.engine.precision, c.engine.reduce_dtype, 8}};
   EXPECT_NE(preflight_problem(in, 139'800'000'000, "GPU").find("stage 0 needs 186.2 GB"), std::string::npos)
@@ -172,7 +172,7 @@ TEST(RunConfigs, TinyRunsAreCpuSized) {
     EXPECT_GT(c.checkpoint.every_steps, 0);
     EXPECT_LT(c.checkpoint.every_steps, c.train.max_steps);
     EXPECT_EQ(c.checkpoint.dir, c.train.run_dir + "/checkpoints");
-    EXPECT_LT(count_model_parameters(resolve_model(c.model, c.source)), 1'000'000);
+    EXPECT_LT(count_model_parameters(resolve_model(c.model)), 1'000'000);
   }
 }
 

@@ -28,7 +28,7 @@ using Named = std::map<std::string, torch::Tensor>;
 inline ResolvedModel builtin(const std::string& name) {
   ModelSelection selection;
   selection.name = name;
-  return resolve_model(selection, "");
+  return resolve_model(selection);
 }
 
 // The model's parameters by state-dict name (detached copies, fp32).

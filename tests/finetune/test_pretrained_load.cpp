@@ -135,7 +135,7 @@ TEST(PretrainedRunFile, FolderBringsTheArchitectureFileNeedsOne) {
   const RunConfig c = parse_run(folder);
   EXPECT_TRUE(c.model.has_pretrained_folder());
   EXPECT_TRUE(c.model.strict);
-  EXPECT_EQ(resolve_model(c.model, c.source).family->name, "unet");
+  EXPECT_EQ(resolve_model(c.model).family->name, "unet");
   const std::string printed = to_toml(c);
   EXPECT_NE(printed.find("pretrained = \"" + dir.sub("u") + "\""), std::string::npos) << printed;
   EXPECT_EQ(to_toml(parse_run(printed.substr(printed.find("[model]"), printed.find("[data]") - printed.find("[model]")))),
@@ -164,7 +164,7 @@ TEST(PretrainedRunFile, StartFromPretrainedLoadsOnAFreshStart) {
   const TempDir dir("start");
   const Named values = write_diffusers_folder(dir.sub("u"), torch::kFloat32);
   const RunConfig c = parse_run("[model]\npretrained = \"" + dir.sub("u") + "\"\n");
-  const ResolvedModel resolved = resolve_model(c.model, c.source);
+  const ResolvedModel resolved = resolve_model(c.model);
   SelfCommunicator comm;
   auto model = fresh("unet_tiny");
   const nlohmann::json record = start_from_pretrained(*model, resolved, c.model, "", comm);
@@ -185,7 +185,7 @@ TEST(PretrainedRunFile, APlainSafetensorsFileWithTheModelsOwnNames) {
   const std::string file = dir.sub("model.safetensors");
   fs::rename(dir.sub("u/diffusion_pytorch_model.safetensors"), file);
   const RunConfig c = parse_run("[model]\nname = \"unet_tiny\"\npretrained = \"" + file + "\"\n");
-  const ResolvedModel resolved = resolve_model(c.model, c.source);
+  const ResolvedModel resolved = resolve_model(c.model);
   EXPECT_EQ(resolved.pretrained, file);
   SelfCommunicator comm;
   auto model = fresh("unet_tiny");
