@@ -2,6 +2,8 @@
 // ATen's own layer/group norm kernels and their backward kernels.
 #include "models/common/fused_norms.h"
 
+#include "models/common/layer_norm_modulate_op.h"
+
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -169,6 +171,7 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
 
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                   double eps) {
+  if (uses_layer_norm_modulate_kernels(x, shift, scale)) return layer_norm_modulate_with_kernels(x, shift, scale, eps);
   return LayerNormModulate::apply(x, shift, scale, eps);
 }
 

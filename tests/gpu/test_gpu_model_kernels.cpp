@@ -1,9 +1,10 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
 // sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
-// per-head RMSNorm.
+// per-head RMSNorm; the modulated layer norm.
 #include "models/common/fused_norms.h"
 #include "models/common/geglu_op.h"
+#include "models/common/layer_norm_modulate_op.h"
 #include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
 #include "models/hymotion/layers.h"
@@ -204,6 +205,71 @@ TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
       EXPECT_LE(relative_error(got.dweight, want.dweight), tolerance);
     }
   }
+}
+
+// HY-Motion's modulated layer norm with shift and scale as chunks of one modulation output (strided
+// per sample, D contiguous), against the op chain autocast computes (float32 layer norm, 1 + scale in the
+// activation dtype, float32 modulation, one rounding) on the CPU: output and the gradients of x, shift and
+// scale. Widths: one pack per thread (256, 2048), three (768, 3072), and a width the kernels leave to ATen.
+TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t d : {256, 768, 2048, 3072, 200}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
+      const int64_t batch = 3, seq = 37;
+      const auto x0 = (torch::randn({batch, seq, d}) * 2 + 0.5).to(dtype);
+      const auto mod0 = (0.5 * torch::randn({batch, 1, 6 * d})).to(dtype);
+      const auto r = torch::randn({batch, seq, d});
+      Result got, want;
+      torch::Tensor got_dmod, want_dmod;
+      for (auto* result : {&got, &want}) {
+        const bool gpu = result == &got;
+        const auto device = gpu ? torch::kCUDA : torch::kCPU;
+        auto x = x0.to(device).requires_grad_(true);
+        auto mod = mod0.to(device).requires_grad_(true);
+        const auto chunks = mod.chunk(6, -1);
+        const auto& shift = chunks[3];
+        const auto& scale = chunks[4];
+        torch::Tensor y;
+        if (gpu) {
+          EXPECT_EQ(uses_layer_norm_modulate_kernels(x, shift, scale), d % 256 == 0);
+          y = layer_norm_modulate(x, shift, scale, 1e-6);
+        } else {
+          const auto normed = torch::layer_norm(x.to(torch::kFloat32), {d}, {}, {}, 1e-6);
+          y = (normed * (1 + scale).to(torch::kFloat32) + shift.to(torch::kFloat32)).to(dtype);
+        }
+        EXPECT_EQ(y.scalar_type(), dtype);
+        (y.to(torch::kFloat32) * r.to(device)).sum().backward();
+        *result = {y.detach().cpu(), x.grad().cpu(), {}, {}};
+        (gpu ? got_dmod : want_dmod) = mod.grad().cpu();
+      }
+      const double tolerance = dtype == torch::kFloat32 ? 2e-5 : 2e-2;
+      EXPECT_LE(relative_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
+      EXPECT_LE(relative_error(got_dmod.narrow(-1, 3 * d, d), want_dmod.narrow(-1, 3 * d, d)), tolerance);  // shift
+      EXPECT_LE(relative_error(got_dmod.narrow(-1, 4 * d, d), want_dmod.narrow(-1, 4 * d, d)), tolerance);  // scale
+      EXPECT_EQ(got_dmod.narrow(-1, 0, 3 * d).abs().max().item<double>(), 0.0);  // the unused chunks
+    }
+  }
+}
+
+// Bitwise repeatable: the column sums of backward go in a fixed order.
+TEST(GpuLayerNormModulate, KernelsRepeatBitwise) {
+  torch::manual_seed(12);
+  const auto cuda = torch::kCUDA;
+  const auto x0 = torch::randn({4, 300, 2048}, cuda).to(torch::kBFloat16);
+  const auto mod0 = (0.3 * torch::randn({4, 1, 4096}, cuda)).to(torch::kBFloat16);
+  std::vector<torch::Tensor> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto x = x0.clone().requires_grad_(true);
+    auto mod = mod0.clone().requires_grad_(true);
+    const auto chunks = mod.chunk(2, -1);
+    ASSERT_TRUE(uses_layer_norm_modulate_kernels(x, chunks[0], chunks[1]));
+    const auto y = layer_norm_modulate(x, chunks[0], chunks[1], 1e-6);
+    y.to(torch::kFloat32).pow(2).sum().backward();
+    runs.push_back(torch::cat({y.flatten(), x.grad().flatten(), mod.grad().flatten()}));
+  }
+  EXPECT_TRUE(runs[0].equal(runs[1]));
 }
 
 }  // namespace

@@ -1,0 +1,240 @@
+// Modulated layer-norm kernels (see layer_norm_modulate.h). A block of 256 threads takes a row; thread t
+// holds the packs t, t + 256, ... of V elements, so it owns the same columns in every row, and backward
+// accumulates shift's and scale's column sums in registers across the rows of its tile.
+#include "models/common/kernel_access.cuh"
+#include "models/common/layer_norm_modulate.h"
+
+namespace zest {
+namespace {
+
+using namespace kernels;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxPerThread = 16;            // elements a thread holds: dim ≤ 16 · 256
+constexpr int64_t kTargetBackwardBlocks = 1024;
+
+__device__ __forceinline__ float2 warp_sum(float2 v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+  }
+  return v;
+}
+
+// Both sums over the block, in a fixed order, returned to every thread. `shared` holds kWarps float2.
+__device__ __forceinline__ float2 block_sum(float2 v, float2* shared) {
+  v = warp_sum(v);
+  __syncthreads();  // the previous call's readers are done with `shared`
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+  __syncthreads();
+  float2 total = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total.x += shared[w].x, total.y += shared[w].y;
+  return total;
+}
+
+// Element i of thread's k-th pack: column (threadIdx.x + k·kThreads)·V + i.
+template <int V>
+__device__ __forceinline__ int64_t pack_column(int k) {
+  return (static_cast<int64_t>(threadIdx.x) + static_cast<int64_t>(k) * kThreads) * V;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
+#pragma unroll
+  for (int k = 0; k < kMaxPerThread / V; ++k) {
+    if (k >= packs) break;
+    const Pack<T, V> p = load<T, V>(row, pack_column<V>(k));
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[k * V + i] = to_float(p.v[i]);
+  }
+}
+
+// (1 + scale) in the activation dtype, as `1 + scale` computes it, for the thread's columns.
+template <typename T, int V>
+__device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, float* one_plus) {
+#pragma unroll
+  for (int k = 0; k < kMaxPerThread / V; ++k) {
+    if (k >= packs) break;
+    const Pack<T, V> p = load<T, V>(scale, pack_column<V>(k));
+#pragma unroll
+    for (int i = 0; i < V; ++i) one_plus[k * V + i] = rounded<T>(1.0f + to_float(p.v[i]));
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) forward_kernel(ModulatedRows r, const T* x, const T* shift,
+                                                           const T* scale, float eps, T* y, float* mean_out,
+                                                           float* rstd_out) {
+  __shared__ float2 shared[kWarps];
+  const int packs = static_cast<int>(r.dim / (kThreads * V));
+  const float inv_dim = 1.0f / static_cast<float>(r.dim);
+  for (int64_t row = blockIdx.x; row < r.batch * r.seq; row += gridDim.x) {
+    const int64_t b = row / r.seq;
+    float v[kMaxPerThread];
+    load_row<T, V>(x + row * r.dim, packs, v);
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kMaxPerThread; ++e) sum += e < packs * V ? v[e] : 0.0f;
+    const float mean = block_sum(make_float2(sum, 0.0f), shared).x * inv_dim;
+    float squares = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kMaxPerThread; ++e) squares += e < packs * V ? (v[e] - mean) * (v[e] - mean) : 0.0f;
+    const float rstd = rsqrtf(block_sum(make_float2(squares, 0.0f), shared).x * inv_dim + eps);
+    if (threadIdx.x == 0) mean_out[row] = mean, rstd_out[row] = rstd;
+    float one_plus[kMaxPerThread], shifted[kMaxPerThread];
+    load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
+    load_row<T, V>(shift + b * r.shift_stride_b, packs, shifted);
+#pragma unroll
+    for (int k = 0; k < kMaxPerThread / V; ++k) {
+      if (k >= packs) break;
+      Pack<T, V> out;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int e = k * V + i;
+        out.v[i] = from_float<T>((v[e] - mean) * rstd * one_plus[e] + shifted[e]);
+      }
+      store<T, V>(y + row * r.dim, pack_column<V>(k), out);
+    }
+  }
+}
+
+// Per row, with ĝ = dy·(1 + scale) and n = (x − mean)·rstd: dx = rstd·(ĝ − Σĝ/dim − n·Σ(ĝ·n)/dim).
+// Block (tile, b) takes rows tile·rows_per_tile ... of sample b and writes its column sums of dy (shift's
+// gradient) and dy·n (scale's) to partial[0 or 1][b][tile][dim].
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) backward_kernel(ModulatedRows r, const T* dy, const T* x,
+                                                            const T* scale, const float* mean, const float* rstd,
+                                                            T* dx, float* partial, int64_t rows_per_tile) {
+  __shared__ float2 shared[kWarps];
+  const int packs = static_cast<int>(r.dim / (kThreads * V));
+  const float inv_dim = 1.0f / static_cast<float>(r.dim);
+  const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
+  float one_plus[kMaxPerThread], dshift[kMaxPerThread] = {}, dscale[kMaxPerThread] = {};
+  load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
+  const int64_t first = tile * rows_per_tile;
+  const int64_t last = first + rows_per_tile < r.seq ? first + rows_per_tile : r.seq;
+  for (int64_t s = first; s < last; ++s) {
+    const int64_t row = b * r.seq + s;
+    float g[kMaxPerThread], n[kMaxPerThread];
+    load_row<T, V>(dy + row * r.dim, packs, g);
+    load_row<T, V>(x + row * r.dim, packs, n);
+    const float row_mean = mean[row], row_rstd = rstd[row];
+    float2 sums = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int e = 0; e < kMaxPerThread; ++e) {
+      if (e >= packs * V) break;
+      n[e] = (n[e] - row_mean) * row_rstd;
+      dshift[e] += g[e];
+      dscale[e] += g[e] * n[e];
+      g[e] *= one_plus[e];
+      sums.x += g[e];
+      sums.y += g[e] * n[e];
+    }
+    sums = block_sum(sums, shared);
+    const float g_mean = sums.x * inv_dim, gn_mean = sums.y * inv_dim;
+#pragma unroll
+    for (int k = 0; k < kMaxPerThread / V; ++k) {
+      if (k >= packs) break;
+      Pack<T, V> out;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int e = k * V + i;
+        out.v[i] = from_float<T>(row_rstd * (g[e] - g_mean - n[e] * gn_mean));
+      }
+      store<T, V>(dx + row * r.dim, pack_column<V>(k), out);
+    }
+  }
+  const int64_t stride = r.batch * tiles * r.dim;  // partial[1] after partial[0]
+  float* out = partial + (b * tiles + tile) * r.dim;
+#pragma unroll
+  for (int k = 0; k < kMaxPerThread / V; ++k) {
+    if (k >= packs) break;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      out[pack_column<V>(k) + i] = dshift[k * V + i];
+      out[stride + pack_column<V>(k) + i] = dscale[k * V + i];
+    }
+  }
+}
+
+// dshift[b][j] and dscale[b][j]: the tiles' partial sums in tile order.
+__global__ void finalize_kernel(const float* partial, int64_t batch, int64_t tiles, int64_t dim, float* dshift,
+                                float* dscale) {
+  const int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // b·dim + j
+  if (at >= batch * dim) return;
+  const int64_t b = at / dim, j = at % dim, stride = batch * tiles * dim;
+  float shift_total = 0.0f, scale_total = 0.0f;
+  for (int64_t t = 0; t < tiles; ++t) {
+    shift_total += partial[(b * tiles + t) * dim + j];
+    scale_total += partial[stride + (b * tiles + t) * dim + j];
+  }
+  dshift[at] = shift_total;
+  dscale[at] = scale_total;
+}
+
+int64_t backward_tiles(const ModulatedRows& r) {
+  const int64_t per_sample = (kTargetBackwardBlocks + r.batch - 1) / std::max<int64_t>(1, r.batch);
+  return std::max<int64_t>(1, std::min(r.seq, per_sample));
+}
+
+// The widest pack (8, 4, 2, 1 elements, at most 16 bytes) that splits dim evenly over the threads, with
+// every pointer aligned to it.
+int vector_width(const ModulatedRows& r, int element_bytes, std::initializer_list<const void*> pointers) {
+  const void* ptrs[8];
+  int count = 0;
+  for (const void* p : pointers) ptrs[count++] = p;
+  for (const int width : {8, 4, 2, 1}) {
+    if (r.dim % (kThreads * width) != 0 || r.dim / (kThreads * width) > kMaxPerThread / width) continue;
+    const bool strides_fit = r.shift_stride_b % width == 0 && r.scale_stride_b % width == 0;
+    if (strides_fit && widest_vector_width(width, element_bytes, ptrs, count, width) == width) return width;
+  }
+  return 1;
+}
+
+}  // namespace
+
+bool layer_norm_modulate_covers(int64_t dim) { return dim > 0 && dim % kThreads == 0 && dim <= kThreads * kMaxPerThread; }
+
+int64_t layer_norm_modulate_scratch(const ModulatedRows& rows) {
+  return 2 * rows.batch * backward_tiles(rows) * rows.dim;
+}
+
+void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype dtype, const void* x,
+                                        const void* shift, const void* scale, double eps, void* y, float* mean,
+                                        float* rstd, void* cuda_stream) {
+  const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
+  const int width = vector_width(rows, element_bytes, {x, shift, scale, y});
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
+  dispatch(dtype, width, [&]<typename T, int V>() {
+    forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(rows, static_cast<const T*>(x), static_cast<const T*>(shift),
+                                                          static_cast<const T*>(scale), static_cast<float>(eps),
+                                                          static_cast<T*>(y), mean, rstd);
+  });
+  check_launch("modulated layer norm forward");
+}
+
+void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype dtype, const void* dy,
+                                         const void* x, const void* scale, const float* mean, const float* rstd,
+                                         void* dx, float* dshift, float* dscale, float* scratch, void* cuda_stream) {
+  const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
+  const int width = vector_width(rows, element_bytes, {dy, x, scale, dx});
+  const int64_t tiles = backward_tiles(rows);
+  const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
+  dispatch(dtype, width, [&]<typename T, int V>() {
+    backward_kernel<T, V><<<grid, kThreads, 0, stream>>>(rows, static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                         static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx),
+                                                         scratch, rows_per_tile);
+  });
+  const int64_t outputs = rows.batch * rows.dim;
+  finalize_kernel<<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(scratch, rows.batch, tiles,
+                                                                                    rows.dim, dshift, dscale);
+  check_launch("modulated layer norm backward");
+}
+
+}  // namespace zest
