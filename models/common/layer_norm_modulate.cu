@@ -52,16 +52,24 @@ __device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
   }
 }
 
-// (1 + scale) in the activation dtype, as `1 + scale` computes it, for the thread's columns.
+// A sample's shift or scale for the thread's columns, element by element: they are views into the
+// modulation's output with no alignment to count on, and read once per row from cache.
 template <typename T, int V>
-__device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, float* one_plus) {
+__device__ __forceinline__ void load_modulation(const T* m, int packs, float* v) {
 #pragma unroll
   for (int k = 0; k < kMaxPerThread / V; ++k) {
     if (k >= packs) break;
-    const Pack<T, V> p = load<T, V>(scale, pack_column<V>(k));
 #pragma unroll
-    for (int i = 0; i < V; ++i) one_plus[k * V + i] = rounded<T>(1.0f + to_float(p.v[i]));
+    for (int i = 0; i < V; ++i) v[k * V + i] = to_float(m[pack_column<V>(k) + i]);
   }
+}
+
+// (1 + scale) in the activation dtype, as `1 + scale` computes it, for the thread's columns.
+template <typename T, int V>
+__device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, float* one_plus) {
+  load_modulation<T, V>(scale, packs, one_plus);
+#pragma unroll
+  for (int e = 0; e < kMaxPerThread; ++e) one_plus[e] = rounded<T>(1.0f + one_plus[e]);
 }
 
 template <typename T, int V>
@@ -86,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ModulatedRows r, cons
     if (threadIdx.x == 0) mean_out[row] = mean, rstd_out[row] = rstd;
     float one_plus[kMaxPerThread], shifted[kMaxPerThread];
     load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
-    load_row<T, V>(shift + b * r.shift_stride_b, packs, shifted);
+    load_modulation<T, V>(shift + b * r.shift_stride_b, packs, shifted);
 #pragma unroll
     for (int k = 0; k < kMaxPerThread / V; ++k) {
       if (k >= packs) break;
@@ -181,15 +189,14 @@ int64_t backward_tiles(const ModulatedRows& r) {
 }
 
 // The widest pack (8, 4, 2, 1 elements, at most 16 bytes) that splits dim evenly over the threads, with
-// every pointer aligned to it.
+// every row pointer aligned to it.
 int vector_width(const ModulatedRows& r, int element_bytes, std::initializer_list<const void*> pointers) {
   const void* ptrs[8];
   int count = 0;
   for (const void* p : pointers) ptrs[count++] = p;
   for (const int width : {8, 4, 2, 1}) {
     if (r.dim % (kThreads * width) != 0 || r.dim / (kThreads * width) > kMaxPerThread / width) continue;
-    const bool strides_fit = r.shift_stride_b % width == 0 && r.scale_stride_b % width == 0;
-    if (strides_fit && widest_vector_width(width, element_bytes, ptrs, count, width) == width) return width;
+    if (widest_vector_width(width, element_bytes, ptrs, count, width) == width) return width;
   }
   return 1;
 }
@@ -207,7 +214,7 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
                                         float* rstd, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
-  const int width = vector_width(rows, element_bytes, {x, shift, scale, y});
+  const int width = vector_width(rows, element_bytes, {x, y});
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
   dispatch(dtype, width, [&]<typename T, int V>() {
     forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(rows, static_cast<const T*>(x), static_cast<const T*>(shift),
@@ -222,7 +229,7 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
                                          void* dx, float* dshift, float* dscale, float* scratch, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
-  const int width = vector_width(rows, element_bytes, {dy, x, scale, dx});
+  const int width = vector_width(rows, element_bytes, {dy, x, dx});
   const int64_t tiles = backward_tiles(rows);
   const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
