@@ -1,6 +1,7 @@
-// Modulated layer-norm kernels (see layer_norm_modulate.h). A block of 256 threads takes a row; thread t
-// holds the packs t, t + 256, ... of V elements, so it owns the same columns in every row, and backward
-// accumulates shift's and scale's column sums in registers across the rows of its tile.
+// Modulated layer-norm kernels (see layer_norm_modulate.h). A block takes a row; with T threads, thread t
+// holds the packs t, t + T, ... of V elements, so it owns the same columns in every row, and backward
+// accumulates shift's and scale's column sums in registers across the rows of its tile. T is sized to the
+// row (HY-Motion 1B's 1280 columns: 160 threads of one 8-element pack each).
 #include "models/common/kernel_access.cuh"
 #include "models/common/layer_norm_modulate.h"
 
@@ -9,9 +10,9 @@ namespace {
 
 using namespace kernels;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kMaxPerThread = 16;            // elements a thread holds: dim ≤ 16 · 256
+constexpr int kMaxThreads = 512;  // 128 registers a thread: backward holds five values per element
+constexpr int kMaxWarps = kMaxThreads / 32;
+constexpr int kMaxPerThread = 16;  // elements a thread holds
 constexpr int64_t kTargetBackwardBlocks = 1024;
 
 __device__ __forceinline__ float2 warp_sum(float2 v) {
@@ -23,22 +24,22 @@ __device__ __forceinline__ float2 warp_sum(float2 v) {
   return v;
 }
 
-// Both sums over the block, in a fixed order, returned to every thread. `shared` holds kWarps float2.
+// Both sums over the block (a whole number of warps), in a fixed order, returned to every thread.
+// `shared` holds kMaxWarps float2.
 __device__ __forceinline__ float2 block_sum(float2 v, float2* shared) {
   v = warp_sum(v);
   __syncthreads();  // the previous call's readers are done with `shared`
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
   __syncthreads();
   float2 total = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total.x += shared[w].x, total.y += shared[w].y;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total.x += shared[w].x, total.y += shared[w].y;
   return total;
 }
 
-// Element i of thread's k-th pack: column (threadIdx.x + k·kThreads)·V + i.
+// Element i of the thread's k-th pack: column (threadIdx.x + k·blockDim.x)·V + i.
 template <int V>
 __device__ __forceinline__ int64_t pack_column(int k) {
-  return (static_cast<int64_t>(threadIdx.x) + static_cast<int64_t>(k) * kThreads) * V;
+  return (static_cast<int64_t>(threadIdx.x) + static_cast<int64_t>(k) * blockDim.x) * V;
 }
 
 template <typename T, int V>
@@ -73,11 +74,11 @@ __device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, f
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) forward_kernel(ModulatedRows r, const T* x, const T* shift,
+__global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, const T* x, const T* shift,
                                                            const T* scale, float eps, T* y, float* mean_out,
                                                            float* rstd_out) {
-  __shared__ float2 shared[kWarps];
-  const int packs = static_cast<int>(r.dim / (kThreads * V));
+  __shared__ float2 shared[kMaxWarps];
+  const int packs = static_cast<int>(r.dim / (blockDim.x * V));
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   for (int64_t row = blockIdx.x; row < r.batch * r.seq; row += gridDim.x) {
     const int64_t b = row / r.seq;
@@ -113,11 +114,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ModulatedRows r, cons
 // Block (tile, b) takes rows tile·rows_per_tile ... of sample b and writes its column sums of dy (shift's
 // gradient) and dy·n (scale's) to partial[0 or 1][b][tile][dim].
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) backward_kernel(ModulatedRows r, const T* dy, const T* x,
+__global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, const T* dy, const T* x,
                                                             const T* scale, const float* mean, const float* rstd,
                                                             T* dx, float* partial, int64_t rows_per_tile) {
-  __shared__ float2 shared[kWarps];
-  const int packs = static_cast<int>(r.dim / (kThreads * V));
+  __shared__ float2 shared[kMaxWarps];
+  const int packs = static_cast<int>(r.dim / (blockDim.x * V));
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
   float one_plus[kMaxPerThread], dshift[kMaxPerThread] = {}, dscale[kMaxPerThread] = {};
@@ -188,22 +189,41 @@ int64_t backward_tiles(const ModulatedRows& r) {
   return std::max<int64_t>(1, std::min(r.seq, per_sample));
 }
 
-// The widest pack (8, 4, 2, 1 elements, at most 16 bytes) that splits dim evenly over the threads, with
-// every row pointer aligned to it.
-int vector_width(const ModulatedRows& r, int element_bytes, std::initializer_list<const void*> pointers) {
+// How a row is spread over a block: `threads` (whole warps, at most kMaxThreads) each holding packs of
+// `width` elements, at most kMaxPerThread elements a thread. threads = 0: no such split.
+struct RowLayout {
+  int width = 0, threads = 0;
+};
+
+RowLayout layout_for(int64_t dim, int width) {
+  if (dim % width != 0) return {};
+  const int64_t vectors = dim / width;
+  for (int packs = 1; packs * width <= kMaxPerThread; ++packs) {
+    const int64_t threads = vectors % packs == 0 ? vectors / packs : 0;
+    if (threads > 0 && threads % 32 == 0 && threads <= kMaxThreads) return {width, static_cast<int>(threads)};
+  }
+  return {};
+}
+
+// The widest pack (8, 4, 2, 1 elements, at most 16 bytes) that splits a row over whole warps, with every
+// row pointer aligned to it (shift and scale are read element by element).
+RowLayout row_layout(const ModulatedRows& r, int element_bytes, std::initializer_list<const void*> pointers) {
   const void* ptrs[8];
   int count = 0;
   for (const void* p : pointers) ptrs[count++] = p;
   for (const int width : {8, 4, 2, 1}) {
-    if (r.dim % (kThreads * width) != 0 || r.dim / (kThreads * width) > kMaxPerThread / width) continue;
-    if (widest_vector_width(width, element_bytes, ptrs, count, width) == width) return width;
+    const RowLayout layout = layout_for(r.dim, width);
+    if (layout.threads > 0 && width * element_bytes <= 16 &&
+        widest_vector_width(width, element_bytes, ptrs, count, width) == width) {
+      return layout;
+    }
   }
-  return 1;
+  return layout_for(r.dim, 1);
 }
 
 }  // namespace
 
-bool layer_norm_modulate_covers(int64_t dim) { return dim > 0 && dim % kThreads == 0 && dim <= kThreads * kMaxPerThread; }
+bool layer_norm_modulate_covers(int64_t dim) { return dim > 0 && layout_for(dim, 1).threads > 0; }
 
 int64_t layer_norm_modulate_scratch(const ModulatedRows& rows) {
   return 2 * rows.batch * backward_tiles(rows) * rows.dim;
@@ -214,10 +234,10 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
                                         float* rstd, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
-  const int width = vector_width(rows, element_bytes, {x, y});
+  const RowLayout layout = row_layout(rows, element_bytes, {x, y});
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
-  dispatch(dtype, width, [&]<typename T, int V>() {
-    forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(rows, static_cast<const T*>(x), static_cast<const T*>(shift),
+  dispatch(dtype, layout.width, [&]<typename T, int V>() {
+    forward_kernel<T, V><<<blocks, layout.threads, 0, stream>>>(rows, static_cast<const T*>(x), static_cast<const T*>(shift),
                                                           static_cast<const T*>(scale), static_cast<float>(eps),
                                                           static_cast<T*>(y), mean, rstd);
   });
@@ -229,12 +249,12 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
                                          void* dx, float* dshift, float* dscale, float* scratch, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
-  const int width = vector_width(rows, element_bytes, {dy, x, dx});
+  const RowLayout layout = row_layout(rows, element_bytes, {dy, x, dx});
   const int64_t tiles = backward_tiles(rows);
   const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
-  dispatch(dtype, width, [&]<typename T, int V>() {
-    backward_kernel<T, V><<<grid, kThreads, 0, stream>>>(rows, static_cast<const T*>(dy), static_cast<const T*>(x),
+  dispatch(dtype, layout.width, [&]<typename T, int V>() {
+    backward_kernel<T, V><<<grid, layout.threads, 0, stream>>>(rows, static_cast<const T*>(dy), static_cast<const T*>(x),
                                                          static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx),
                                                          scratch, rows_per_tile);
   });

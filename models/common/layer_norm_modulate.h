@@ -18,7 +18,9 @@ struct ModulatedRows {
   int64_t rows() const { return batch * seq; }
 };
 
-bool layer_norm_modulate_covers(int64_t dim);  // a multiple of 256, at most 4096
+// A row splits over whole warps of up to 512 threads, at most 16 elements each (a multiple of 32 with
+// such a split; HY-Motion's 1280, 2048 and 3072 have one).
+bool layer_norm_modulate_covers(int64_t dim);
 int64_t layer_norm_modulate_scratch(const ModulatedRows& rows);  // floats
 
 // y [rows, dim] contiguous; mean and rstd: float [rows], saved for backward.

@@ -7,7 +7,7 @@
 
 namespace zest {
 
-// x [B, L, D] on CUDA, D a multiple of 256 up to 4096; shift and scale [B, 1, D] in x's dtype (fp32/bf16/
+// x [B, L, D] on CUDA, D a width the kernels split (a multiple of 32, layer_norm_modulate.h); shift and scale [B, 1, D] in x's dtype (fp32/bf16/
 // fp16) with D contiguous (chunks of the modulation's output qualify).
 bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 // LayerNorm(x)·(1 + scale) + shift in float32, rounded to x's dtype, contiguous; only where
