@@ -282,9 +282,8 @@ void Engine::build_optimizer() {
   }
   const int64_t numel = buffers_->master().numel();
   if (config_.offload_optimizer != OffloadTarget::none) {
-    const auto staging_bytes = static_cast<int64_t>(config_.offload_staging_mb * 1024 * 1024);
-    auto offloaded =
-        std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_, staging_bytes);
+    auto offloaded = std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_,
+                                                          config_.offload_staging_bytes());
     offload_ = offloaded.get();
     optimizer_ = std::move(offloaded);
     return;

@@ -64,6 +64,8 @@ struct EngineConfig {
 
   // The device kind after resolving auto (CUDA when this build has it and a GPU is visible).
   DeviceKind resolved_device() const;
+  // [engine.offload] staging_mb in bytes.
+  int64_t offload_staging_bytes() const { return static_cast<int64_t>(offload_staging_mb * 1024 * 1024); }
 };
 
 // True when this build has CUDA and at least one GPU is visible.

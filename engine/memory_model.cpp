@@ -2,8 +2,7 @@
 #include "engine/memory_model.h"
 
 #include "core/check.h"
-
-#include <algorithm>
+#include "optim/staging_ring.h"
 
 namespace zest {
 
@@ -28,9 +27,7 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   if (in.offload_optimizer) {
     ZEST_CHECK(in.stage >= 1, "optimizer offload needs stage 1, 2 or 3");
     bytes.offloaded = true;
-    constexpr int64_t kSlots = 4;  // OffloadedOptimizer::kStagingSlots
-    const int64_t slot_numel = std::clamp<int64_t>(in.offload_staging_bytes / (kSlots * (r + c)), 1, (P + N - 1) / N);
-    bytes.staging = kSlots * slot_numel * (r + c);
+    bytes.staging = kStagingSlots * staging_slot_numel(in.offload_staging_bytes, r + c, (P + N - 1) / N) * (r + c);
   }
   return bytes;
 }

@@ -30,7 +30,7 @@ PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const Engine
   in.model_state = {numel, world_size, engine.stage, engine.precision, engine.reduce_dtype,
                     optimizer_state_bytes_per_element(optim)};
   in.model_state.offload_optimizer = engine.offload_optimizer != OffloadTarget::none;
-  in.model_state.offload_staging_bytes = static_cast<int64_t>(engine.offload_staging_mb * 1024 * 1024);
+  in.model_state.offload_staging_bytes = engine.offload_staging_bytes();
   in.ema = ema;
   in.prefetch = engine.prefetch;
   return in;

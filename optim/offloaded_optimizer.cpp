@@ -17,6 +17,7 @@
 #include <thread>
 
 namespace zest {
+
 OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments,
                                        int64_t numel, torch::Tensor step_scalars, int64_t staging_bytes)
     : Optimizer(config, std::move(device_segments), std::move(step_scalars)),
@@ -26,7 +27,7 @@ OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<Op
     grad_dtype_ = segments_.front().grad.scalar_type();
     param_dtype_ = segments_.front().param.scalar_type();
   }
-  int64_t largest_segment = 1;
+  int64_t largest_segment = 0;
   for (const auto& seg : segments_) {
     ZEST_CHECK(seg.master.device().is_cpu(), "offloaded optimizer: the master shard must be in host memory");
     ZEST_CHECK(seg.grad.scalar_type() == grad_dtype_ && seg.param.scalar_type() == param_dtype_,
@@ -36,10 +37,10 @@ OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<Op
   // Other dtypes are refused here, not mid-step.
   ZEST_CHECK(is_host_update_dtype(grad_dtype_) && is_host_update_dtype(param_dtype_), "offloaded optimizer: gradient ",
              grad_dtype_, " and parameter ", param_dtype_, " dtypes must each be fp32, bf16 or fp16");
-  const int64_t element_bytes = static_cast<int64_t>(torch::elementSize(grad_dtype_) + torch::elementSize(param_dtype_));
-  const int64_t piece_numel =
-      std::clamp<int64_t>(staging_bytes / (kStagingSlots * element_bytes), 1, largest_segment);
+  const auto element_bytes = static_cast<int64_t>(torch::elementSize(grad_dtype_) + torch::elementSize(param_dtype_));
+  const int64_t piece_numel = staging_slot_numel(staging_bytes, element_bytes, largest_segment);
   plan_pieces(piece_numel);
+  downloaded_.resize(pieces_.size());
   const int slots = static_cast<int>(std::clamp<size_t>(pieces_.size(), 1, kStagingSlots));
   ring_ = std::make_unique<StagingRing>(slots, piece_numel, grad_dtype_, param_dtype_, device);
   host_scalars_ = zeroed_host_tensor(kStepScalarCount, torch::kFloat64, device);
@@ -59,7 +60,6 @@ void OffloadedOptimizer::download(size_t piece) {
 
 void OffloadedOptimizer::start_downloads() {
   torch::NoGradGuard no_grad;
-  downloaded_.resize(pieces_.size());
   const size_t first_pieces = std::min(pieces_.size(), static_cast<size_t>(ring_->slots()));
   for (; downloads_issued_ < first_pieces; ++downloads_issued_) download(downloads_issued_);
 }

@@ -35,8 +35,6 @@ struct HostChunk {
 
 class OffloadedOptimizer final : public Optimizer {
  public:
-  static constexpr int kStagingSlots = 4;  // one piece going down, one being updated, one going up, one spare
-
   // device_segments: the engine's per-unit views — master in host memory, gradient shard and parameter
   // shard on the device. step_scalars: on the device. staging_bytes: the ring's size, all slots together.
   OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments, int64_t numel,
@@ -71,7 +69,7 @@ class OffloadedOptimizer final : public Optimizer {
   std::vector<HostChunk> chunks_;  // every piece's, in piece order
   std::vector<int64_t> chunks_per_piece_;
   std::unique_ptr<StagingRing> ring_;
-  std::vector<SideStream::Mark> downloaded_;  // per piece, this step
+  std::vector<SideStream::Mark> downloaded_;  // per piece: its download this step
   size_t downloads_issued_ = 0;               // this step
 };
 

@@ -8,9 +8,18 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace zest {
+
+constexpr int kStagingSlots = 4;  // one piece going down, one being updated, one going up, one spare
+
+// Elements per slot when the ring may take `staging_bytes` (all slots together, a gradient and a
+// parameter element each `bytes_per_element`): at least 1, and no more than the longest piece needs.
+inline int64_t staging_slot_numel(int64_t staging_bytes, int64_t bytes_per_element, int64_t longest_piece) {
+  return std::clamp<int64_t>(staging_bytes / (kStagingSlots * bytes_per_element), 1, std::max<int64_t>(1, longest_piece));
+}
 
 class StagingRing {
  public:

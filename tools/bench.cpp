@@ -134,7 +134,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const auto formula = estimate_model_state_bytes({engine.num_parameters(), comm->size(), config.engine.stage,
                                                    config.engine.precision, config.engine.reduce_dtype,
                                                    engine.optimizer().state_bytes_per_element(), false, offloaded,
-                                                   static_cast<int64_t>(config.engine.offload_staging_mb * 1024 * 1024)});
+                                                   config.engine.offload_staging_bytes()});
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
   const double peak_rss_gib = static_cast<double>(usage.ru_maxrss) * 1024.0;

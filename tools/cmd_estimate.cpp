@@ -87,7 +87,7 @@ void run_estimate(const EstimateArgs& args) {
     // The run file's own dtypes and optimizer: the estimate is of that run.
     in.precision = run.engine.precision;
     in.reduce_dtype = run.engine.reduce_dtype;
-    in.offload_staging_bytes = static_cast<int64_t>(run.engine.offload_staging_mb * 1024 * 1024);
+    in.offload_staging_bytes = run.engine.offload_staging_bytes();
     optim = run.optimizer;
   }
   in.numel = params;
