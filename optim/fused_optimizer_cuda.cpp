@@ -25,25 +25,14 @@ FusedDtype fused_dtype(torch::Dtype dtype, const char* what) {
 std::vector<FusedChunk> chunk_table(const std::vector<OptimSegment>& segments) {
   std::vector<FusedChunk> chunks;
   for (const auto& seg : segments) {
-    const int64_t n = seg.master.numel();
-    std::vector<std::pair<int64_t, bool>> bounds;  // (start, decays) of each uniform run
-    int64_t at = 0;
-    for (const auto& r : seg.decay_ranges) {
-      if (r.begin > at) bounds.emplace_back(at, false);
-      bounds.emplace_back(r.begin, true);
-      at = r.end;
-    }
-    if (at < n) bounds.emplace_back(at, false);
-    for (size_t b = 0; b < bounds.size(); ++b) {
-      const int64_t begin = bounds[b].first;
-      const int64_t end = b + 1 < bounds.size() ? bounds[b + 1].first : n;
-      for (int64_t c = begin; c < end; c += kFusedChunkNumel) {
+    for (const auto& [range, decay] : decay_runs(seg)) {
+      for (int64_t c = range.begin; c < range.end; c += kFusedChunkNumel) {
         FusedChunk chunk;
         chunk.state_offset = seg.offset + c;
-        chunk.numel = std::min(kFusedChunkNumel, end - c);
+        chunk.numel = std::min(kFusedChunkNumel, range.end - c);
         chunk.grad = static_cast<const char*>(seg.grad.data_ptr()) + c * seg.grad.element_size();
         chunk.param = static_cast<char*>(seg.param.data_ptr()) + c * seg.param.element_size();
-        chunk.decay = bounds[b].second ? 1.0f : 0.0f;
+        chunk.decay = decay ? 1.0f : 0.0f;
         chunks.push_back(chunk);
       }
     }

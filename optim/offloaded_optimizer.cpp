@@ -176,14 +176,7 @@ void OffloadedOptimizer::plan_pieces(int64_t piece_numel) {
   for (size_t i = 0; i < segments_.size(); ++i) {
     const OptimSegment& seg = segments_[i];
     const int64_t n = seg.master.numel();
-    std::vector<std::pair<ElementRange, bool>> runs;  // the segment's uniform-decay runs
-    int64_t at = 0;
-    for (const auto& r : seg.decay_ranges) {
-      if (r.begin > at) runs.push_back({{at, r.begin}, false});
-      runs.push_back({r, true});
-      at = r.end;
-    }
-    if (at < n) runs.push_back({{at, n}, false});
+    const std::vector<DecayRun> runs = decay_runs(seg);
     for (int64_t begin = 0; begin < n; begin += piece_numel) {
       const int64_t end = std::min(n, begin + piece_numel);
       const size_t piece = pieces_.size();

@@ -16,6 +16,19 @@ std::unique_ptr<Optimizer> make_fused_cuda_optimizer(const OptimConfig& config, 
 std::unique_ptr<Optimizer> make_cpu_optimizer(const OptimConfig& config, std::vector<OptimSegment> segments,
                                               int64_t numel, torch::Tensor step_scalars);
 
+std::vector<DecayRun> decay_runs(const OptimSegment& segment) {
+  std::vector<DecayRun> runs;
+  int64_t at = 0;
+  for (const auto& r : segment.decay_ranges) {
+    if (r.begin > at) runs.push_back({{at, r.begin}, false});
+    runs.push_back({r, true});
+    at = r.end;
+  }
+  const int64_t n = segment.master.numel();
+  if (at < n) runs.push_back({{at, n}, false});
+  return runs;
+}
+
 int64_t Optimizer::step_count() const {
   return static_cast<int64_t>(scalars_[kAppliedStepsIndex].item<double>());
 }

@@ -28,6 +28,14 @@ struct OptimSegment {
   std::vector<ElementRange> decay_ranges;  // ranges that get weight decay, relative to the segment
 };
 
+// A run of a segment's elements that all get weight decay, or all do not.
+struct DecayRun {
+  ElementRange range;  // relative to the segment
+  bool decay;
+};
+// The segment's elements, in order, as alternating runs (decay_ranges and the gaps around them).
+std::vector<DecayRun> decay_runs(const OptimSegment& segment);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

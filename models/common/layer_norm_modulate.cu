@@ -53,6 +53,19 @@ __device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
   }
 }
 
+// Stores value(e) for the thread's elements e of a row, pack by pack.
+template <typename T, int V, typename Value>
+__device__ __forceinline__ void store_row(T* row, int packs, Value value) {
+#pragma unroll
+  for (int k = 0; k < kMaxPerThread / V; ++k) {
+    if (k >= packs) break;
+    Pack<T, V> out;
+#pragma unroll
+    for (int i = 0; i < V; ++i) out.v[i] = from_float<T>(value(k * V + i));
+    store<T, V>(row, pack_column<V>(k), out);
+  }
+}
+
 // A sample's shift or scale for the thread's columns, element by element: they are views into the
 // modulation's output with no alignment to count on, and read once per row from cache.
 template <typename T, int V>
@@ -96,17 +109,7 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
     float one_plus[kMaxPerThread], shifted[kMaxPerThread];
     load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
     load_modulation<T, V>(shift + b * r.shift_stride_b, packs, shifted);
-#pragma unroll
-    for (int k = 0; k < kMaxPerThread / V; ++k) {
-      if (k >= packs) break;
-      Pack<T, V> out;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int e = k * V + i;
-        out.v[i] = from_float<T>((v[e] - mean) * rstd * one_plus[e] + shifted[e]);
-      }
-      store<T, V>(y + row * r.dim, pack_column<V>(k), out);
-    }
+    store_row<T, V>(y + row * r.dim, packs, [&](int e) { return (v[e] - mean) * rstd * one_plus[e] + shifted[e]; });
   }
 }
 
@@ -144,17 +147,7 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
     }
     sums = block_sum(sums, shared);
     const float g_mean = sums.x * inv_dim, gn_mean = sums.y * inv_dim;
-#pragma unroll
-    for (int k = 0; k < kMaxPerThread / V; ++k) {
-      if (k >= packs) break;
-      Pack<T, V> out;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int e = k * V + i;
-        out.v[i] = from_float<T>(row_rstd * (g[e] - g_mean - n[e] * gn_mean));
-      }
-      store<T, V>(dx + row * r.dim, pack_column<V>(k), out);
-    }
+    store_row<T, V>(dx + row * r.dim, packs, [&](int e) { return row_rstd * (g[e] - g_mean - n[e] * gn_mean); });
   }
   const int64_t stride = r.batch * tiles * r.dim;  // partial[1] after partial[0]
   float* out = partial + (b * tiles + tile) * r.dim;
