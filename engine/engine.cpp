@@ -92,7 +92,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> u
     : config_(engine),
       optim_config_(optim),
       schedule_(schedule),
-      policy_(ShardingPolicy::for_stage(engine.stage, engine.reshard_after_forward)),
+      policy_(ShardingPolicy::for_stage(engine.stage, comm ? comm->size() : 1, engine.reshard_after_forward)),
       device_(torch::kCPU),
       model_(std::move(model)),
       loss_scaler_(torch::Tensor(), false) {

@@ -20,9 +20,13 @@ struct ShardingPolicy {
   bool shard_params = false;           // parameters sharded at rest, gathered per unit (stage 3)
   bool reshard_after_forward = true;   // stage 3: free a unit's gathered parameters after its forward
 
-  static ShardingPolicy for_stage(int stage, bool reshard_after_forward = true) {
+  // With one rank a stage-2 gradient shard is the whole gradient: the gradients then stay in the
+  // persistent buffer autograd accumulates into (stage 1's way), which saves a transient buffer's zero
+  // fill and the copy that a one-rank reduce-scatter is, at the same memory. Stage 3 keeps its own path.
+  static ShardingPolicy for_stage(int stage, int world_size, bool reshard_after_forward = true) {
     ZEST_CHECK(stage >= 0 && stage <= 3, "ZeRO stage ", stage, " is not supported (0, 1, 2 or 3)");
-    return {stage, stage >= 1, stage >= 2, stage >= 3, reshard_after_forward};
+    const bool shard_grads = stage >= 3 || (stage == 2 && world_size > 1);
+    return {stage, stage >= 1, shard_grads, stage >= 3, reshard_after_forward};
   }
 
   GradReduction grad_reduction() const {

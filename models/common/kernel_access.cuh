@@ -1,6 +1,6 @@
 // What the model kernels share (nvcc only): float conversions of the activation dtypes, aligned packs of V
-// consecutive elements (one vector load or store), the dispatch over dtype and vector width, and the
-// launch check.
+// consecutive elements (one vector load or store), the dispatch over dtype and vector width, the
+// fixed-order sum of backward's per-tile column sums, and the launch check.
 #pragma once
 
 #include "models/common/kernel_dtype.h"
@@ -80,6 +80,27 @@ inline int widest_vector_width(int64_t extent, int element_bytes, const void* co
     if (aligned) return width;
   }
   return 0;
+}
+
+// out[g·dim + j] = Σ_t partial[(g·tiles + t)·dim + j], t = 0, 1, ...: a backward pass's per-tile column
+// sums (a tile: a block's share of one group's rows) added in tile order, so the totals repeat bitwise.
+// A template, so that every kernel file may instantiate it.
+template <typename Accum>
+__global__ void sum_tile_partials(const Accum* partial, int64_t groups, int64_t tiles, int64_t dim, Accum* out) {
+  const int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // g·dim + j
+  if (at >= groups * dim) return;
+  const int64_t g = at / dim, j = at % dim;
+  Accum total = 0;
+  for (int64_t t = 0; t < tiles; ++t) total += partial[(g * tiles + t) * dim + j];
+  out[at] = total;
+}
+
+inline void launch_sum_tile_partials(const float* partial, int64_t groups, int64_t tiles, int64_t dim, float* out,
+                                     cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t outputs = groups * dim;
+  sum_tile_partials<float><<<static_cast<unsigned>((outputs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      partial, groups, tiles, dim, out);
 }
 
 inline void check_launch(const char* what) {

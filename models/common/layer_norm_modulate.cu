@@ -162,21 +162,6 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
   }
 }
 
-// dshift[b][j] and dscale[b][j]: the tiles' partial sums in tile order.
-__global__ void finalize_kernel(const float* partial, int64_t batch, int64_t tiles, int64_t dim, float* dshift,
-                                float* dscale) {
-  const int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // b·dim + j
-  if (at >= batch * dim) return;
-  const int64_t b = at / dim, j = at % dim, stride = batch * tiles * dim;
-  float shift_total = 0.0f, scale_total = 0.0f;
-  for (int64_t t = 0; t < tiles; ++t) {
-    shift_total += partial[(b * tiles + t) * dim + j];
-    scale_total += partial[stride + (b * tiles + t) * dim + j];
-  }
-  dshift[at] = shift_total;
-  dscale[at] = scale_total;
-}
-
 int64_t backward_tiles(const ModulatedRows& r) {
   const int64_t per_sample = (kTargetBackwardBlocks + r.batch - 1) / std::max<int64_t>(1, r.batch);
   return std::max<int64_t>(1, std::min(r.seq, per_sample));
@@ -239,7 +224,7 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
 
 void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype dtype, const void* dy,
                                          const void* x, const void* scale, const float* mean, const float* rstd,
-                                         void* dx, float* dshift, float* dscale, float* scratch, void* cuda_stream) {
+                                         void* dx, float* dshift_dscale, float* scratch, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
   const RowLayout layout = row_layout(rows, element_bytes, {dy, x, dx});
@@ -251,9 +236,8 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
                                                          static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx),
                                                          scratch, rows_per_tile);
   });
-  const int64_t outputs = rows.batch * rows.dim;
-  finalize_kernel<<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(scratch, rows.batch, tiles,
-                                                                                    rows.dim, dshift, dscale);
+  // partial[0] and partial[1] are [batch][tiles][dim] each: 2·batch groups, giving [2][batch][dim].
+  launch_sum_tile_partials(scratch, 2 * rows.batch, tiles, rows.dim, dshift_dscale, stream);
   check_launch("modulated layer norm backward");
 }
 

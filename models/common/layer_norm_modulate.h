@@ -27,9 +27,10 @@ int64_t layer_norm_modulate_scratch(const ModulatedRows& rows);  // floats
 void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype dtype, const void* x,
                                         const void* shift, const void* scale, double eps, void* y, float* mean,
                                         float* rstd, void* cuda_stream);
-// dy [rows, dim] contiguous → dx [rows, dim] contiguous, dshift and dscale float [batch, dim].
+// dy [rows, dim] contiguous → dx [rows, dim] contiguous, dshift_dscale float [2][batch][dim] (shift's
+// gradient, then scale's).
 void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype dtype, const void* dy,
                                          const void* x, const void* scale, const float* mean, const float* rstd,
-                                         void* dx, float* dshift, float* dscale, float* scratch, void* cuda_stream);
+                                         void* dx, float* dshift_dscale, float* scratch, void* cuda_stream);
 
 }  // namespace zest

@@ -39,14 +39,13 @@ struct LayerNormModulateKernels : torch::autograd::Function<LayerNormModulateKer
     const auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = torch::empty_like(x);
     const auto f32 = x.options().dtype(torch::kFloat32);
-    auto dshift = torch::empty({rows.batch, 1, rows.dim}, f32);
-    auto dscale = torch::empty({rows.batch, 1, rows.dim}, f32);
+    auto dshift_dscale = torch::empty({2, rows.batch, 1, rows.dim}, f32);
     auto scratch = torch::empty({layer_norm_modulate_scratch(rows)}, f32);
     launch_layer_norm_modulate_backward(rows, kernel_dtype_of(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
                                         scale.data_ptr(), saved[3].data_ptr<float>(), saved[4].data_ptr<float>(),
-                                        dx.data_ptr(), dshift.data_ptr<float>(), dscale.data_ptr<float>(),
-                                        scratch.data_ptr<float>(), current_stream_of(x));
-    return {dx, dshift.to(shift.scalar_type()), dscale.to(scale.scalar_type()), {}};
+                                        dx.data_ptr(), dshift_dscale.data_ptr<float>(), scratch.data_ptr<float>(),
+                                        current_stream_of(x));
+    return {dx, dshift_dscale[0].to(shift.scalar_type()), dshift_dscale[1].to(scale.scalar_type()), {}};
   }
 };
 

@@ -5,6 +5,7 @@
 #include "models/hymotion/layers.h"
 
 #include "core/check.h"
+#include "models/common/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
 #include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
@@ -25,6 +26,11 @@ torch::Tensor activate(const torch::Tensor& x, Act act) {
     case Act::silu: return torch::silu(x);
   }
   ZEST_FAIL("unknown activation");
+}
+
+torch::Tensor concat_activated(const torch::Tensor& left, const torch::Tensor& right, Act act) {
+  if (act == Act::gelu_tanh) return concat_gelu_tanh(left, right);
+  return torch::cat({left, activate(right, act)}, -1);
 }
 
 // LayerNorm is on autocast's float32 list: it computes in float32 and returns float32, so the modulation

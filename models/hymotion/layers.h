@@ -19,6 +19,9 @@ struct Init {
 };
 
 torch::Tensor activate(const torch::Tensor& x, Act act);
+// cat([left, activate(right, act)], -1): with GELU_tanh one kernel each way on CUDA
+// (models/common/concat_gelu_op.h).
+torch::Tensor concat_activated(const torch::Tensor& left, const torch::Tensor& right, Act act);
 // LayerNorm over the last axis without affine parameters, eps 1e-6 (blocks and final layer). Every
 // LayerNorm here computes in float32 and returns float32, as under autocast.
 torch::Tensor layer_norm_plain(const torch::Tensor& x);

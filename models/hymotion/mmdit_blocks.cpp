@@ -2,6 +2,8 @@
 // and encoders.py of the reference.
 #include "models/hymotion/mmdit_blocks.h"
 
+#include "models/common/gated_residual_op.h"
+
 namespace zest::hymotion {
 namespace {
 
@@ -63,10 +65,10 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   const auto mo = o.narrow(1, 0, motion_len);
   const auto to = o.narrow(1, motion_len, text.size(1));
 
-  auto m = motion + motion_.out_proj->forward(mo) * mm[2];
-  m = m + motion_.mlp->forward(norm_modulate(m, mm[3], mm[4])) * mm[5];
-  auto t = text + text_.out_proj->forward(to) * tm[2];
-  t = t + text_.mlp->forward(norm_modulate(t, tm[3], tm[4])) * tm[5];
+  auto m = gated_residual(motion, motion_.out_proj->forward(mo), mm[2]);
+  m = gated_residual(m, motion_.mlp->forward(norm_modulate(m, mm[3], mm[4])), mm[5]);
+  auto t = gated_residual(text, text_.out_proj->forward(to), tm[2]);
+  t = gated_residual(t, text_.mlp->forward(norm_modulate(t, tm[3], tm[4])), tm[5]);
   return {m, t};
 }
 
@@ -90,8 +92,8 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tens
   const auto parts = h.split_with_sizes({3 * dim_, mlp_hidden_}, -1);
   const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
   const auto o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
-  const auto out = linear2_->forward(torch::cat({o, activate(parts[1], act_)}, 2));
-  return z + out * m[2];
+  const auto out = linear2_->forward(concat_activated(o, parts[1], act_));
+  return gated_residual(z, out, m[2]);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include "models/hymotion/token_refiner.h"
 
 #include "core/check.h"
+#include "models/common/gated_residual_op.h"
 
 #include <limits>
 
@@ -29,8 +30,8 @@ torch::Tensor RefinerBlockImpl::forward(const torch::Tensor& h, const torch::Ten
   const auto& v = qkv[2];
   const auto q = q_norm_->forward(qkv[0]).to(v.scalar_type());
   const auto k = k_norm_->forward(qkv[1]).to(v.scalar_type());
-  auto out = h + proj_->forward(attention(q, k, v, bias)) * gates[0];
-  return out + mlp_->forward(norm2_->forward(out)) * gates[1];
+  const auto out = gated_residual(h, proj_->forward(attention(q, k, v, bias)), gates[0]);
+  return gated_residual(out, mlp_->forward(norm2_->forward(out)), gates[1]);
 }
 
 TokenRefinerImpl::TokenRefinerImpl(const HyMotionConfig& cfg, const Init& init) {

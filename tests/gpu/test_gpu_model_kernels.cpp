@@ -1,8 +1,10 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
 // sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
-// per-head RMSNorm; the modulated layer norm.
+// per-head RMSNorm; the modulated layer norm; the gated residual; [attention | GELU_tanh(MLP half)].
+#include "models/common/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
+#include "models/common/gated_residual_op.h"
 #include "models/common/geglu_op.h"
 #include "models/common/layer_norm_modulate_op.h"
 #include "models/common/rms_norm_op.h"
@@ -271,6 +273,117 @@ TEST(GpuLayerNormModulate, KernelsRepeatBitwise) {
     runs.push_back(torch::cat({y.flatten(), x.grad().flatten(), mod.grad().flatten()}));
   }
   EXPECT_TRUE(runs[0].equal(runs[1]));
+}
+
+// x + y·gate against ATen's two ops on the same GPU: the output and y's gradient bitwise (the same two
+// roundings), the gate's gradient within the rounding of a sum taken in another order. Widths that take
+// packs of 8, 4 and 1 elements; 37 tokens (a row per tile) and 1000 (several rows per tile).
+TEST(GpuGatedResidual, KernelsMatchTheOpChain) {
+  torch::manual_seed(21);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+    for (const int64_t d : {1280, 200, 77}) {
+      for (const int64_t seq : {37, 1000}) {
+        SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d << " tokens " << seq);
+        const auto opts = torch::TensorOptions().device(torch::kCUDA);
+        const auto x0 = torch::randn({3, seq, d}, opts).to(dtype);
+        const auto y0 = torch::randn({3, seq, d}, opts).to(dtype);
+        const auto mod0 = (0.5 * torch::randn({3, 1, 6 * d}, opts)).to(dtype);
+        const auto r = torch::randn({3, seq, d}, opts);
+        std::vector<torch::Tensor> out, dx, dy, dmod;
+        for (const bool kernels : {true, false}) {
+          auto x = x0.clone().requires_grad_(true);
+          auto y = y0.clone().requires_grad_(true);
+          auto mod = mod0.clone().requires_grad_(true);
+          const auto gate = mod.chunk(6, -1)[2];
+          torch::Tensor z;
+          if (kernels) {
+            EXPECT_TRUE(uses_gated_residual_kernels(x, y, gate));
+            z = gated_residual(x, y, gate);
+          } else {
+            z = x + y * gate;
+          }
+          (z.to(torch::kFloat32) * r).sum().backward();
+          out.push_back(z.detach());
+          dx.push_back(x.grad());
+          dy.push_back(y.grad());
+          dmod.push_back(mod.grad());
+        }
+        EXPECT_TRUE(out[0].equal(out[1]));
+        EXPECT_TRUE(dx[0].equal(dx[1]));
+        EXPECT_TRUE(dy[0].equal(dy[1]));
+        const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+        EXPECT_LE(relative_error(dmod[0].narrow(-1, 2 * d, d), dmod[1].narrow(-1, 2 * d, d)), tolerance);
+        EXPECT_EQ(dmod[0].narrow(-1, 0, 2 * d).abs().max().item<double>(), 0.0);  // the other chunks
+      }
+    }
+  }
+  // Operands the kernels do not take go to ATen: mixed dtypes, a gate per token.
+  const auto x = torch::randn({2, 5, 64}, torch::kCUDA);
+  EXPECT_FALSE(uses_gated_residual_kernels(x, x.to(torch::kBFloat16), torch::randn({2, 1, 64}, torch::kCUDA)));
+  EXPECT_FALSE(uses_gated_residual_kernels(x, x, torch::randn({2, 5, 64}, torch::kCUDA)));
+  EXPECT_TRUE(gated_residual(x, x, torch::randn({2, 5, 64}, torch::kCUDA)).defined());
+}
+
+// Bitwise repeatable: the gate's column sums go in a fixed order.
+TEST(GpuGatedResidual, KernelsRepeatBitwise) {
+  torch::manual_seed(22);
+  const auto x0 = torch::randn({4, 488, 1280}, torch::kCUDA).to(torch::kBFloat16);
+  const auto mod0 = torch::randn({4, 1, 3 * 1280}, torch::kCUDA).to(torch::kBFloat16);
+  std::vector<torch::Tensor> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto x = x0.clone().requires_grad_(true);
+    auto mod = mod0.clone().requires_grad_(true);
+    const auto z = gated_residual(x, x0 * 0.5, mod.chunk(3, -1)[2]);
+    z.to(torch::kFloat32).pow(2).sum().backward();
+    runs.push_back(torch::cat({z.flatten(), x.grad().flatten(), mod.grad().flatten()}));
+  }
+  EXPECT_TRUE(runs[0].equal(runs[1]));
+}
+
+// [left | GELU_tanh(right)] with right a slice of a projection (HY-Motion's single-stream block) against
+// ATen's GELU and concatenation on the same GPU, forward and both gradients; a left with its own row
+// stride; widths that take packs of 8, 4 and 1.
+TEST(GpuConcatGelu, KernelsMatchTheOpChain) {
+  torch::manual_seed(23);
+  struct Widths {
+    int64_t left, right;
+  };
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const Widths w : {Widths{1280, 5120}, Widths{64, 256}, Widths{20, 36}, Widths{7, 13}}) {
+      for (const bool strided_left : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " widths " << w.left << "+" << w.right
+                                          << (strided_left ? " strided left" : ""));
+        const auto opts = torch::TensorOptions().device(torch::kCUDA);
+        const auto h0 = (2 * torch::randn({2, 33, 3 * w.left + w.right}, opts)).to(dtype);
+        const auto o0 = torch::randn({2, 33, strided_left ? 2 * w.left : w.left}, opts).to(dtype);
+        const auto r = torch::randn({2, 33, w.left + w.right}, opts);
+        std::vector<torch::Tensor> out, dh, dot;
+        for (const bool kernels : {true, false}) {
+          auto h = h0.clone().requires_grad_(true);
+          auto o_full = o0.clone().requires_grad_(true);
+          const auto o = o_full.narrow(-1, 0, w.left);
+          const auto right = h.narrow(-1, 3 * w.left, w.right);
+          torch::Tensor y;
+          if (kernels) {
+            EXPECT_TRUE(uses_concat_gelu_kernels(o, right));
+            y = concat_gelu_tanh(o, right);
+          } else {
+            y = torch::cat({o, torch::gelu(right, "tanh")}, -1);
+          }
+          (y.to(torch::kFloat32) * r).sum().backward();
+          out.push_back(y.detach());
+          dh.push_back(h.grad());
+          dot.push_back(o_full.grad());
+        }
+        EXPECT_TRUE(out[0].is_contiguous());
+        const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+        EXPECT_LE(relative_error(out[0], out[1]), tolerance);
+        EXPECT_LE(relative_error(dh[0], dh[1]), tolerance);
+        EXPECT_TRUE(dot[0].equal(dot[1]));  // the output's gradient, passed through
+        EXPECT_EQ(dh[0].narrow(-1, 0, 3 * w.left).abs().max().item<double>(), 0.0);
+      }
+    }
+  }
 }
 
 }  // namespace
