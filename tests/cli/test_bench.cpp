@@ -20,13 +20,15 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   ASSERT_TRUE(r.exited() && r.code() == 0) << r.describe();
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"step_ms", "samples_per_s", "tflops", "mfu", "peak_allocated_gib", "peak_reserved_gib",
-                          "model_state_bytes", "model_state_formula_bytes", "comm_exposed_ms", "flops_per_step"}) {
+                          "model_state_bytes", "model_state_formula_bytes", "comm_exposed_ms", "flops_per_step",
+                          "pipelined_step_ms", "pipelined_samples_per_s"}) {
     EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
   }
   EXPECT_EQ(j["model"], "hymotion_tiny");
   EXPECT_LE(j["step_ms"]["min"].get<double>(), j["step_ms"]["median"].get<double>());
   EXPECT_LE(j["step_ms"]["median"].get<double>(), j["step_ms"]["max"].get<double>());
   EXPECT_GT(j["flops_per_step"].get<double>(), 0.0);
+  EXPECT_GT(j["pipelined_step_ms"].get<double>(), 0.0);
   // The engine's model state is the formula's plus padding only.
   const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
   EXPECT_NEAR(ratio, 1.0, 1e-3);
