@@ -17,10 +17,9 @@ ConcatRows rows_of(const torch::Tensor& left, const torch::Tensor& right) {
 }
 
 int width_for(const ConcatRows& rows, std::initializer_list<torch::Tensor> tensors) {
-  const void* pointers[3];
-  int count = 0;
-  for (const auto& t : tensors) pointers[count++] = t.data_ptr();
-  return concat_gelu_vector_width(rows, static_cast<int>(tensors.begin()->element_size()), pointers, count);
+  const DataPointers pointers(tensors);
+  return concat_gelu_vector_width(rows, static_cast<int>(tensors.begin()->element_size()), pointers.data(),
+                                  pointers.size());
 }
 
 struct ConcatGelu : torch::autograd::Function<ConcatGelu> {

@@ -14,10 +14,9 @@ GatedRows rows_of(const torch::Tensor& y, const torch::Tensor& gate) {
 }
 
 int width_for(int64_t dim, std::initializer_list<torch::Tensor> tensors) {
-  const void* pointers[4];
-  int count = 0;
-  for (const auto& t : tensors) pointers[count++] = t.data_ptr();
-  return gated_residual_vector_width(dim, static_cast<int>(tensors.begin()->element_size()), pointers, count);
+  const DataPointers pointers(tensors);
+  return gated_residual_vector_width(dim, static_cast<int>(tensors.begin()->element_size()), pointers.data(),
+                                     pointers.size());
 }
 
 struct GatedResidual : torch::autograd::Function<GatedResidual> {
