@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One line per `zest bench` JSON result (stdin or files): model, GPUs, stage, checkpointing, step time,
-throughput, MFU, peak memory, exposed communication, model state against the formula; with --profile,
+throughput, MFU, peak memory, exposed communication, model state against the formula, the pipelined step
+time where the run has it; with --profile,
 also the heaviest launching operators of a profiled run (`zest bench --profile`)."""
 import json
 import sys
@@ -12,7 +13,8 @@ def line(d):
     return (f"{d['model']:12s} N={d['world_size']} stage={d['stage']} ac={d['activation_checkpointing']:5s} "
             f"{s['median']:8.1f} ms [{s['min']:.0f}-{s['max']:.0f}] {d['samples_per_s']:6.1f} samples/s/GPU "
             f"MFU {d['mfu'] * 100:4.1f}% alloc {d['peak_allocated_gib']:5.1f} GiB res {d['peak_reserved_gib']:5.1f} "
-            f"exposed {d['comm_exposed_ms']:5.1f} ms state {state * 100:+.2f}%")
+            f"exposed {d['comm_exposed_ms']:5.1f} ms state {state * 100:+.2f}%"
+            + (f" pipelined {d['pipelined_step_ms']:.1f} ms" if "pipelined_step_ms" in d else ""))
 
 
 def profile_lines(d, top=12):
