@@ -124,7 +124,10 @@ class Engine final : private UnitEvents {
   void before_unit_forward(size_t u) override { residency_->before_forward(u); }
   void after_unit_forward(size_t u) override { residency_->after_forward(u); }
   void unit_marked_for_backward(size_t u) override { reducer_->marker_attached(u); }
-  void before_unit_backward(size_t u) override { residency_->before_backward(u); }
+  void before_unit_backward(size_t u) override {
+    residency_->before_backward(u);
+    reducer_->unit_backward_starting(u);
+  }
   void after_unit_backward(size_t u) override { reducer_->unit_backward_done(u); }
   void before_grad_accumulated(size_t u) override { reducer_->grad_arriving(u); }
   void after_grad_accumulated(size_t u, size_t slot) override { reducer_->grad_accumulated(u, slot); }

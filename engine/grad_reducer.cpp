@@ -44,6 +44,11 @@ void GradReducer::begin_backward(bool reduce, bool accumulate) {
   std::fill(is_launched_.begin(), is_launched_.end(), 0);
 }
 
+void GradReducer::unit_backward_starting(size_t u) {
+  const size_t b = bucket_of_unit_[u];
+  if (is_reducing_ && !is_launched_[b]) buckets_[b].ensure_grad_buffer();
+}
+
 void GradReducer::grad_arriving(size_t u) {
   if (!is_reducing_) return;
   const size_t b = bucket_of_unit_[u];

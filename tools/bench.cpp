@@ -46,6 +46,12 @@ nlohmann::json step_ms_summary(Communicator& comm, std::vector<double> step_ms) 
   return {{"min", slowest.front()}, {"median", median}, {"max", slowest.back()}};
 }
 
+double mean_over_ranks(Communicator& comm, double value) {
+  auto t = torch::tensor({value}, torch::kFloat64);
+  comm.allreduce_sync(t, ReduceOp::sum);
+  return t.item<double>() / comm.size();
+}
+
 double max_over_ranks(Communicator& comm, double value) {
   auto t = torch::tensor({value}, torch::kFloat64);
   comm.allreduce_sync(t, ReduceOp::max);
@@ -85,9 +91,13 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const std::vector<TensorMap> batches = {family.synthetic_batch(*model, shapes, batch, device, gen),
                                           family.synthetic_batch(*model, shapes, batch, device, gen)};
   int64_t next = 0;
+  torch::Tensor first_loss, last_loss;  // kept on the device, read once at the end (no sync per step)
   auto one_step = [&] {
     for (int m = 0; m < config.engine.accumulation_steps; ++m) {
-      engine.backward(family.training_loss(*model, batches[static_cast<size_t>(next++ % 2)], gen));
+      const torch::Tensor loss = family.training_loss(*model, batches[static_cast<size_t>(next++ % 2)], gen);
+      last_loss = loss.detach();
+      if (!first_loss.defined()) first_loss = last_loss;
+      engine.backward(loss);
     }
     engine.step();
   };
@@ -136,6 +146,10 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   }
 
   const nlohmann::json ms = step_ms_summary(*comm, step_ms);
+  // A benchmark that does not train is not one: the loss of the first and the last micro-batch (rank mean)
+  // on the two synthetic batches the steps alternate between.
+  const double loss_first = mean_over_ranks(*comm, first_loss.to(torch::kFloat64).item<double>());
+  const double loss_last = mean_over_ranks(*comm, last_loss.to(torch::kFloat64).item<double>());
   const double median_s = ms["median"].get<double>() / 1000.0;
   const int64_t samples = batch * config.engine.accumulation_steps;
   const double tflops = static_cast<double>(flops) / median_s / 1e12;
@@ -149,6 +163,12 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   ::getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
   const double peak_rss_gib = static_cast<double>(usage.ru_maxrss) * 1024.0;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  // What the step needs beyond the model state the device holds: activations, transient gradient
+  // buckets and workspace, per sample of the micro-batch (0 on the CPU, where no peak is tracked).
+  const double beyond_state = std::max(0.0, memory.peak_allocated_bytes - static_cast<double>(state.on_device()));
+  const double activation_bytes_per_sample = max_over_ranks(*comm, beyond_state / static_cast<double>(batch));
+  const nlohmann::json launches = profile.is_object() && profile.contains("launches_per_step")
+                                      ? profile["launches_per_step"] : nlohmann::json();
   return {{"model", resolved.name},
           {"parameters", engine.num_parameters()},
           {"device", device.str()},
@@ -179,6 +199,10 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"model_state_host_bytes", state.on_host()},
           {"peak_host_rss_gib", max_over_ranks(*comm, peak_rss_gib / kGiB)},
           {"comm_exposed_ms", max_over_ranks(*comm, exposed_ms)},
+          {"activation_bytes_per_sample", activation_bytes_per_sample},
+          {"loss_first", loss_first},
+          {"loss_last", loss_last},
+          {"kernel_launches_per_step", launches},
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},
           {"skipped_total", stats.skipped_total},

@@ -65,7 +65,8 @@ int64_t count(const at::RecordFunction& fn) {
   const std::string name = fn.name();
   const auto inputs = fn.inputs();
   auto in = [&](size_t i) { return i < inputs.size() ? sizes_of(inputs[i]) : std::vector<int64_t>{}; };
-  if (name == "aten::mm" || name == "aten::bmm") return matmul_flops(in(0), in(1));
+  // zest::mm_accumulate: the accumulating linear's weight gradient (models/common/linear_cuda.cpp).
+  if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate") return matmul_flops(in(0), in(1));
   if (name == "aten::addmm" || name == "aten::baddbmm") return matmul_flops(in(1), in(2));
   if (name == "aten::convolution" && inputs.size() >= 6) {
     return conv_flops(in(1), conv_output_numel(in(0), in(1), inputs[3], inputs[4], inputs[5]));

@@ -7,15 +7,18 @@
 #include "core/check.h"
 #include "models/common/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
+#include "models/common/linear_op.h"
+#include "models/common/recomputed_linear_op.h"
 #include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
 #include "core/compat.h"
 
 #include <cmath>
+#include <optional>
 
 namespace zest::hymotion {
 
-constexpr double kNormEps = 1e-6;
+constexpr double kNormEps = kNormEpsilon;
 constexpr int64_t kRopeMaxPositions = 5000;  // the reference precomputes positions 0..4999
 
 torch::Tensor activate(const torch::Tensor& x, Act act) {
@@ -72,7 +75,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const Init& init)
 
 // As autocast does for its lower-precision ops: the input is cast to the compute dtype (the weights').
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) const {
-  return torch::linear(x.to(weight.scalar_type()), weight, bias);
+  return zest::linear(x.to(weight.scalar_type()), weight, bias);  // fused gradient accumulation on CUDA
 }
 
 void LinearImpl::zero_() {
@@ -126,8 +129,27 @@ MlpImpl::MlpImpl(int64_t dim, int64_t hidden, Act act, const Init& init) : act_(
   fc2_ = register_module("fc2", Linear(hidden, dim, true, init));
 }
 
+namespace {
+std::optional<RecomputedActivation> recomputable(Act act) {
+  switch (act) {
+    case Act::gelu: return RecomputedActivation::gelu;
+    case Act::gelu_tanh: return RecomputedActivation::gelu_tanh;
+    case Act::silu: return RecomputedActivation::silu;
+    case Act::relu: return std::nullopt;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+// On CUDA the activation is recomputed in backward rather than kept (recomputed_linear_op.h): the hidden
+// layer is the block's widest activation.
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) const {
-  return fc2_->forward(activate(fc1_->forward(x), act_));
+  const auto hidden = fc1_->forward(x);
+  const auto f = recomputable(act_);
+  if (f && uses_recomputed_linear(hidden, fc2_->weight, fc2_->bias)) {
+    return linear_of_recomputed(*f, hidden, {}, fc2_->weight, fc2_->bias);
+  }
+  return fc2_->forward(activate(hidden, act_));
 }
 
 TwoLayerImpl::TwoLayerImpl(int64_t in, int64_t dim, Act act, const Init& init) : act_(act) {

@@ -59,10 +59,15 @@ TORCH_MODULE(AffineLayerNorm);
 
 // Per-head norm of q or k over the head dim: the reference RMSNorm (normalised in float32, cast back,
 // then times weight), an affine LayerNorm (float32 result; the caller casts to v's dtype), or identity.
+// The epsilon of every norm in the model (the reference's 1e-6).
+inline constexpr double kNormEpsilon = 1e-6;
+
 class HeadNormImpl : public torch::nn::Module {
  public:
   HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init);
   torch::Tensor forward(const torch::Tensor& x) const;
+  // For the fused q/k norm + RoPE kernels (qk_norm_rope_op.h): an RMSNorm's weight, else undefined.
+  torch::Tensor rms_weight() const { return kind_ == QkNorm::rms ? weight_ : torch::Tensor(); }
 
  private:
   QkNorm kind_;

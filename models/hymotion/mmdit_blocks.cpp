@@ -3,6 +3,8 @@
 #include "models/hymotion/mmdit_blocks.h"
 
 #include "models/common/gated_residual_op.h"
+#include "models/common/qk_norm_rope_op.h"
+#include "models/common/recomputed_linear_op.h"
 
 namespace zest::hymotion {
 namespace {
@@ -22,6 +24,18 @@ Qkv normed_qkv(const torch::Tensor& projection, int64_t num_heads, const HeadNor
 torch::Tensor rope_and_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const AttnContext& ctx) {
   return attention(apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin), v, ctx.bias);
+}
+
+QkvProjection projection_of(const torch::Tensor& proj, const HeadNorm& q_norm, const HeadNorm& k_norm) {
+  return {proj, q_norm->rms_weight(), k_norm->rms_weight()};
+}
+
+// Attention over the streams' projections joined along the sequence, on CUDA in one kernel each way for
+// the split, the q/k norms, the joining and RoPE (qk_norm_rope_op.h).
+torch::Tensor attend_with_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads,
+                                  const AttnContext& ctx) {
+  const auto in = qk_norm_rope(streams, num_heads, ctx.cos, ctx.sin, kNormEpsilon);
+  return attention(in.q, in.k, in.v, ctx.bias);
 }
 
 }  // namespace
@@ -54,13 +68,19 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   // m[0..5] = shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
   const auto mm = motion_.mod->forward(c);
   const auto tm = text_.mod->forward(c);
-  const auto mq = normed_qkv(motion_.qkv->forward(norm_modulate(motion, mm[0], mm[1])), num_heads_,
-                             motion_.q_norm, motion_.k_norm);
-  const auto tq = normed_qkv(text_.qkv->forward(norm_modulate(text, tm[0], tm[1])), num_heads_,
-                             text_.q_norm, text_.k_norm);
+  const auto mp = motion_.qkv->forward(norm_modulate(motion, mm[0], mm[1]));
+  const auto tp = text_.qkv->forward(norm_modulate(text, tm[0], tm[1]));
   // Joint attention over [motion ; text].
-  const auto o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1),
-                                 torch::cat({mq.v, tq.v}, 1), ctx);
+  const std::vector<QkvProjection> streams{projection_of(mp, motion_.q_norm, motion_.k_norm),
+                                           projection_of(tp, text_.q_norm, text_.k_norm)};
+  torch::Tensor o;
+  if (uses_qk_norm_rope_kernels(streams, num_heads_, ctx.cos, ctx.sin)) {
+    o = attend_with_kernels(streams, num_heads_, ctx);
+  } else {
+    const auto mq = normed_qkv(mp, num_heads_, motion_.q_norm, motion_.k_norm);
+    const auto tq = normed_qkv(tp, num_heads_, text_.q_norm, text_.k_norm);
+    o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1), torch::cat({mq.v, tq.v}, 1), ctx);
+  }
   const int64_t motion_len = motion.size(1);
   const auto mo = o.narrow(1, 0, motion_len);
   const auto to = o.narrow(1, motion_len, text.size(1));
@@ -90,9 +110,19 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tens
   const auto m = modulation_->forward(c);  // shift, scale, gate
   const auto h = linear1_->forward(norm_modulate(z, m[0], m[1]));
   const auto parts = h.split_with_sizes({3 * dim_, mlp_hidden_}, -1);
-  const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
-  const auto o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
-  const auto out = linear2_->forward(concat_activated(o, parts[1], act_));
+  const std::vector<QkvProjection> stream{projection_of(parts[0], q_norm_, k_norm_)};
+  torch::Tensor o;
+  if (uses_qk_norm_rope_kernels(stream, num_heads_, ctx.cos, ctx.sin)) {
+    o = attend_with_kernels(stream, num_heads_, ctx);
+  } else {
+    const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
+    o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
+  }
+  // [attention | act(MLP half)] is recomputed in backward where it can be (recomputed_linear_op.h).
+  const bool recompute = act_ == Act::gelu_tanh && uses_recomputed_linear(o, linear2_->weight, linear2_->bias);
+  const auto out = recompute ? linear_of_recomputed(RecomputedActivation::concat_gelu_tanh, o, parts[1],
+                                                    linear2_->weight, linear2_->bias)
+                             : linear2_->forward(concat_activated(o, parts[1], act_));
   return gated_residual(z, out, m[2]);
 }
 

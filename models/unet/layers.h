@@ -4,6 +4,8 @@
 // to the weights' dtype (the compute dtype); the norms compute in float32 and return float32.
 #pragma once
 
+#include "models/common/linear_op.h"
+
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -24,7 +26,7 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
              const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const {
-    return torch::linear(x.to(weight.scalar_type()), weight, bias);
+    return zest::linear(x.to(weight.scalar_type()), weight, bias);
   }
 
   torch::Tensor weight;  // [out, in]

@@ -4,6 +4,7 @@
 
 #include "core/compat.h"
 #include "models/common/geglu_op.h"
+#include "models/common/recomputed_linear_op.h"
 
 namespace zest::unet {
 
@@ -56,8 +57,14 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, const torch::TensorOptions& option
   out = register_indexed(*net, Linear(4 * dim, dim, true, options));
 }
 
+// On CUDA the GEGLU output (the block's widest activation) is recomputed in backward rather than kept
+// (recomputed_linear_op.h).
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) const {
-  return out->forward(geglu->forward(x));
+  const auto projected = geglu->project(x);
+  if (uses_recomputed_linear(projected, out->weight, out->bias)) {
+    return linear_of_recomputed(RecomputedActivation::geglu, projected, {}, out->weight, out->bias);
+  }
+  return out->forward(zest::geglu(projected));
 }
 
 BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t context_dim,

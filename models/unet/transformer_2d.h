@@ -32,6 +32,8 @@ class GegluImpl : public torch::nn::Module {
  public:
   GegluImpl(int64_t dim, int64_t inner_dim, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
+  // The projection alone (FeedForward applies GEGLU itself when it recomputes it in backward).
+  torch::Tensor project(const torch::Tensor& x) const { return proj->forward(x); }
 
  private:
   Linear proj{nullptr};

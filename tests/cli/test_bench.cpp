@@ -21,7 +21,8 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"step_ms", "samples_per_s", "tflops", "mfu", "peak_allocated_gib", "peak_reserved_gib",
                           "model_state_bytes", "model_state_formula_bytes", "comm_exposed_ms", "flops_per_step",
-                          "pipelined_step_ms", "pipelined_samples_per_s"}) {
+                          "pipelined_step_ms", "pipelined_samples_per_s", "loss_first", "loss_last",
+                          "activation_bytes_per_sample", "kernel_launches_per_step"}) {
     EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
   }
   EXPECT_EQ(j["model"], "hymotion_tiny");
@@ -29,6 +30,10 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   EXPECT_LE(j["step_ms"]["median"].get<double>(), j["step_ms"]["max"].get<double>());
   EXPECT_GT(j["flops_per_step"].get<double>(), 0.0);
   EXPECT_GT(j["pipelined_step_ms"].get<double>(), 0.0);
+  // It trains: six steps on the two synthetic batches bring the loss down.
+  EXPECT_GT(j["loss_first"].get<double>(), 0.0);
+  EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
+  EXPECT_TRUE(j["kernel_launches_per_step"].is_null()) << "launches are counted only under --profile";
   // The engine's model state is the formula's plus padding only.
   const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
   EXPECT_NEAR(ratio, 1.0, 1e-3);

@@ -1,0 +1,33 @@
+// The two halves of the accumulating linear that other fused layers reuse (CUDA builds only; defined in
+// linear_cuda.cpp): the forward product of a [tokens, in] input, and the backward that accumulates the
+// weight and bias gradients into their float32 .grad slots (linear_op.h says when).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace zest {
+
+struct LinearGrads {
+  torch::Tensor dinput;   // [tokens, in], when asked for
+  torch::Tensor dweight;  // undefined when accumulated into weight.grad
+  torch::Tensor dbias;    // undefined when accumulated into bias.grad, or without a bias
+};
+
+// y [input_sizes…, out] = x2 [tokens, in] · Wᵀ + b.
+torch::Tensor linear_forward_2d(const torch::Tensor& x2, const torch::Tensor& weight, const torch::Tensor& bias,
+                                c10::IntArrayRef input_sizes);
+
+// From dY [.., out]: dX = dY·W (when wants_input_grad), and dW = dYᵀ·X2, db = Σ dY — accumulated into the
+// parameters' float32 .grad slots with cuBLAS when both exist, else returned.
+LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
+                            const torch::Tensor& bias, bool wants_input_grad);
+
+// An IValue holding a tensor or None, as a possibly undefined tensor.
+torch::Tensor optional_tensor(const c10::IValue& value);
+
+// Custom autograd functions take no undefined tensors: an absent optional input goes in as an empty
+// tensor (absent_tensor), and present() turns it back into an undefined one.
+torch::Tensor absent_tensor(const torch::Tensor& like);
+torch::Tensor present(const torch::Tensor& t);
+
+}  // namespace zest

@@ -1,0 +1,35 @@
+// linear(x, weight, bias): the matrix product of every Linear layer, with gradient-accumulation fusion.
+// On CUDA with 16-bit weights whose .grad is a float32 slot (the engine points every parameter's .grad
+// into its flat gradient buffer), backward has cuBLAS accumulate dW += dYᵀ·X and db += Σ dY straight into
+// those slots (beta = 1): no 16-bit weight-gradient temporary, no accumulation kernel per parameter
+// (Megatron calls this gradient-accumulation fusion). Everywhere else — CPU, fp32, frozen weights, a
+// .grad that is not such a slot — it is torch::linear with autograd's own accumulation.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace zest {
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// Whether linear() takes the accumulating path for these arguments (CUDA build, fusion enabled, grad
+// mode, x and weight in one 16-bit dtype on CUDA, weight (and bias) trainable leaves). Whether a given
+// backward then accumulates in place is decided when it runs: the .grad slots must exist by then.
+bool uses_accumulating_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// The weight's half of that: whether backward through this weight and bias would accumulate in place.
+bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& bias);
+
+// Process-wide switch (default on; the environment variable ZEST_LINEAR_GRAD_FUSION=0 turns it off),
+// so tests and benchmarks can compare against the unfused path in one process.
+bool linear_grad_fusion_enabled();
+void set_linear_grad_fusion(bool enabled);
+
+// Backward calls of the accumulating path that accumulated into .grad slots / fell back to returning
+// gradients, since the process started (tests check that the fused path really ran).
+struct LinearGradFusionCounts {
+  int64_t fused = 0;
+  int64_t unfused = 0;
+};
+LinearGradFusionCounts linear_grad_fusion_counts();
+
+}  // namespace zest

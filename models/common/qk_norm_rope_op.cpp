@@ -1,0 +1,82 @@
+// uses_qk_norm_rope_kernels (see qk_norm_rope_op.h); the kernels' autograd function is in qk_norm_rope_cuda.cpp.
+#include "models/common/qk_norm_rope_op.h"
+
+#include "core/check.h"
+#include "models/common/kernel_tensors.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+bool qk_norm_rope_covers(int64_t head_dim, int element_bytes);  // qk_norm_rope.h (nvcc-compiled)
+int64_t qk_norm_rope_alignment(int element_bytes);
+AttentionInputs qk_norm_rope_cuda(const std::vector<QkvProjection>& streams, int64_t num_heads,
+                                  const torch::Tensor& cos, const torch::Tensor& sin, double eps);
+#endif
+
+namespace {
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* value = std::getenv("ZEST_QK_NORM_ROPE");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }()};
+  return flag;
+}
+}  // namespace
+
+bool qk_norm_rope_enabled() { return enabled_flag().load(); }
+void set_qk_norm_rope(bool enabled) { enabled_flag().store(enabled); }
+
+bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+#ifdef ZEST_WITH_CUDA
+  if (!qk_norm_rope_enabled() || streams.empty() || streams.size() > 2 || num_heads <= 0) return false;
+  const auto& first = streams.front().proj;
+  if (!first.defined() || !first.is_cuda() || first.dim() != 3 || first.size(-1) % (3 * num_heads) != 0) return false;
+  const auto dtype = first.scalar_type();
+  const int64_t head_dim = first.size(-1) / (3 * num_heads);
+  const int bytes = static_cast<int>(first.element_size());
+  if (!is_kernel_dtype(dtype) || !qk_norm_rope_covers(head_dim, bytes)) return false;
+  const int64_t align = qk_norm_rope_alignment(bytes);
+  const auto aligned = [&](const torch::Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % static_cast<std::uintptr_t>(16) == 0;
+  };
+  int64_t seq = 0;
+  for (const auto& s : streams) {
+    const auto& p = s.proj;
+    const bool proj_ok = p.defined() && p.device() == first.device() && p.scalar_type() == dtype && p.dim() == 3 &&
+                         p.size(0) == first.size(0) && p.size(2) == first.size(2) && p.stride(2) == 1 &&
+                         p.stride(1) % align == 0 && p.stride(0) % align == 0 && p.numel() > 0 && aligned(p);
+    const auto weight_ok = [&](const torch::Tensor& w) {
+      return w.defined() && w.device() == first.device() && w.scalar_type() == dtype && w.dim() == 1 &&
+             w.size(0) == head_dim && w.is_contiguous() && aligned(w);
+    };
+    if (!proj_ok || !weight_ok(s.q_weight) || !weight_ok(s.k_weight)) return false;
+    seq += p.size(1);
+  }
+  return cos.defined() && sin.defined() && cos.scalar_type() == torch::kFloat32 &&
+         sin.scalar_type() == torch::kFloat32 && cos.device() == first.device() && sin.device() == first.device() &&
+         cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.size(1) == head_dim && cos.size(0) <= seq &&
+         cos.is_contiguous() && sin.is_contiguous();
+#else
+  (void)streams, (void)num_heads, (void)cos, (void)sin;
+  return false;
+#endif
+}
+
+AttentionInputs qk_norm_rope(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
+                             const torch::Tensor& sin, double eps) {
+  ZEST_CHECK(uses_qk_norm_rope_kernels(streams, num_heads, cos, sin), "q/k norm + RoPE kernels: inputs not covered");
+#ifdef ZEST_WITH_CUDA
+  return qk_norm_rope_cuda(streams, num_heads, cos, sin, eps);
+#else
+  (void)eps;
+  ZEST_FAIL("q/k norm + RoPE kernels: this zest was built without CUDA");
+#endif
+}
+
+}  // namespace zest

@@ -1,0 +1,157 @@
+// The q/k RMSNorm + RoPE kernels (models/common/qk_norm_rope.h) against the op chain they replace, in
+// float64 on the same inputs: one stream and two (the double block's motion and text joined), a
+// projection that is a slice of a wider one (the single block's linear1), RoPE on part of the joint
+// sequence, float32 and bf16; forward values, the projections' and the norm weights' gradients, and a
+// bitwise repeat.
+#include "models/common/qk_norm_rope_op.h"
+
+#include <gtest/gtest.h>
+
+namespace zest::testing {
+namespace {
+
+constexpr int64_t kHeads = 3;
+constexpr double kEps = 1e-6;
+
+double relative(const torch::Tensor& got, const torch::Tensor& want) {
+  const auto g = got.to(torch::kCPU, torch::kFloat64), w = want.to(torch::kCPU, torch::kFloat64);
+  return ((g - w).norm() / w.norm()).item<double>();
+}
+
+struct Case {
+  torch::ScalarType dtype;
+  int64_t head_dim;
+  std::vector<int64_t> seqs;  // one or two streams
+  int64_t extra_columns;      // > 0: each projection is the first 3·H·d columns of a wider tensor
+  int64_t rotated;
+};
+
+// The op chain in float64: split, RMSNorm per head with the weight, join, RoPE on [0, rotated).
+std::vector<torch::Tensor> reference(const std::vector<torch::Tensor>& projections,
+                                     const std::vector<torch::Tensor>& weights, const torch::Tensor& cos,
+                                     const torch::Tensor& sin, int64_t d) {
+  std::vector<torch::Tensor> qs, ks, vs;
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const auto& p = projections[i];
+    const auto parts = p.view({p.size(0), p.size(1), 3, kHeads, d}).unbind(2);
+    auto norm = [&](const torch::Tensor& x, const torch::Tensor& w) {
+      return x * torch::rsqrt(x.pow(2).mean(-1, true) + kEps) * w;
+    };
+    qs.push_back(norm(parts[0], weights[2 * i]));
+    ks.push_back(norm(parts[1], weights[2 * i + 1]));
+    vs.push_back(parts[2]);
+  }
+  auto q = torch::cat(qs, 1), k = torch::cat(ks, 1), v = torch::cat(vs, 1);
+  auto rope = [&](const torch::Tensor& x) {
+    const int64_t r = cos.size(0);
+    const auto head = x.narrow(1, 0, r);
+    auto pairs = head.reshape({head.size(0), r, kHeads, d / 2, 2}).unbind(-1);
+    const auto rotated = torch::stack({-pairs[1], pairs[0]}, -1).flatten(-2);
+    const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+    return torch::cat({head * c + rotated * s, x.narrow(1, r, x.size(1) - r)}, 1);
+  };
+  return {rope(q), rope(k), v};
+}
+
+struct KernelsOn {
+  KernelsOn() : was(qk_norm_rope_enabled()) { set_qk_norm_rope(true); }
+  ~KernelsOn() { set_qk_norm_rope(was); }
+  bool was;
+};
+
+void check_case(const Case& c) {
+  const KernelsOn on;
+  torch::manual_seed(7);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t d = c.head_dim, width = 3 * kHeads * d, batch = 2;
+  int64_t total = 0;
+  std::vector<torch::Tensor> leaves, projections, weights;
+  std::vector<QkvProjection> streams;
+  for (const int64_t seq : c.seqs) {
+    total += seq;
+    auto wide = torch::randn({batch, seq, width + c.extra_columns}, cuda).to(c.dtype).requires_grad_(true);
+    leaves.push_back(wide);
+    projections.push_back(wide.narrow(-1, 0, width));
+    for (int part = 0; part < 2; ++part) {
+      weights.push_back((1.0 + 0.3 * torch::randn({d}, cuda)).to(c.dtype).requires_grad_(true));
+    }
+    streams.push_back({projections.back(), weights[weights.size() - 2], weights.back()});
+  }
+  const auto angles = torch::rand({c.rotated, d}, cuda) * 6.0;
+  const auto cos = angles.cos(), sin = angles.sin();
+  ASSERT_TRUE(uses_qk_norm_rope_kernels(streams, kHeads, cos, sin));
+  const auto got = qk_norm_rope(streams, kHeads, cos, sin, kEps);
+  ASSERT_EQ(got.q.sizes(), (std::vector<int64_t>{batch, total, kHeads, d}));
+
+  // Reference on float64 copies of the same values.
+  std::vector<torch::Tensor> ref_leaves, ref_projections, ref_weights;
+  for (const auto& leaf : leaves) {
+    ref_leaves.push_back(leaf.detach().to(torch::kFloat64).requires_grad_(true));
+    ref_projections.push_back(ref_leaves.back().narrow(-1, 0, width));
+  }
+  for (const auto& w : weights) ref_weights.push_back(w.detach().to(torch::kFloat64).requires_grad_(true));
+  const auto want = reference(ref_projections, ref_weights, cos.to(torch::kFloat64), sin.to(torch::kFloat64), d);
+
+  const bool bf16 = c.dtype == torch::kBFloat16;
+  const double value_tol = bf16 ? 1e-2 : 1e-5, grad_tol = bf16 ? 3e-2 : 1e-4;
+  EXPECT_LT(relative(got.q, want[0]), value_tol);
+  EXPECT_LT(relative(got.k, want[1]), value_tol);
+  EXPECT_TRUE(torch::equal(got.v.to(torch::kCPU, torch::kFloat64), want[2].detach().cpu()));
+
+  const auto gq = torch::randn_like(got.q), gk = torch::randn_like(got.k), gv = torch::randn_like(got.v);
+  torch::autograd::backward({got.q, got.k, got.v}, {gq, gk, gv});
+  torch::autograd::backward({want[0], want[1], want[2]},
+                            {gq.to(torch::kFloat64), gk.to(torch::kFloat64), gv.to(torch::kFloat64)});
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const auto g = leaves[i].grad(), w = ref_leaves[i].grad();
+    EXPECT_LT(relative(g.narrow(-1, 0, width), w.narrow(-1, 0, width)), grad_tol) << "stream " << i;
+    if (c.extra_columns > 0) {
+      EXPECT_EQ(g.narrow(-1, width, c.extra_columns).abs().max().item<double>(), 0.0) << "columns beyond qkv";
+    }
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_LT(relative(weights[i].grad(), ref_weights[i].grad()), grad_tol) << "weight " << i;
+  }
+
+  // The same inputs again: bitwise the same values and gradients (fixed-order sums).
+  const auto first_dproj = leaves[0].grad().clone(), first_dw = weights[0].grad().clone();
+  for (auto& l : leaves) l.mutable_grad() = torch::Tensor();
+  for (auto& w : weights) w.mutable_grad() = torch::Tensor();
+  const auto again = qk_norm_rope(streams, kHeads, cos, sin, kEps);
+  EXPECT_TRUE(torch::equal(again.q, got.q));
+  torch::autograd::backward({again.q, again.k, again.v}, {gq, gk, gv});
+  EXPECT_TRUE(torch::equal(leaves[0].grad(), first_dproj));
+  EXPECT_TRUE(torch::equal(weights[0].grad(), first_dw));
+}
+
+TEST(GpuQkNormRope, MatchesTheOpChain) {
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t d : {64, 128}) {
+      SCOPED_TRACE(std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " d=" + std::to_string(d));
+      check_case({dtype, d, {37}, 0, 37});           // one stream, all rotated
+      check_case({dtype, d, {29}, 5 * d, 11});        // a slice of a wider projection, part rotated
+      check_case({dtype, d, {23, 9}, 0, 23});         // motion and text joined, motion rotated
+      check_case({dtype, d, {23, 9}, 0, 27});         // RoPE reaching into the second stream
+    }
+  }
+}
+
+TEST(GpuQkNormRope, OtherShapesTakeTheOpChain) {
+  const KernelsOn on;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto w = torch::ones({32}, cuda);
+  const auto p = torch::randn({2, 5, 3 * kHeads * 32}, cuda);
+  const auto cos = torch::ones({5, 32}, cuda);
+  EXPECT_FALSE(uses_qk_norm_rope_kernels({{p, w, w}}, kHeads, cos, cos)) << "head dim 32";
+  const auto w64 = torch::ones({64}, cuda);
+  const auto p64 = torch::randn({2, 5, 3 * kHeads * 64}, cuda);
+  EXPECT_FALSE(uses_qk_norm_rope_kernels({{p64, w64, w64}}, kHeads, torch::ones({6, 64}, cuda),
+                                         torch::ones({6, 64}, cuda)))
+      << "more table rows than positions";
+  EXPECT_FALSE(uses_qk_norm_rope_kernels({{p64.cpu(), w64.cpu(), w64.cpu()}}, kHeads, torch::ones({5, 64}),
+                                         torch::ones({5, 64})))
+      << "CPU";
+}
+
+}  // namespace
+}  // namespace zest::testing
