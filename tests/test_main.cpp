@@ -16,8 +16,8 @@
 
 namespace {
 
-// Seconds one test may run: ZEST_TEST_TIMEOUT_S, or 45 (every test of the suite takes a few seconds on a
-// 2-core machine; the slowest, which train and merge through the built `zest`, well under half of this).
+// Seconds one test may run: ZEST_TEST_TIMEOUT_S, or 45 (a multi-rank test takes a few seconds on a 2-core
+// machine; tests/CMakeLists.txt gives the one-process runs, with their longer fuzz and CLI tests, 120).
 int test_time_limit_s() {
   const char* text = std::getenv("ZEST_TEST_TIMEOUT_S");
   if (text == nullptr || *text == '\0') return 45;
