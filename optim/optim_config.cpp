@@ -134,7 +134,7 @@ void to_toml(const OptimConfig& c, ConfigWriter& out) {
 void to_toml(const SchedulerConfig& c, ConfigWriter& out) {
   ConfigWriter& t = out.table("scheduler", "learning-rate schedule");
   t.set("name", to_string(c.name), "constant|cosine|linear");
-  t.set("warmup_steps", c.warmup_steps, "linear warm-up steps from 0 to lr");
+  t.set("warmup_steps", c.warmup_steps, "linear warm-up steps: update t (from 0) uses lr*(t+1)/warmup_steps");
   if (c.name == ScheduleKind::constant) return;
   t.set("decay_steps", c.decay_steps, "steps of decay after warm-up");
   t.set("min_lr", c.min_lr, "learning rate at the end of decay");

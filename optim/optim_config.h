@@ -35,7 +35,7 @@ struct OptimConfig {
 
 struct SchedulerConfig {
   ScheduleKind name = ScheduleKind::constant;
-  int warmup_steps = 0;   // linear warm-up from 0 to lr
+  int warmup_steps = 0;   // linear warm-up: update t (0-based) < warmup_steps uses lr·(t+1)/warmup_steps
   int decay_steps = 0;    // steps of cosine/linear decay after warm-up (0 = constant after warm-up; a run
                           // file's 0 with cosine/linear resolves to train.max_steps - warmup_steps)
   double min_lr = 0.0;    // floor reached at the end of decay

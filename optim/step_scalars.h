@@ -34,7 +34,7 @@ struct StepRules {
   double scale_hysteresis = 1.0;
   double stop_at_min_scale = 1.0;  // 1: an overflow at the floor ends the run; 0: keep skipping
   double max_nonfinite_steps = 5.0;
-  // learning-rate schedule (optim/lr_schedule.h); kind: 0 constant, 1 cosine, 2 linear
+  // learning-rate schedule (scheduled_lr below, the run's [scheduler]); kind: 0 constant, 1 cosine, 2 linear
   double schedule_kind = 0.0;
   double base_lr = 0.0;
   double warmup_steps = 0.0;
@@ -79,6 +79,9 @@ inline constexpr int kLossScaleIndex = 0;
 inline constexpr int kAppliedStepsIndex = 4;
 inline constexpr int kAppliedIndex = 10;
 
+// The learning rate of optimizer update `step` (0-based; skipped steps do not count): the warm-up ramps
+// base_lr·(step+1)/warmup_steps, then decay over decay_steps from base_lr to min_lr (cosine or linear),
+// then min_lr. The one schedule of zest: the engine applies it and reports it (Engine::current_lr).
 ZEST_HOST_DEVICE inline double scheduled_lr(const StepRules& r, double step) {
   if (step < r.warmup_steps) return r.base_lr * (step + 1.0) / r.warmup_steps;
   if (r.schedule_kind == 0.0 || r.decay_steps <= 0.0) return r.base_lr;

@@ -34,6 +34,7 @@ struct RunSpec {
   int64_t seed = 7;  // parameter init; a loading run uses another seed to prove the load replaces it
   bool ema = false;  // keep an EMA of the weights (toy_ema())
   bool offload = false;  // [engine.offload] optimizer = "cpu"
+  Precision precision = Precision::fp32;  // compute dtype (the master stays fp32)
 };
 
 // An EMA whose decay changes every step and that skips steps, so a wrong restored step count shows.
@@ -81,7 +82,7 @@ inline ToyRun make_toy_run(std::shared_ptr<Communicator> comm, const RunSpec& sp
   }
   EngineConfig ec;
   ec.stage = spec.stage;
-  ec.precision = Precision::fp32;
+  ec.precision = spec.precision;
   ec.reduce_dtype = Precision::fp32;
   ec.clip_norm = 1.0;
   ec.offload_optimizer = spec.offload ? OffloadTarget::cpu : OffloadTarget::none;
@@ -146,23 +147,35 @@ inline double max_relative_difference(const std::map<std::string, torch::Tensor>
   return worst;
 }
 
+// Every counter a checkpoint restores, by name, and the learning rate that follows from them.
+inline std::map<std::string, double> counters_of(Engine& engine) {
+  const LossScalerState scaler = engine.loss_scaler().state();
+  return {{"step", static_cast<double>(engine.step_count())},
+          {"optimizer_step", static_cast<double>(engine.optimizer().step_count())},
+          {"skipped_total", static_cast<double>(engine.skipped_total())},
+          {"loss_scale", scaler.scale},
+          {"clean_steps", static_cast<double>(scaler.clean_steps)},
+          {"hysteresis_left", static_cast<double>(scaler.hysteresis_left)},
+          {"overflows", static_cast<double>(scaler.overflows)},
+          {"lr", engine.current_lr()}};
+}
+
 // The engine's complete resumable state on this rank: master, optimizer states, EMA (if kept), counters.
 inline std::map<std::string, torch::Tensor> engine_state(Engine& engine) {
   std::map<std::string, torch::Tensor> out = {{"master", engine.master_shard().clone()}};
   for (const auto& [name, t] : engine.optimizer().state_tensors()) out[name] = t.clone();
   if (engine.ema()) out["ema"] = engine.ema()->shard().clone();
-  out["counters"] = torch::tensor({static_cast<double>(engine.step_count()),
-                                   static_cast<double>(engine.optimizer().step_count()),
-                                   engine.loss_scaler().scale(), engine.current_lr()},
-                                  torch::kFloat64);
+  for (const auto& [name, value] : counters_of(engine))
+    out["counter " + name] = torch::tensor({value}, torch::kFloat64);
   return out;
 }
 
-// The whole EMA by state-dict name (tied parameters under each name), the same on every rank. Collective:
-// each rank contributes its slice of every unit ([rank·S, (rank+1)·S), as a checkpoint stores it) and a
-// sum over the ranks (of one value and zeros) assembles the unit exactly.
-inline std::map<std::string, torch::Tensor> ema_by_name(Engine& engine) {
-  const torch::Tensor ema = engine.ema()->shard().to(torch::kCPU);
+// A flat fp32 shard laid out like the master (the master itself, or the EMA) as whole tensors by
+// state-dict name (tied parameters under each name), the same on every rank. Collective: each rank
+// contributes its slice of every unit ([rank·S, (rank+1)·S), as a checkpoint stores it) and a sum over
+// the ranks (of one value and zeros) assembles the unit exactly.
+inline std::map<std::string, torch::Tensor> flat_by_name(Engine& engine, const torch::Tensor& shard) {
+  const torch::Tensor values = shard.to(torch::kCPU);
   const int rank = engine.comm().rank();
   std::map<std::string, torch::Tensor> out;
   for (size_t u = 0; u < engine.units().size(); ++u) {
@@ -170,7 +183,7 @@ inline std::map<std::string, torch::Tensor> ema_by_name(Engine& engine) {
     const ElementSpan mine = unit.layout().shard_span(rank), owned = unit.shard_span();
     auto full = torch::zeros({unit.layout().padded_numel}, torch::kFloat32);
     full.narrow(0, mine.begin, mine.numel)
-        .copy_(ema.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel));
+        .copy_(values.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel));
     engine.comm().allreduce(full, ReduceOp::sum)->wait();
     for (const ParamSlot& slot : unit.layout().slots) {
       const auto value = full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();
@@ -179,6 +192,14 @@ inline std::map<std::string, torch::Tensor> ema_by_name(Engine& engine) {
     }
   }
   return out;
+}
+
+inline std::map<std::string, torch::Tensor> ema_by_name(Engine& engine) {
+  return flat_by_name(engine, engine.ema()->shard());
+}
+
+inline std::map<std::string, torch::Tensor> master_by_name(Engine& engine) {
+  return flat_by_name(engine, engine.master_shard());
 }
 
 inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {

@@ -102,6 +102,48 @@ TEST(CheckpointMerge, OnlineMatchesOfflineForEveryStage) {
   }
 }
 
+// A bf16 run: parameters are bf16, the master fp32. The merged file (fp32, offline from the rank files and
+// online from the engine) holds the master itself, bitwise, not the master rounded through the compute
+// dtype; the master is chosen so that rounding it to bf16 would change it.
+TEST(CheckpointMerge, Bf16RunMergesTheFp32MasterBitwise) {
+  TempDir dir;
+  std::map<std::string, torch::Tensor> master, params;
+  run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    RunSpec spec;
+    spec.precision = Precision::bf16;
+    ToyRun run = make_toy_run(comm, spec);
+    const int64_t local = kGlobalBatch / comm->size();
+    for (int64_t step = 0; step < 5; ++step) {
+      auto [x, y] = toy_batch(step, kGlobalBatch);
+      auto out = run.model->forward(x.narrow(0, rank * local, local)).to(torch::kFloat32);
+      run.engine->backward(torch::mse_loss(out, y.narrow(0, rank * local, local)));
+      run.engine->step();
+    }
+    checkpoint::save(*run.engine, toy_save_request(dir.sub("ckpt")));
+    const auto gathered = master_by_name(*run.engine);
+    checkpoint::MergeOptions options;
+    options.model_name = kModelName;
+    checkpoint::merge_online(*run.engine, dir.sub("online.safetensors"), options);
+    if (rank == 0) {
+      master = gathered;
+      params = params_of(*run.model);
+    }
+  });
+  ASSERT_EQ(params.at("embed.weight").scalar_type(), torch::kBFloat16);
+  bool rounding_shows = false;
+  for (const auto& [name, value] : master) {
+    EXPECT_TRUE(torch::equal(params.at(name), value.to(torch::kBFloat16))) << name << ": parameters = master in bf16";
+    rounding_shows = rounding_shows || !torch::equal(value, value.to(torch::kBFloat16).to(torch::kFloat32));
+  }
+  ASSERT_TRUE(rounding_shows) << "the master is representable in bf16: the test could not fail";
+  checkpoint::merge_offline(dir.sub("ckpt"), dir.sub("offline.safetensors"), {});
+  for (const std::string file : {"offline.safetensors", "online.safetensors"}) {
+    const auto merged = read_all({dir.sub(file)});
+    for (const auto& [name, value] : merged) EXPECT_EQ(value.scalar_type(), torch::kFloat32) << file << ": " << name;
+    expect_bitwise_equal(master, merged, file + " of a bf16 run");
+  }
+}
+
 // 4 ranks save, 3 ranks load and save again: merging either checkpoint gives the same file contents.
 TEST(CheckpointMerge, ResavedAfterReshardingMergesToTheSameModel) {
   TempDir dir;

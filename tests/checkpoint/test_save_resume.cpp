@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace zest::testing {
 namespace {
 
@@ -108,6 +110,57 @@ TEST(CheckpointResume, Fp16LossScalerStateIsRestored) {
     train(b, 6, 12);
     EXPECT_TRUE(torch::equal(a.second->master_shard(), b.second->master_shard()));
     EXPECT_EQ(a.second->loss_scaler().scale(), b.second->loss_scaler().scale());
+  });
+}
+
+// Every counter a checkpoint carries (iterations, optimizer updates, skipped steps, the fp16 scaler's
+// scale, clean steps, hysteresis and overflow count, and the learning rate that follows from them) is the
+// uninterrupted run's after a resume, and stays so while both runs go on: overflows before and after the
+// save (on one rank only), a save right after a skipped step, hysteresis 2 so its count is mid-way.
+TEST(CheckpointResume, EveryCounterEqualsTheUninterruptedRun) {
+  TempDir dir;
+  const std::set<int64_t> overflow_steps = {1, 3, 5, 8};
+  constexpr int64_t kSaveAt = 6, kEnd = 11;
+  run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
+    auto make = [&](int64_t seed) {
+      EngineConfig ec;
+      ec.stage = 2;
+      ec.precision = Precision::fp16;
+      ec.loss_scale.initial = 1024.0;
+      ec.loss_scale.window = 3;
+      ec.loss_scale.hysteresis = 2;
+      auto model = std::make_shared<ElementwiseNet>(seed);
+      return std::make_pair(model, std::make_unique<Engine>(model, ec, toy_optim(false), toy_schedule(), comm));
+    };
+    auto train = [&](auto& run, int64_t first, int64_t last) {
+      for (int64_t step = first; step < last; ++step) {
+        auto gen = at::detail::createCPUGenerator(700 + step);
+        auto x = at::randn({4, 6}, gen).narrow(0, 2 * rank, 2);
+        auto loss = (run.first->forward(x) - 1.0).pow(2).mean();
+        if (overflow_steps.count(step) && rank == 1) loss = loss * 1e30;  // fp16 gradients overflow here
+        run.second->backward(loss);
+        run.second->step();
+        EXPECT_EQ(run.second->read_stats().skipped, overflow_steps.count(step) == 1) << "step " << step;
+      }
+    };
+    auto a = make(3);
+    train(a, 0, kSaveAt);
+    checkpoint::save(*a.second, toy_save_request(dir.path()));
+    const auto saved = counters_of(*a.second);
+    EXPECT_EQ(saved.at("skipped_total"), 3.0);  // the test exercises what it claims
+    EXPECT_EQ(saved.at("hysteresis_left"), 1.0);
+    train(a, kSaveAt, kEnd);
+
+    auto b = make(4);
+    checkpoint::load(*b.second, toy_load_request(dir.path()));
+    EXPECT_EQ(counters_of(*b.second), saved) << "right after the load";
+    train(b, kSaveAt, kEnd);
+    EXPECT_EQ(counters_of(*b.second), counters_of(*a.second)) << "at the end";
+    const StepStats sa = a.second->read_stats(), sb = b.second->read_stats();
+    EXPECT_EQ(sb.skipped_total, sa.skipped_total);
+    EXPECT_EQ(sb.applied_steps, sa.applied_steps);
+    EXPECT_EQ(sb.lr, sa.lr);
+    EXPECT_TRUE(torch::equal(a.second->master_shard(), b.second->master_shard()));
   });
 }
 

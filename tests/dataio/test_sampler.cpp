@@ -179,5 +179,59 @@ TEST(DistSampler, RanksAgreeAndPartitionTheDataset) {
   }
 }
 
+// Under mpirun at 2, 3 and 4 ranks: a data position saved by another world (any count of consumed
+// positions, as `zest train` saves it) resumes every rank at ⌊consumed / W⌋ of the epoch, the ranks'
+// remaining samples (gathered) are the rest of the epoch's world-independent order with nothing skipped,
+// and the next epoch is a different shuffle that the ranks again split between them.
+TEST(DistSampler, ResumedPositionAndNextEpochOrderAcrossRanks) {
+  auto comm = world_communicator();
+  const int world = comm->size(), rank = comm->rank();
+  constexpr int64_t kSize = 23, kEpoch = 2;
+  const SamplerOptions o{.seed = 13};
+  // The global order of an epoch: what one rank alone reads (the same for every world size).
+  auto global_order = [&](int64_t epoch) { return DistributedSampler(kSize, 0, 1, o).epoch_indices(epoch); };
+  auto gather = [&](const std::vector<int64_t>& mine) {
+    const auto local = torch::tensor(mine, torch::kInt64);
+    auto all = torch::empty({local.numel() * world}, torch::kInt64);
+    comm->allgather(local, all)->wait();
+    return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  };
+  const auto order = global_order(kEpoch), next_order = global_order(kEpoch + 1);
+  ASSERT_NE(order, next_order) << "epoch " << kEpoch + 1 << " repeats epoch " << kEpoch << "'s shuffle";
+  for (const int64_t consumed : {0, 1, 2, 5, 7, 11, 21, 22}) {
+    const std::string where = std::to_string(world) + " ranks resuming after " + std::to_string(consumed) + " consumed";
+    DistributedSampler s(kSize, rank, world, o);
+    const SamplerPosition p = s.from_global({kEpoch, consumed});
+    const int64_t index = consumed / world;
+    const SamplerPosition expected = index < s.samples_per_rank() ? SamplerPosition{kEpoch, index}
+                                                                  : SamplerPosition{kEpoch + 1, 0};
+    EXPECT_EQ(p, expected) << where;
+    s.load_state(p);
+    const int64_t rest = p.epoch == kEpoch ? s.samples_per_rank() - p.index : 0;
+    const auto rest_all = gather(s.next_n(rest));
+    const auto next_all = gather(s.next_n(s.samples_per_rank()));
+    // Rank r's k-th remaining sample is position (p.index + k)·W + r of the order (wrapping as padding does).
+    std::set<int64_t> read(order.begin(), order.begin() + consumed);
+    for (int r = 0; r < world; ++r) {
+      for (int64_t k = 0; k < rest; ++k) {
+        const int64_t got = rest_all[static_cast<size_t>(r * rest + k)];
+        EXPECT_EQ(got, order[static_cast<size_t>(((p.index + k) * world + r) % kSize)]) << where << ", rank " << r;
+        read.insert(got);
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(read.size()), kSize) << where << ": a sample of the epoch was skipped";
+    const int64_t per_rank = s.samples_per_rank();
+    std::set<int64_t> next_read;
+    for (int r = 0; r < world; ++r) {
+      for (int64_t k = 0; k < per_rank; ++k) {
+        const int64_t got = next_all[static_cast<size_t>(r * per_rank + k)];
+        EXPECT_EQ(got, next_order[static_cast<size_t>((k * world + r) % kSize)]) << where << ", next epoch, rank " << r;
+        next_read.insert(got);
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(next_read.size()), kSize) << where << ": the next epoch missed a sample";
+  }
+}
+
 }  // namespace
 }  // namespace zest::testing

@@ -150,6 +150,52 @@ TEST(ShardedEma, MatchesDiffusersStepWithWarmupScheduleAndStart) {
   expect_matches_reference(c);
 }
 
+// The device-side decay of ShardedEma against the formula, step by step, where the warm-up value lies
+// below min_decay (the floor applies), between min_decay and decay, and above decay (the cap applies):
+// master = 0 and ema = 1 before each update, so the EMA after it is the decay itself.
+TEST(ShardedEma, DecayFollowsTheFormulaBelowAndAboveMinDecay) {
+  EmaConfig c;
+  c.enabled = true;
+  c.decay = 0.9;
+  c.min_decay = 0.5;
+  c.use_ema_warmup = true;  // 1 − (1 + x)^(−2/3): 0.37 at x = 1, 0.5 near x = 1.8, 0.9 near x = 30.6
+  c.start_step = 2;
+  const torch::Tensor zeros = torch::zeros({16});
+  ShardedEma ema(c, zeros);
+  int floored = 0, between = 0, capped = 0;
+  for (int64_t step = 1; step <= 40; ++step) {
+    ema.load_shard(torch::ones({16}));
+    ema.update(zeros, torch::tensor(step), torch::tensor(1.0f));
+    const int64_t x = step - c.start_step - 1;
+    double expected = 0.0;  // x ≤ 0: the EMA copies the weights
+    if (x > 0) {
+      const double warm = 1.0 - std::pow(1.0 + static_cast<double>(x), -2.0 / 3.0);
+      expected = warm < 0.5 ? 0.5 : (warm > 0.9 ? 0.9 : warm);
+      floored += warm < 0.5;
+      between += warm >= 0.5 && warm <= 0.9;
+      capped += warm > 0.9;
+    }
+    EXPECT_NEAR(ema.shard()[0].item<double>(), expected, 1e-7) << "step " << step;
+    EXPECT_TRUE(ema.shard().eq(ema.shard()[0]).all().item<bool>()) << "step " << step;
+    EXPECT_NEAR(ema_decay_at(c, step), expected, 1e-12) << "step " << step;
+  }
+  EXPECT_GT(floored, 0);
+  EXPECT_GT(between, 0);
+  EXPECT_GT(capped, 0);
+
+  // Without the warm-up the decay is max(decay, min_decay) from the second update on.
+  EmaConfig constant;
+  constant.enabled = true;
+  constant.decay = 0.75;
+  constant.min_decay = 0.25;
+  ShardedEma flat(constant, zeros);
+  for (int64_t step = 1; step <= 3; ++step) {
+    flat.load_shard(torch::ones({16}));
+    flat.update(zeros, torch::tensor(step), torch::tensor(1.0f));
+    EXPECT_EQ(flat.shard()[0].item<float>(), step == 1 ? 0.0f : 0.75f) << "step " << step;
+  }
+}
+
 TEST(ShardedEma, SkippedAndOffScheduleStepsLeaveItBitwiseUntouched) {
   EmaConfig c;
   c.enabled = true;

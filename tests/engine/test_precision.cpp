@@ -115,6 +115,81 @@ TEST(LossScaling, HysteresisFloorAndGrowth) {
   EXPECT_EQ(t.loss_scale, 1);
 }
 
+// Hysteresis over a sequence of clean steps (+) and overflows (x), with window 2, hysteresis 2, floor 1:
+// every change of the scale (growth as well as halving) gives back the full hysteresis, and a clean step
+// alone does not. Each row is the state after the event.
+TEST(LossScaling, HysteresisIsRefilledWhenTheScaleChanges) {
+  StepRules r;
+  r.loss_scaling = 1.0;
+  r.scale_window = 2;
+  r.scale_hysteresis = 2;
+  r.scale_min = 1;
+  StepScalars s;
+  s.loss_scale = 16;
+  s.hysteresis_left = 2;
+  struct Row {
+    bool overflow;
+    double scale, clean_steps, hysteresis_left, overflows;
+  };
+  const Row rows[] = {
+      {true, 16, 0, 1, 1},   // tolerated
+      {false, 16, 1, 1, 1},  // a clean step does not refill
+      {false, 32, 0, 2, 1},  // the window grows the scale and refills
+      {true, 32, 0, 1, 2},   // tolerated again: the growth gave back both
+      {true, 16, 0, 2, 3},   // halved, refilled
+      {false, 16, 1, 2, 3},
+      {true, 16, 0, 1, 4},   // an overflow restarts the window
+      {false, 16, 1, 1, 4},
+      {false, 32, 0, 2, 4},
+      {false, 32, 1, 2, 4},
+      {false, 64, 0, 2, 4},
+      {true, 64, 0, 1, 5},
+      {true, 32, 0, 2, 6},
+  };
+  int event = 0;
+  for (const Row& row : rows) {
+    EXPECT_FALSE(advance_loss_scale(r, s, row.overflow));
+    const std::string where = "event " + std::to_string(event++) + (row.overflow ? " (overflow)" : " (clean)");
+    EXPECT_EQ(s.loss_scale, row.scale) << where;
+    EXPECT_EQ(s.clean_steps, row.clean_steps) << where;
+    EXPECT_EQ(s.hysteresis_left, row.hysteresis_left) << where;
+    EXPECT_EQ(s.overflows, row.overflows) << where;
+  }
+}
+
+// The same rule through the engine: fp16 steps with the window 2 and hysteresis 2, overflows forced on
+// chosen steps; the scale each step used and the scaler's state afterwards follow the table above.
+TEST(DistFp16, HysteresisOverGrowAndOverflowSequences) {
+  auto comm = world_communicator();
+  auto model = std::make_shared<ElementwiseNet>(5);
+  EngineConfig ec = cpu_config(2, Precision::fp16);
+  ec.loss_scale.initial = 16;
+  ec.loss_scale.window = 2;
+  ec.loss_scale.hysteresis = 2;
+  ec.loss_scale.min = 1;
+  Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, comm);
+  auto x = torch::randn({4, 6}, at::detail::createCPUGenerator(comm->rank()));
+  //                          x      +      +      x      x      +      x
+  const bool overflow[] = {true, false, false, true, true, false, true};
+  const double used[] = {16, 16, 16, 32, 32, 16, 16};
+  const double after[] = {16, 16, 32, 32, 16, 16, 16};
+  const int hysteresis_after[] = {1, 1, 2, 1, 2, 2, 1};
+  for (int step = 0; step < 7; ++step) {
+    auto loss = model->forward(x).to(torch::kFloat32).pow(2).mean();
+    // The overflow on one rank only: every rank skips and the scalers stay identical.
+    if (overflow[step] && comm->rank() == comm->size() - 1) loss = loss * 1e30;
+    engine.backward(loss);
+    engine.step();
+    const StepStats stats = engine.read_stats();
+    EXPECT_EQ(stats.skipped, overflow[step]) << "step " << step;
+    EXPECT_EQ(stats.loss_scale, used[step]) << "step " << step;
+    const LossScalerState state = engine.loss_scaler().state();
+    EXPECT_EQ(state.scale, after[step]) << "step " << step;
+    EXPECT_EQ(state.hysteresis_left, hysteresis_after[step]) << "step " << step;
+  }
+  EXPECT_EQ(engine.loss_scaler().state().overflows, 4);
+}
+
 TEST(DistFp16, AtMinErrorStopsTheRunNamingTheTensor) {
   auto comm = world_communicator();
   auto model = std::make_shared<ElementwiseNet>(3);
