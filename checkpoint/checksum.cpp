@@ -2,6 +2,9 @@
 #include "checkpoint/checksum.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
+
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -15,7 +18,10 @@
 namespace zest::checkpoint {
 
 uint64_t xxh64_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  // A regular file only: a FIFO planted under a rank file's name would block the hash forever.
+  const int fd = open_regular_file(path, "file to checksum");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(::fdopen(fd, "rb"), &std::fclose);
+  if (file == nullptr) ::close(fd);
   ZEST_CHECK(file != nullptr, path, ": cannot open to compute its checksum: ", std::strerror(errno));
   Xxh64Stream hash;
   std::vector<char> buffer(8 << 20);  // fixed: hashing never holds more than this of the file

@@ -6,6 +6,7 @@
 #include "checkpoint/json_field.h"
 #include "checkpoint/manifest_check.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "engine/engine_config.h"
 
 #include <algorithm>
@@ -333,6 +334,7 @@ Manifest parse_manifest(const std::string& text, const std::string& source) {
 
 std::string read_manifest_text(const std::string& step_dir) {
   const std::string path = (std::filesystem::path(step_dir) / kManifestName).string();
+  require_regular_file(path, "the checkpoint manifest");  // never block on a FIFO named manifest.json
   std::ifstream in(path, std::ios::binary);
   ZEST_CHECK(in.good(), path, ": cannot open the checkpoint manifest: ", std::strerror(errno));
   std::ostringstream text;

@@ -4,6 +4,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/output_path.h"
 #include "core/check.h"
+#include "core/interrupt.h"
 
 #include <nlohmann/json.hpp>
 
@@ -119,6 +120,8 @@ void MergedWriter::skip_empty_tensors() {
 }
 
 void MergedWriter::append(const torch::Tensor& piece) {
+  // A stop signal (zest merge's InterruptGuard): the destructor of the unwinding writer removes the .tmp files.
+  throw_if_interrupted("merging into " + files_.front().path);
   ZEST_CHECK(tensor_ < tensors_.size(), "merge: data appended after the last tensor");
   const MergedTensor& t = tensors_[tensor_];
   ZEST_CHECK(written_numel_ + piece.numel() <= numel_of(t.shape), "merge: tensor '", t.name, "' receives ",
@@ -129,6 +132,7 @@ void MergedWriter::append(const torch::Tensor& piece) {
 }
 
 std::vector<std::string> MergedWriter::finish() {
+  throw_if_interrupted("merging into " + files_.front().path);  // the last moment before files are replaced
   ZEST_CHECK(tensor_ == tensors_.size(), "merge: finish() before tensor '",
              tensor_ < tensors_.size() ? tensors_[tensor_].name : "", "' was written");
   writer_->finish();

@@ -5,6 +5,7 @@
 #include "checkpoint/json_field.h"
 #include "core/check.h"
 #include "core/compat.h"
+#include "core/untrusted_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -94,6 +95,9 @@ Json parse_header_json(const std::string& text, const std::string& path) {
   std::set<std::string> seen;
   std::string duplicate;
   auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    // {name: {"shape": [..]}} nests three levels; a deeper header is refused before it is built.
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) && depth >= 3)
+      throw Error(str(path, ": safetensors header nests deeper than {name: {field: [values]}}"));
     if (depth == 1 && event == Json::parse_event_t::key && !seen.insert(parsed.get<std::string>()).second &&
         duplicate.empty())
       duplicate = parsed.get<std::string>();
@@ -103,9 +107,9 @@ Json parse_header_json(const std::string& text, const std::string& path) {
   try {
     header = Json::parse(text, on_event);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", checkpoint::json_error_text(e));
+    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", printable(checkpoint::json_error_text(e), 300));
   }
-  ZEST_CHECK(duplicate.empty(), path, ": safetensors header names tensor '", duplicate, "' twice");
+  ZEST_CHECK(duplicate.empty(), path, ": safetensors header names tensor '", printable(duplicate), "' twice");
   ZEST_CHECK(header.is_object(), path, ": safetensors header must be a JSON object, got ", header.type_name());
   return header;
 }
@@ -114,7 +118,7 @@ Metadata parse_metadata(const Json& entry, const std::string& path) {
   ZEST_CHECK(entry.is_object(), path, ": __metadata__ must be an object of strings");
   Metadata metadata;
   for (const auto& [key, value] : entry.items()) {
-    ZEST_CHECK(value.is_string(), path, ": __metadata__.", key, " must be a string, got ", value.type_name());
+    ZEST_CHECK(value.is_string(), path, ": __metadata__.", printable(key), " must be a string, got ", value.type_name());
     metadata[key] = value.get<std::string>();
   }
   return metadata;
@@ -122,10 +126,10 @@ Metadata parse_metadata(const Json& entry, const std::string& path) {
 
 // One tensor entry: {"dtype": str, "shape": [uint...], "data_offsets": [begin, end]}, nothing else.
 TensorInfo parse_entry(const std::string& name, const Json& entry, const std::string& path) {
-  const std::string what = path + ": tensor '" + name + "'";
+  const std::string what = path + ": tensor '" + printable(name) + "'";
   ZEST_CHECK(entry.is_object(), what, ": entry must be an object, got ", entry.type_name());
   for (const auto& [key, value] : entry.items())
-    ZEST_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", what, ": unexpected field '", key,
+    ZEST_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", what, ": unexpected field '", printable(key),
                "' (expected dtype, shape, data_offsets)");
   ZEST_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), what, ": missing string field 'dtype'");
   ZEST_CHECK(entry.contains("shape") && entry["shape"].is_array(), what, ": missing array field 'shape'");
@@ -136,9 +140,9 @@ TensorInfo parse_entry(const std::string& name, const Json& entry, const std::st
 
   TensorInfo info;
   info.name = name;
-  info.dtype = dtype_from_name(entry["dtype"].get<std::string>(), what);
+  info.dtype = dtype_from_name(printable(entry["dtype"].get<std::string>(), 40), what);
   for (const Json& dim : entry["shape"]) {
-    ZEST_CHECK(dim.is_number_unsigned(), what, ": shape entries must be non-negative integers, got ", dim.dump());
+    ZEST_CHECK(dim.is_number_unsigned(), what, ": shape entries must be non-negative integers, got ", printable(dim.dump(), 40));
     const auto value = dim.get<uint64_t>();
     ZEST_CHECK(value <= static_cast<uint64_t>(INT64_MAX), what, ": dimension ", value, " is too large");
     info.shape.push_back(static_cast<int64_t>(value));
@@ -163,13 +167,13 @@ void check_layout(const std::vector<TensorInfo>& tensors, uint64_t data_bytes, c
   uint64_t expected_begin = 0;
   const TensorInfo* previous = nullptr;
   for (const TensorInfo& t : tensors) {
-    ZEST_CHECK(t.data_end <= data_bytes, path, ": tensor '", t.name, "' data_offsets [", t.data_begin, ", ",
+    ZEST_CHECK(t.data_end <= data_bytes, path, ": tensor '", printable(t.name), "' data_offsets [", t.data_begin, ", ",
                t.data_end, "] run past the end of the data section (", data_bytes,
                " bytes); the file is truncated or the header is wrong");
-    ZEST_CHECK(t.data_begin >= expected_begin, path, ": tensor '", t.name, "' data_offsets [", t.data_begin,
-               ", ", t.data_end, "] overlap tensor '", previous ? previous->name : "", "' (ends at ",
+    ZEST_CHECK(t.data_begin >= expected_begin, path, ": tensor '", printable(t.name), "' data_offsets [", t.data_begin,
+               ", ", t.data_end, "] overlap tensor '", previous ? printable(previous->name) : "", "' (ends at ",
                expected_begin, ")");
-    ZEST_CHECK(t.data_begin == expected_begin, path, ": gap in the data section before tensor '", t.name,
+    ZEST_CHECK(t.data_begin == expected_begin, path, ": gap in the data section before tensor '", printable(t.name),
                "' (bytes ", expected_begin, "..", t.data_begin, " are not indexed)");
     expected_begin = t.data_end;
     previous = &t;
@@ -208,7 +212,10 @@ size_t dtype_size(torch::Dtype dtype) {
 // Reader
 
 Reader::Reader(std::string path) : path_(std::move(path)) {
-  file_ = std::fopen(path_.c_str(), "rb");
+  // Only a regular file: a FIFO would block the open forever, a device (a link to /dev/zero) never end.
+  const int fd = open_regular_file(path_, "safetensors file");
+  file_ = ::fdopen(fd, "rb");
+  if (file_ == nullptr) ::close(fd);
   ZEST_CHECK(file_ != nullptr, path_, ": cannot open safetensors file: ", errno_text());
   // From here on a failure must close the file: the destructor does not run for a throwing constructor.
   try {
@@ -280,7 +287,7 @@ bool Reader::contains(const std::string& name) const { return index_.count(name)
 
 const TensorInfo& Reader::info(const std::string& name) const {
   const auto it = index_.find(name);
-  ZEST_CHECK(it != index_.end(), path_, ": no tensor named '", name, "' (the file has ", tensors_.size(),
+  ZEST_CHECK(it != index_.end(), path_, ": no tensor named '", printable(name), "' (the file has ", tensors_.size(),
              " tensors)");
   return tensors_[it->second];
 }
@@ -345,7 +352,20 @@ Writer::Writer(std::string path, std::vector<TensorDecl> decls, const Metadata& 
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
   const uint64_t header_bytes = text.size();
 
-  file_ = std::fopen(path_.c_str(), "wb");
+  // Never through a symbolic link (a planted NAME.tmp link must not redirect the write), never into a
+  // FIFO or device (O_NONBLOCK: opening a FIFO without a reader fails instead of blocking).
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  ZEST_CHECK(fd >= 0, path_, ": cannot create safetensors file: ",
+             errno == ELOOP ? std::string("it is a symbolic link, and zest does not write through links")
+                            : errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    ZEST_FAIL(path_, ": cannot create safetensors file: it exists and is not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  file_ = ::fdopen(fd, "wb");
+  if (file_ == nullptr) ::close(fd);
   ZEST_CHECK(file_ != nullptr, path_, ": cannot create safetensors file: ", errno_text());
   try {
     fwrite_exact(file_, &header_bytes, 8, path_);

@@ -258,7 +258,7 @@ std::string ConfigTable::get_choice(const std::string& key, const std::string& f
   const std::string value = get<std::string>(key, fallback);
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
   const std::string guess = closest_match(value, allowed);
-  fail(key, "\"" + value + "\" is not one of " + quote_list(allowed) +
+  fail(key, toml_string(value) + " is not one of " + quote_list(allowed) +  // escaped: a value may hold controls
                 (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)"));
 }
 

@@ -2,6 +2,7 @@
 // dispatch of open_dataset, and collation of samples into batches.
 #include "data/dataset.h"
 
+#include "checkpoint/checksum.h"
 #include "data/latent_dataset.h"
 #include "data/model_features.h"
 #include "data/motion_dataset.h"
@@ -37,9 +38,7 @@ const std::vector<torch::Dtype>& float_dtypes() {
 
 Dataset::Dataset(std::string dir, DatasetManifest manifest) : dir_(std::move(dir)), manifest_(std::move(manifest)) {
   for (size_t i = 0; i < manifest_.shards.size(); ++i) {
-    const std::string path = shard_path(i);
-    ZEST_CHECK(std::filesystem::is_regular_file(path), path, ": shard listed in ", dir_,
-               "/dataset.json does not exist");
+    const std::string path = manifest_.shard_path(dir_, i);  // inside the folder, a regular file
     readers_.emplace_back(path);  // validates the header against the file size (truncation)
     starts_.push_back(total_);
     total_ += manifest_.shards[i].samples;
@@ -47,7 +46,33 @@ Dataset::Dataset(std::string dir, DatasetManifest manifest) : dir_(std::move(dir
 }
 
 std::string Dataset::shard_path(size_t shard) const {
-  return (std::filesystem::path(dir_) / manifest_.shards.at(shard).file).string();
+  return (std::filesystem::path(dir_) / manifest_.shards.at(shard).file).string();  // checked on open
+}
+
+std::string Dataset::fingerprint() const {
+  checkpoint::Xxh64Stream hash;
+  auto add = [&](const std::string& text) {
+    hash.update(text.data(), text.size());
+    hash.update("\n", 1);
+  };
+  add(format_name(manifest_.format));
+  for (const auto& [name, value] : manifest_.features) add(str(name, "=", value));
+  constexpr uint64_t kSampleBytes = 64 << 10;
+  std::vector<char> bytes;
+  for (size_t i = 0; i < readers_.size(); ++i) {
+    const safetensors::Reader& r = readers_[i];
+    add(str(manifest_.shards[i].file, " ", manifest_.shards[i].samples, " ", r.file_bytes()));
+    const uint64_t data_bytes = r.file_bytes() - r.data_start();
+    const uint64_t head = std::min(kSampleBytes, data_bytes);
+    const uint64_t tail_start = r.data_start() + data_bytes - std::min(kSampleBytes, data_bytes);
+    const std::pair<uint64_t, uint64_t> ranges[] = {{0, r.data_start() + head}, {tail_start, r.file_bytes() - tail_start}};
+    for (const auto& [offset, n] : ranges) {
+      bytes.resize(n);
+      r.read_file_range(offset, n, bytes.data());
+      hash.update(bytes.data(), bytes.size());
+    }
+  }
+  return checkpoint::to_hex(hash.digest());
 }
 
 Dataset::Location Dataset::locate(int64_t index) const {

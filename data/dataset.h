@@ -51,6 +51,10 @@ class Dataset {
   virtual SampleBytes sample_bytes() const = 0;
   // "DIR/FILE (sample k of the shard)", for messages.
   std::string where(int64_t index) const;
+  // 16 hex digits that tell this dataset from another of the same size: xxh64 of the listing (format,
+  // widths, shard names and counts) and of each shard's header and first and last 64 KiB of data, so it
+  // costs a few reads per shard, not a pass over the data. Kept with checkpoints, compared on resume.
+  std::string fingerprint() const;
 
  protected:
   Dataset(std::string dir, DatasetManifest manifest);

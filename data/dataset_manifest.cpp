@@ -2,6 +2,7 @@
 #include "data/dataset_manifest.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,13 +36,21 @@ DatasetFormat parse_format(const std::string& path, const Json& doc) {
   ZEST_FAIL(path, ": unknown format \"", name, "\" (this zest reads zest.motion.v1 and zest.latents.v1)");
 }
 
+// Largest accepted width and shard size: far above any real dataset, small enough that sizes computed
+// from them (a sample's bytes, a shard's tensor shapes) cannot overflow.
+constexpr int64_t kMaxFeatureWidth = int64_t{1} << 24;
+constexpr int64_t kMaxShardSamples = int64_t{1} << 32;
+
 std::map<std::string, int64_t> parse_features(const std::string& path, const Json& doc, DatasetFormat format) {
   ZEST_CHECK(doc.contains("features") && doc["features"].is_object(), path,
              ": needs a \"features\" object with the widths");
   std::map<std::string, int64_t> features;
   for (const auto& [name, value] : doc["features"].items()) {
-    ZEST_CHECK(value.is_number_integer(), path, ": features.", name, " must be an integer, got ", value.dump());
+    ZEST_CHECK(value.is_number_integer(), path, ": features.", printable(name), " must be an integer, got ",
+               printable(value.dump(), 80));
     features[name] = value.get<int64_t>();
+    ZEST_CHECK(features[name] <= kMaxFeatureWidth, path, ": features.", printable(name), " = ", features[name],
+               " is too large (at most ", kMaxFeatureWidth, ")");
   }
   for (const std::string& name : required_features(format)) {
     const auto it = features.find(name);
@@ -53,32 +62,30 @@ std::map<std::string, int64_t> parse_features(const std::string& path, const Jso
   return features;
 }
 
-std::vector<ShardEntry> parse_shards(const std::string& path, const Json& doc) {
+// Shard names are checked against the folder here (no absolute path, no "..", no link leading out, no
+// FIFO or device) and kept in their normal spelling, so "./shard-0" and "shard-0" are one file.
+std::vector<ShardEntry> parse_shards(const std::string& dir, const std::string& path, const Json& doc) {
   ZEST_CHECK(doc.contains("shards") && doc["shards"].is_array() && !doc["shards"].empty(), path,
              ": needs a non-empty \"shards\" list of {\"file\": ..., \"samples\": ...}");
   std::vector<ShardEntry> shards;
-  std::set<std::string> seen;
+  std::map<std::string, size_t> seen;  // normal name → index of its first entry
   for (size_t i = 0; i < doc["shards"].size(); ++i) {
     const Json& entry = doc["shards"][i];
     ZEST_CHECK(entry.is_object() && entry.contains("file") && entry["file"].is_string() &&
                    entry.contains("samples") && entry["samples"].is_number_integer(),
-               path, ": shards[", i, "] must be {\"file\": STRING, \"samples\": INTEGER}, got ", entry.dump());
-    ShardEntry shard{entry["file"].get<std::string>(), entry["samples"].get<int64_t>()};
-    ZEST_CHECK(shard.samples > 0, path, ": shards[", i, "] (", shard.file, ") has ", shard.samples,
-               " samples; must be > 0");
-    ZEST_CHECK(seen.insert(shard.file).second, path, ": shard file ", shard.file, " is listed twice");
+               path, ": shards[", i, "] must be {\"file\": STRING, \"samples\": INTEGER}, got ",
+               printable(entry.dump(), 120));
+    const std::string given = entry["file"].get<std::string>();
+    confined_path(dir, given, {path, str("shards[", i, "].file")}, /*must_exist=*/false);
+    ShardEntry shard{normal_name(given), entry["samples"].get<int64_t>()};
+    ZEST_CHECK(shard.samples > 0 && shard.samples <= kMaxShardSamples, path, ": shards[", i, "] (",
+               printable(shard.file), ") has ", shard.samples, " samples; must be in [1, ", kMaxShardSamples, "]");
+    const auto [first, inserted] = seen.emplace(shard.file, i);
+    ZEST_CHECK(inserted, path, ": shards[", i, "] (\"", printable(given), "\") and shards[", first->second,
+               "] name the same file ", printable(shard.file), "; list each shard once");
     shards.push_back(std::move(shard));
   }
   return shards;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZEST_CHECK(in.good(), path, ": cannot open (is this a dataset folder? it needs dataset.json; "
-                              "`zest data synth` writes one)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
@@ -99,22 +106,34 @@ int64_t DatasetManifest::feature(const std::string& name) const {
   return it->second;
 }
 
+std::string DatasetManifest::shard_path(const std::string& dir, size_t shard) const {
+  return confined_path(dir, shards.at(shard).file,
+                       {(fs::path(dir) / "dataset.json").string(), str("shards[", shard, "].file")});
+}
+
+std::string DatasetManifest::stats_path(const std::string& dir, bool must_exist) const {
+  ZEST_CHECK(!stats_file.empty(), dir, "/dataset.json: no \"stats\" file is named");
+  return confined_path(dir, stats_file, {(fs::path(dir) / "dataset.json").string(), "stats"}, must_exist);
+}
+
 DatasetManifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "dataset.json").string();
-  Json doc;
-  try {
-    doc = Json::parse(read_text(path));
-  } catch (const Json::exception& e) {
-    ZEST_FAIL(path, ": not valid JSON: ", e.what());
-  }
+  ZEST_CHECK(fs::exists(path) || fs::is_symlink(path), path,
+             ": cannot open (is this a dataset folder? it needs dataset.json; `zest data synth` writes one)");
+  const Json doc = parse_json(read_text_file(path, "dataset listing (dataset.json)", 256ull << 20), path);
   ZEST_CHECK(doc.is_object(), path, ": must hold a JSON object");
   DatasetManifest m;
   m.format = parse_format(path, doc);
   m.features = parse_features(path, doc, m.format);
-  m.shards = parse_shards(path, doc);
+  m.shards = parse_shards(dir, path, doc);
   if (doc.contains("stats")) {
     ZEST_CHECK(doc["stats"].is_string(), path, ": \"stats\" must be a file name");
-    m.stats_file = doc["stats"].get<std::string>();
+    const std::string given = doc["stats"].get<std::string>();
+    confined_path(dir, given, {path, "stats"}, /*must_exist=*/false);
+    m.stats_file = normal_name(given);
+    for (const ShardEntry& shard : m.shards)
+      ZEST_CHECK(shard.file != m.stats_file, path, ": \"stats\" names the shard ", printable(shard.file),
+                 "; the statistics need a file of their own");
   }
   if (doc.contains("source") && doc["source"].is_string()) m.source = doc["source"].get<std::string>();
   return m;
@@ -131,6 +150,7 @@ void write_manifest(const std::string& dir, const DatasetManifest& m) {
   if (!m.source.empty()) doc["source"] = m.source;
   const fs::path path = fs::path(dir) / "dataset.json";
   const fs::path tmp = fs::path(dir) / "dataset.json.tmp";
+  fs::remove(tmp);  // a leftover or a planted link: removed, never written through
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     ZEST_CHECK(out.good(), tmp.string(), ": cannot write");

@@ -15,7 +15,7 @@ enum class DatasetFormat { motion, latents };
 const char* format_name(DatasetFormat format);  // "zest.motion.v1", "zest.latents.v1"
 
 struct ShardEntry {
-  std::string file;     // relative to the dataset folder
+  std::string file;     // relative to the dataset folder, in its normal spelling (inside the folder)
   int64_t samples = 0;  // sample count the shard must hold
 };
 
@@ -29,12 +29,17 @@ struct DatasetManifest {
   std::string source;      // free text: who wrote the dataset (e.g. "zest data synth --model ...")
 
   int64_t total_samples() const;
+  // DIR/<file> of a shard / of the statistics, confined to DIR (core/untrusted_file.h): a name that leaves
+  // the folder, or a file that is not a regular one, is an error naming dataset.json and the entry.
+  std::string shard_path(const std::string& dir, size_t shard) const;
+  std::string stats_path(const std::string& dir, bool must_exist = true) const;
   // A width; error naming dataset.json when absent.
   int64_t feature(const std::string& name) const;
 };
 
-// `dir`/dataset.json, parsed and validated (known format, every required width present and positive,
-// shard files named once, counts > 0). Errors name the file and the offending field.
+// `dir`/dataset.json, parsed and validated (known format, every required width present, positive and
+// bounded, shard files named once after normalisation and inside `dir`, counts > 0). Errors name the
+// file and the offending field.
 DatasetManifest read_manifest(const std::string& dir);
 // Writes `dir`/dataset.json (through a temporary file and a rename).
 void write_manifest(const std::string& dir, const DatasetManifest& manifest);

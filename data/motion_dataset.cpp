@@ -22,7 +22,7 @@ MotionDataset::MotionDataset(std::string dir, DatasetManifest manifest, const Da
   ZEST_CHECK(!m.stats_file.empty(), this->dir(), "/dataset.json: a motion dataset needs \"stats\": the file "
              "with per-feature mean/std (`zest data stats DIR` computes it)");
   const MotionStats stats =
-      read_motion_stats((std::filesystem::path(this->dir()) / m.stats_file).string(), motion_dim_);
+      read_motion_stats(m.stats_path(this->dir(), /*must_exist=*/false), motion_dim_);
   mean_ = stats.mean;
   std_ = stats.std;
   ZEST_CHECK(options.seq_len >= 0, "motion dataset: seq_len ", options.seq_len, " must be >= 0");

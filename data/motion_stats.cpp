@@ -3,6 +3,9 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
+
+#include <charconv>
 
 #include <filesystem>
 
@@ -16,7 +19,7 @@ MotionStats compute_motion_stats(const std::string& dir, const DatasetManifest& 
   int64_t frames = 0;
   constexpr int64_t kChunkFrames = 65536;
   for (const ShardEntry& shard : manifest.shards) {
-    const safetensors::Reader reader((std::filesystem::path(dir) / shard.file).string());
+    const safetensors::Reader reader(manifest.shard_path(dir, static_cast<size_t>(&shard - manifest.shards.data())));
     const safetensors::TensorInfo& info = reader.info("motion");
     ZEST_CHECK(info.shape.size() == 2 && info.shape[1] == dim, reader.path(), ": wrong feature width: tensor "
                "'motion' should be [frames, ", dim, "] (features.motion_dim)");
@@ -55,7 +58,11 @@ MotionStats read_motion_stats(const std::string& path, int64_t motion_dim) {
   }
   ZEST_CHECK((stats.std > 0).all().item<bool>(), path, ": 'std' must be > 0 for every feature");
   const auto it = reader.metadata().find("frames");
-  if (it != reader.metadata().end()) stats.frames = std::stoll(it->second);
+  if (it != reader.metadata().end()) {
+    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), stats.frames);
+    ZEST_CHECK(ec == std::errc() && end == it->second.data() + it->second.size() && stats.frames >= 0, path,
+               ": __metadata__.frames = \"", printable(it->second, 40), "\" is not a frame count");
+  }
   return stats;
 }
 

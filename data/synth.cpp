@@ -7,9 +7,14 @@
 #include "data/motion_stats.h"
 #include "data/seed.h"
 #include "core/check.h"
+#include "core/interrupt.h"
+#include "core/untrusted_file.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -121,6 +126,7 @@ Tensors motion_shard(const World& world, const Widths& w, uint64_t seed, int64_t
   std::vector<torch::Tensor> motion, tokens, masks, pooled;
   std::vector<int64_t> offsets{0};
   for (int64_t i = first; i < first + n; ++i) {
+    throw_if_interrupted("writing the synthetic dataset");
     auto gen = generator(mix_seed(seed, 1, static_cast<uint64_t>(i)));
     const auto code = randn({kCode}, gen);
     const int64_t valid = uniform_int(std::max<int64_t>(1, w["text_tokens"] / 2), w["text_tokens"], gen);
@@ -143,6 +149,7 @@ Tensors latent_shard(const World& world, const Widths& w, uint64_t seed, int64_t
   std::vector<torch::Tensor> latents, tokens, pooled, time_ids;
   const double h = double(w["height"]) * 8.0, wd = double(w["width"]) * 8.0;  // pixel size (VAE factor 8)
   for (int64_t i = first; i < first + n; ++i) {
+    throw_if_interrupted("writing the synthetic dataset");
     auto gen = generator(mix_seed(seed, 2, static_cast<uint64_t>(i)));
     const auto code = randn({kCode}, gen);
     const Text text = make_text(world, code, w["text_tokens"], w["text_tokens"], gen);
@@ -163,29 +170,98 @@ int64_t bytes_per_sample(const ExpectedFeatures& model, const Widths& w) {
   return text + w["channels"] * w["height"] * w["width"] * 4;
 }
 
-void remove_previous(const std::string& dir, bool overwrite) {
-  if (!fs::exists(fs::path(dir) / "dataset.json")) return;
+// Largest dataset `zest data synth` writes (and widths it accepts): far above any test or demo.
+constexpr int64_t kMaxSamples = int64_t{1} << 32;
+constexpr int64_t kMaxWidth = int64_t{1} << 16;
+
+std::string shard_name(int64_t shard) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "shard-%05lld.safetensors", static_cast<long long>(shard));
+  return name;
+}
+
+// The new dataset is written into a staging folder inside `dir` and moved into place only when it is
+// complete: an error or a stop signal removes the staging folder and leaves `dir` as it was.
+class Staging {
+ public:
+  explicit Staging(const fs::path& dir) : path_(dir / (".zest-synth-" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);  // a leftover of an earlier process with this pid: ours by its name
+    fs::create_directory(path_);
+  }
+  ~Staging() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The files of the dataset already in `dir` (its own listing's names, confined to `dir`), or none.
+std::vector<fs::path> previous_files(const std::string& dir, bool overwrite) {
+  const fs::path listing = fs::path(dir) / "dataset.json";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(listing, ec))) return {};
   ZEST_CHECK(overwrite, dir, " already holds a dataset (dataset.json); pass --overwrite to replace it");
-  const DatasetManifest old = read_manifest(dir);
-  for (const ShardEntry& shard : old.shards) fs::remove(fs::path(dir) / shard.file);
-  if (!old.stats_file.empty()) fs::remove(fs::path(dir) / old.stats_file);
+  const DatasetManifest old = read_manifest(dir);  // refuses names outside the folder
+  std::vector<fs::path> files;
+  for (size_t i = 0; i < old.shards.size(); ++i)
+    files.emplace_back(confined_path(dir, old.shards[i].file, {listing.string(), str("shards[", i, "].file")}, false));
+  if (!old.stats_file.empty())
+    files.emplace_back(confined_path(dir, old.stats_file, {listing.string(), "stats"}, false));
+  return files;
+}
+
+// Nothing the new dataset writes may replace a file the old listing does not name: `zest data synth`
+// deletes or overwrites only what it wrote.
+void check_targets_free(const std::string& dir, const std::vector<std::string>& names,
+                        const std::vector<fs::path>& previous) {
+  for (const std::string& name : names) {
+    const fs::path target = fs::path(dir) / name;
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(target, ec))) continue;
+    const bool listed = std::find(previous.begin(), previous.end(), target) != previous.end();
+    ZEST_CHECK(listed, target.string(), " exists and is not part of a dataset listed in ", dir,
+               "/dataset.json; zest data synth does not replace files it did not write (move it away, or use "
+               "another --out)");
+  }
+}
+
+// The old dataset's files go (dataset.json first: a folder without it is no dataset), the new ones move in,
+// and dataset.json comes last (a folder with dataset.json is a complete dataset).
+void commit(const std::string& dir, const Staging& staging, const std::vector<std::string>& names,
+            const std::vector<fs::path>& previous, const DatasetManifest& m) {
   fs::remove(fs::path(dir) / "dataset.json");
+  for (const fs::path& file : previous) fs::remove(file);
+  for (const std::string& name : names) fs::rename(staging.path() / name, fs::path(dir) / name);
+  write_manifest(dir, m);
 }
 
 }  // namespace
 
 DatasetManifest synthesize_dataset(const std::string& dir, const ExpectedFeatures& model, const SynthOptions& o) {
-  ZEST_CHECK(o.samples >= 1, "zest data synth: --samples ", o.samples, " must be >= 1");
+  ZEST_CHECK(o.samples >= 1 && o.samples <= kMaxSamples, "zest data synth: --samples ", o.samples,
+             " must be in [1, ", kMaxSamples, "]");
   const Widths w = resolve_widths(model, o);
+  for (const auto& [name, value] : w.all)
+    ZEST_CHECK(value <= kMaxWidth, "zest data synth: ", name, " = ", value, " is more than the ", kMaxWidth,
+               " accepted");
   fs::create_directories(dir);
-  remove_previous(dir, o.overwrite);
+  const std::vector<fs::path> previous = previous_files(dir, o.overwrite);
   const bool motion = model.format == DatasetFormat::motion;
   const int64_t channels = motion ? w["motion_dim"] : w["channels"];
-  const World world = make_world(o.seed, w["text_dim"], w["pooled_dim"], channels);
   const int64_t per_shard = o.samples_per_shard > 0
                                 ? o.samples_per_shard
                                 : std::clamp<int64_t>((128 << 20) / bytes_per_sample(model, w), 1, 4096);
+  std::vector<std::string> names;
+  for (int64_t first = 0, shard = 0; first < o.samples; first += per_shard, ++shard) names.push_back(shard_name(shard));
+  if (motion) names.push_back("stats.safetensors");
+  check_targets_free(dir, names, previous);
 
+  const World world = make_world(o.seed, w["text_dim"], w["pooled_dim"], channels);
   DatasetManifest m;
   m.format = model.format;
   for (const char* name : {"motion_dim", "channels", "height", "width", "text_tokens", "text_dim", "pooled_dim",
@@ -193,20 +269,22 @@ DatasetManifest synthesize_dataset(const std::string& dir, const ExpectedFeature
     if (w.all.count(name) != 0) m.features[name] = w[name];
   m.source = !o.source.empty() ? o.source
                                : str("zest data synth for ", model.model, ", ", o.samples, " samples, seed ", o.seed);
+  const Staging staging(dir);
   for (int64_t first = 0, shard = 0; first < o.samples; first += per_shard, ++shard) {
+    throw_if_interrupted(str("writing ", dir, " (shard ", shard + 1, " of ", names.size() - (motion ? 1 : 0), ")"));
     const int64_t n = std::min(per_shard, o.samples - first);
-    char name[64];
-    std::snprintf(name, sizeof(name), "shard-%05lld.safetensors", static_cast<long long>(shard));
+    const std::string name = shard_name(shard);
     const Tensors tensors =
         motion ? motion_shard(world, w, o.seed, first, n) : latent_shard(world, w, o.seed, first, n);
-    safetensors::save_file((fs::path(dir) / name).string(), tensors, {{"format", format_name(m.format)}});
+    safetensors::save_file((staging.path() / name).string(), tensors, {{"format", format_name(m.format)}});
     m.shards.push_back({name, n});
   }
   if (motion) {
     m.stats_file = "stats.safetensors";
-    write_motion_stats((fs::path(dir) / m.stats_file).string(), compute_motion_stats(dir, m));
+    write_motion_stats((staging.path() / m.stats_file).string(), compute_motion_stats(staging.path().string(), m));
   }
-  write_manifest(dir, m);  // last: a folder with dataset.json is a complete dataset
+  throw_if_interrupted(str("writing ", dir));
+  commit(dir, staging, names, previous, m);
   return m;
 }
 

@@ -88,11 +88,11 @@ inline SampleLocation locate_sample(const std::string& path, int64_t index) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) return {path, index, ""};
   const DatasetManifest manifest = read_manifest(path);
-  const std::string stats = manifest.stats_file.empty() ? "" : (fs::path(path) / manifest.stats_file).string();
+  const std::string stats = manifest.stats_file.empty() ? "" : manifest.stats_path(path);  // inside the folder
   int64_t local = index;
-  for (const ShardEntry& shard : manifest.shards) {
-    if (local >= 0 && local < shard.samples) return {(fs::path(path) / shard.file).string(), local, stats};
-    local -= shard.samples;
+  for (size_t i = 0; i < manifest.shards.size(); ++i) {
+    if (local >= 0 && local < manifest.shards[i].samples) return {manifest.shard_path(path, i), local, stats};
+    local -= manifest.shards[i].samples;
   }
   ZEST_FAIL(path, ": sample ", index, " is out of range (the dataset holds ", manifest.total_samples(), ")");
 }

@@ -2,6 +2,7 @@
 #include "models/pretrained_source.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "models/config_json.h"
 #include "models/hymotion/released_format.h"
 #include "models/hymotion/torch_archive.h"
@@ -19,13 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZEST_CHECK(in.good(), "cannot read ", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string read_text(const std::string& path) { return read_text_file(path, "model configuration", 16ull << 20); }
 
 std::string listing(const fs::path& folder) {
   std::string names;
@@ -62,12 +57,7 @@ ResolvedModel resolved_from_folder(const PretrainedLayout& layout, const std::st
   nlohmann::ordered_json architecture;
   std::string header;
   if (layout.format == PretrainedFormat::diffusers) {
-    nlohmann::ordered_json config;
-    try {
-      config = nlohmann::ordered_json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      ZEST_FAIL(layout.config_file, ": not valid JSON: ", e.what());
-    }
+    const nlohmann::ordered_json config = parse_ordered_json(text, layout.config_file);
     unet::DiffusersConfig read = unet::read_diffusers_config(config, layout.config_file);
     architecture = std::move(read.architecture);
     model.notes = std::move(read.notes);
@@ -100,6 +90,7 @@ PretrainedLayout find_pretrained_layout(const std::string& path) {
   const fs::path p(path);
   ZEST_CHECK(fs::exists(p), "pretrained weights not found: ", path);
   if (!fs::is_directory(p)) {
+    require_regular_file(path, "pretrained weights");  // a FIFO or a link to a device would never end
     const bool ok = path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json");
     ZEST_CHECK(ok, path, ": expected a .safetensors or .safetensors.index.json file, or a model folder");
     return {PretrainedFormat::safetensors, "", "", path};

@@ -4,6 +4,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "models/hymotion/released_format.h"
 #include "models/hymotion/torch_archive.h"
 
@@ -27,16 +28,21 @@ class SafetensorsWeights final : public PretrainedWeights {
       return;
     }
     const std::map<std::string, std::string> weight_map = read_weight_map(path);
-    std::map<std::string, size_t> file_of_name;  // shard file name → index in files_
+    const std::string folder = fs::path(path).parent_path().string();
+    std::map<std::string, size_t> file_of_name;  // shard file (normal spelling) → index in files_
     for (const auto& [tensor, file] : weight_map) {
-      if (!file_of_name.count(file)) {
-        file_of_name[file] = files_.size();
-        add_file((fs::path(path).parent_path() / file).string());
+      // Inside the index's folder, a regular file: an entry never reaches another folder or a FIFO.
+      const std::string shard =
+          confined_path(folder, file, {path, "weight_map[\"" + printable(tensor, 80) + "\"]"});
+      if (!file_of_name.count(normal_name(file))) {
+        file_of_name[normal_name(file)] = files_.size();
+        add_file(shard);
       }
     }
     for (const auto& [tensor, file] : weight_map) {
-      const auto& reader = *files_[file_of_name.at(file)];
-      ZEST_CHECK(reader.contains(tensor), path, ": weight_map puts '", tensor, "' in ", file, ", which does not hold it");
+      const auto& reader = *files_[file_of_name.at(normal_name(file))];
+      ZEST_CHECK(reader.contains(tensor), path, ": weight_map puts '", printable(tensor), "' in ", printable(file),
+                 ", which does not hold it");
     }
   }
 
@@ -44,19 +50,12 @@ class SafetensorsWeights final : public PretrainedWeights {
 
  private:
   static std::map<std::string, std::string> read_weight_map(const std::string& path) {
-    std::ifstream in(path);
-    ZEST_CHECK(in.good(), "cannot read ", path);
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      ZEST_FAIL(path, ": not valid JSON: ", e.what());
-    }
+    const nlohmann::json index = parse_json(read_text_file(path, "safetensors index"), path);
     ZEST_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), path,
                ": an index needs a \"weight_map\" object (tensor name → shard file)");
     std::map<std::string, std::string> map;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
-      ZEST_CHECK(file.is_string(), path, ": weight_map[\"", tensor, "\"] is not a file name");
+      ZEST_CHECK(file.is_string(), path, ": weight_map[\"", printable(tensor), "\"] is not a file name");
       map[tensor] = file.get<std::string>();
     }
     return map;
@@ -65,7 +64,7 @@ class SafetensorsWeights final : public PretrainedWeights {
   void add_file(const std::string& file) {
     files_.push_back(std::make_unique<safetensors::Reader>(file));
     for (const safetensors::TensorInfo& info : files_.back()->tensors()) {
-      ZEST_CHECK(names_.insert(info.name).second, path_, ": tensor '", info.name, "' is in two shard files");
+      ZEST_CHECK(names_.insert(info.name).second, path_, ": tensor '", printable(info.name), "' is in two shard files");
       tensors_.push_back({info.name, info.name, info.shape, info.dtype, files_.size() - 1});
     }
   }

@@ -2,7 +2,9 @@
 // folder (optionally against a model), and (re)compute a motion dataset's normalisation statistics.
 #include "tools/commands.h"
 
+#include "core/interrupt.h"
 #include "data/dataset.h"
+#include "data/dataset_check.h"
 #include "data/motion_dataset.h"
 #include "data/motion_stats.h"
 #include "data/synth.h"
@@ -12,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -50,10 +53,20 @@ std::map<std::string, int64_t> parse_widths(const std::vector<std::string>& assi
   return widths;
 }
 
+// --samples as given: CLI11 would clamp 99999999999999999999999 to the largest int64 and start writing.
+int64_t parse_sample_count(const std::string& text) {
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  ZEST_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(), "zest data synth: --samples '",
+             text, "' is not an integer zest accepts (1 to 4294967296)");
+  return value;
+}
+
 void add_synth(CLI::App& data) {
   struct Options {
     ModelChoice choice;
     std::string out;
+    std::string samples = "256";
     std::vector<std::string> widths;
     SynthOptions synth;
   };
@@ -63,7 +76,7 @@ void add_synth(CLI::App& data) {
   synth->add_option("--model", o->choice.model, "built-in model configuration (e.g. hymotion_tiny, unet_sdxl)");
   synth->add_option("--config", o->choice.config, "or a run file: its [model], and [data] dir as the default --out");
   synth->add_option("--out", o->out, "dataset folder to write");
-  synth->add_option("--samples", o->synth.samples, "number of samples")->capture_default_str();
+  synth->add_option("--samples", o->samples, "number of samples")->capture_default_str();
   synth->add_option("--seed", o->synth.seed, "seed of the whole dataset")->capture_default_str();
   synth->add_option("--shard-size", o->synth.samples_per_shard, "samples per shard (default: ~128 MB shards)");
   synth->add_option("--feature", o->widths,
@@ -76,9 +89,11 @@ void add_synth(CLI::App& data) {
     const std::string out = !o->out.empty() ? o->out : run_dir;
     ZEST_CHECK(!out.empty(), "zest data synth: --out DIR is required (with --model)");
     o->synth.widths = parse_widths(o->widths);
+    o->synth.samples = parse_sample_count(o->samples);
     o->synth.source = str("zest data synth ", o->choice.model.empty() ? "--config " + o->choice.config
                                                                       : "--model " + o->choice.model,
                           " --samples ", o->synth.samples, " --seed ", o->synth.seed);
+    const InterruptGuard stop_cleanly;  // SIGINT/SIGTERM: the partial dataset is removed, `out` is left as it was
     const DatasetManifest m = synthesize_dataset(out, model, o->synth);
     std::cout << "wrote " << m.total_samples() << " samples in " << m.shards.size() << " shard(s) of "
               << format_name(m.format) << " to " << out << " (" << model.model << ")\n";
@@ -98,6 +113,9 @@ void add_check(CLI::App& data) {
   check->callback([o] {
     std::optional<ExpectedFeatures> expected;
     if (!o->choice.model.empty() || !o->choice.config.empty()) expected = features_of(o->choice, nullptr);
+    // Values first: a NaN shard would otherwise surface as non-finite statistics, far from its cause.
+    const std::vector<NonFiniteTensor> non_finite = find_non_finite(o->dir, read_manifest(o->dir));
+    if (!non_finite.empty()) throw Error(describe_non_finite(o->dir, non_finite));
     const auto dataset = open_dataset(o->dir, {}, expected ? &*expected : nullptr);
     const DatasetManifest& m = dataset->manifest();
     std::cout << o->dir << ": " << format_name(m.format) << ", " << dataset->size() << " samples in "
@@ -117,7 +135,7 @@ void add_stats(CLI::App& data) {
     DatasetManifest m = read_manifest(*dir);
     if (m.stats_file.empty()) m.stats_file = "stats.safetensors";
     const MotionStats s = compute_motion_stats(*dir, m);
-    write_motion_stats((std::filesystem::path(*dir) / m.stats_file).string(), s);
+    write_motion_stats(m.stats_path(*dir, /*must_exist=*/false), s);  // inside the folder, never through a link
     write_manifest(*dir, m);
     std::cout << "wrote " << m.stats_file << " from " << s.frames << " frames\n";
   });

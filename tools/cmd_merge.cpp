@@ -6,6 +6,7 @@
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
+#include "core/interrupt.h"
 #include "models/model_export.h"
 
 #include <CLI/CLI.hpp>
@@ -41,6 +42,9 @@ void run_merge(const MergeArgs& args) {
   options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
   options.ema = args.ema;
   const auto start = std::chrono::steady_clock::now();
+  // The first SIGINT/SIGTERM stops the merge at the next piece: its .tmp files are removed, nothing is
+  // replaced, and the error says so (a second signal ends the process at once).
+  const InterruptGuard stop_cleanly;
   const checkpoint::MergeResult result =
       export_checkpoint(args.checkpoint, args.output, options, parse_export_format(args.format));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

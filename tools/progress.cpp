@@ -36,7 +36,11 @@ ProgressReporter::ProgressReporter(bool is_active, int64_t total_steps, const st
       items_name_(items_name),
       metrics_path_(metrics_path) {
   if (is_active_ && !metrics_path.empty()) {
-    metrics_fd_ = ::open(metrics_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // Never through a symbolic link: a planted metrics.jsonl link must not make the run append elsewhere.
+    metrics_fd_ = ::open(metrics_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (metrics_fd_ < 0 && errno == ELOOP)
+      throw Error("cannot open " + metrics_path + " for writing: it is a symbolic link, and zest does not write "
+                  "through links (remove it; the run creates the file)");
     if (metrics_fd_ < 0) throw Error("cannot open " + metrics_path + " for writing: " + std::strerror(errno));
   }
   started_s_ = now_seconds();

@@ -34,7 +34,8 @@ bool write_all(int fd, const std::string& text) {
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover, or a planted link: the new file is created, never written through
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) throw Error("cannot write " + path + ": " + errno_text());
   const bool written = write_all(fd, text) && ::fsync(fd) == 0;
   const std::string reason = written ? "" : errno_text();
@@ -75,14 +76,17 @@ void refuse_fresh_start_over_checkpoints(const RunConfig& config) {
                   "remove them, or give this run its own train.run_dir or checkpoint.dir"));
 }
 
-void prepare_run_folders(const RunConfig& config, bool resume, Communicator& comm) {
+RunLock prepare_run_folders(const RunConfig& config, bool resume, Communicator& comm) {
+  RunLock lock;
   if (comm.rank() == 0) {
+    ensure_writable_dir(config.train.run_dir, "train.run_dir");
+    lock = RunLock(config.train.run_dir);  // before anything in the folders is read or written
     ensure_writable_dir(config.checkpoint.dir, "checkpoint.dir");
     if (!resume) refuse_fresh_start_over_checkpoints(config);
-    ensure_writable_dir(config.train.run_dir, "train.run_dir");
     write_file_atomically((fs::path(config.train.run_dir) / "config.toml").string(), to_toml(config));
   }
   comm.barrier();
+  return lock;
 }
 
 }  // namespace zest

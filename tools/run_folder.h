@@ -5,6 +5,7 @@
 
 #include "comm/communicator.h"
 #include "tools/run_config.h"
+#include "tools/run_lock.h"
 
 #include <string>
 
@@ -22,9 +23,10 @@ void ensure_writable_dir(const std::string& dir, const std::string& key);
 // its saves would replace theirs step by step and leave the others beside its `latest`.
 void refuse_fresh_start_over_checkpoints(const RunConfig& config);
 
-// Collective. Rank 0 checks checkpoint.dir and train.run_dir, applies the rule above when `resume` is
-// false, and writes RUN_DIR/config.toml (last, so a refused run leaves the folder as it was); the
-// other ranks wait for it.
-void prepare_run_folders(const RunConfig& config, bool resume, Communicator& comm);
+// Collective. Rank 0 checks checkpoint.dir and train.run_dir, takes the run folder's lock (run_lock.h:
+// a second run on the folder is refused here), applies the rule above when `resume` is false, and writes
+// RUN_DIR/config.toml (last, so a refused run leaves the folder as it was); the other ranks wait for it.
+// The returned lock must live as long as the run (it holds nothing on other ranks).
+[[nodiscard]] RunLock prepare_run_folders(const RunConfig& config, bool resume, Communicator& comm);
 
 }  // namespace zest

@@ -49,6 +49,7 @@ struct TrainData::Impl {
   std::shared_ptr<const Dataset> dataset;
   std::unique_ptr<DataLoader> loader;
   bool is_motion = true;
+  std::string fingerprint;  // Dataset::fingerprint(), saved with the data position
 };
 
 TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm)
@@ -62,6 +63,7 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   dataset_options.seq_len = config.data.seq_len;
   impl_->dataset = open_dataset(dir, dataset_options, &expected);
   impl_->is_motion = expected.format == DatasetFormat::motion;
+  impl_->fingerprint = impl_->dataset->fingerprint();
   MemoryBudget budget = available_memory();
   if (budget.shared && comm.local_size() > 1) {  // every rank on this machine loads its own batches
     budget.bytes /= comm.local_size();
@@ -84,7 +86,10 @@ TensorMap TrainData::next() { return impl_->loader->next(); }
 
 nlohmann::json TrainData::state() const {
   const GlobalPosition p = impl_->loader->global_state();
-  return {{"epoch", p.epoch}, {"consumed", p.consumed}, {"dataset_size", impl_->dataset->size()}};
+  return {{"epoch", p.epoch},
+          {"consumed", p.consumed},
+          {"dataset_size", impl_->dataset->size()},
+          {"dataset_fingerprint", impl_->fingerprint}};
 }
 
 void TrainData::load_state(const nlohmann::json& state, int saved_world_size) {
@@ -99,6 +104,13 @@ void TrainData::load_state(const nlohmann::json& state, int saved_world_size) {
         throw Error(str("the checkpoint was trained on a dataset of ", saved_size, " samples, data.dir '",
                         impl_->dataset->dir(), "' has ", size, ": its data position means nothing here (start a "
                         "new run, or point data.dir at the run's dataset)"));
+      // Checkpoints from before the fingerprint have none: their dataset is taken on trust.
+      const std::string saved = state.value("dataset_fingerprint", std::string());
+      if (!saved.empty() && saved != impl_->fingerprint)
+        throw Error(str("the checkpoint was trained on another dataset than data.dir '", impl_->dataset->dir(),
+                        "' holds: both have ", size, " samples, but the contents differ (dataset fingerprint ", saved,
+                        " in the checkpoint, ", impl_->fingerprint, " now), so its data position means nothing "
+                        "here. Point data.dir at the run's dataset, or start a new run (--no-resume)"));
     } else {
       // The form before global positions: this rank's index in its own list; every rank was at the same one.
       position.consumed = state.at("index").get<int64_t>() * saved_world_size;

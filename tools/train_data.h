@@ -25,7 +25,8 @@ class TrainData {
   TrainData& operator=(const TrainData&) = delete;
 
   TensorMap next();
-  // {"epoch": E, "consumed": C, "dataset_size": N}: C positions of epoch E's global order are read.
+  // {"epoch": E, "consumed": C, "dataset_size": N, "dataset_fingerprint": F}: C positions of epoch E's
+  // global order are read, of the dataset whose Dataset::fingerprint() is F (compared on resume when present).
   nlohmann::json state() const;
   // Reads state() as saved by any world size, and the older per-rank form {"epoch", "index"} (then
   // `saved_world_size` re-splits it). Errors name the checkpoint's "extra.data" and what is wrong.

@@ -142,6 +142,7 @@ class TrainRun {
   const RunConfig& config_;
   std::string& phase_;
   std::shared_ptr<Communicator> comm_;
+  RunLock run_lock_;  // rank 0: this run owns train.run_dir until it ends
   ResolvedModel resolved_;
   std::shared_ptr<UnitModule> model_;
   nlohmann::json model_source_;  // where the weights came from (pretrained folder), kept for exports
@@ -159,7 +160,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
     : config_(config), phase_(phase), comm_(world_communicator()) {
   phase_ = "preparing the run folders";
   set_threads(config.engine, *comm_);
-  prepare_run_folders(config, options.resume, *comm_);
+  run_lock_ = prepare_run_folders(config, options.resume, *comm_);
   // The seed makes every rank build the same initial weights.
   phase_ = "building the model";
   torch::manual_seed(config.train.seed);

@@ -33,6 +33,22 @@ int64_t positive(ConfigTable& t, const std::string& key, int64_t fallback) {
   return v;
 }
 
+// The largest sizes accepted, checked before anything is allocated: far above HY-Motion 1.0 (27 layers,
+// width 2048), small enough that a hostile config.yml with num_layers: 999999999 is refused by name.
+constexpr int64_t kMaxLayers = 999;
+constexpr int64_t kMaxRefinerLayers = 64;
+constexpr int64_t kMaxWidth = 65536;  // feature, text and motion widths
+constexpr int64_t kMaxHeads = 4096;
+constexpr double kMaxMlpRatio = 64.0;
+
+void check_at_most(ConfigTable& t, const std::string& key, int64_t value, int64_t largest) {
+  if (value > largest) t.fail(key, str("is ", value, "; the largest value zest accepts is ", largest));
+}
+
+void check_at_most(ConfigTable& t, const std::string& key, double value, double largest) {
+  if (!(value <= largest)) t.fail(key, str("is ", value, "; the largest value zest accepts is ", largest));
+}
+
 // text_refiner_module + text_refiner_cfg. A given table replaces the reference's default dict
 // {num_layers: 2} entirely, so num_layers is then required (as SingleTokenRefiner requires it).
 RefinerConfig read_refiner(ConfigTable& t) {
@@ -48,7 +64,9 @@ RefinerConfig read_refiner(ConfigTable& t) {
   }
   r.num_layers = cfg.required<int64_t>("num_layers");
   if (r.num_layers < 0) cfg.fail("num_layers", "must be >= 0");
+  check_at_most(cfg, "num_layers", r.num_layers, kMaxRefinerLayers);
   r.mlp_ratio = cfg.get<double>("mlp_ratio", 4.0);
+  check_at_most(cfg, "mlp_ratio", r.mlp_ratio, kMaxMlpRatio);
   r.mlp_act = parse_act(cfg.get_choice("mlp_act_type", "silu", kActNames));
   r.qk_norm = parse_qk_norm(cfg.get_choice("qk_norm_type", "layer", kQkNormNames));
   r.qkv_bias = cfg.get<bool>("qkv_bias", true);
@@ -124,9 +142,18 @@ HyMotionConfig HyMotionConfig::from_toml(ConfigTable& t) {
   require_value<bool>(t, "with_long_skip_connection", false, "long skip connection not implemented");
   c.time_factor = t.get<double>("time_factor", 1.0);
   c.narrowband_length = t.get<double>("narrowband_length", 2.0);
+  if (!(c.narrowband_length >= 0.0 && c.narrowband_length <= 3600.0))
+    t.fail("narrowband_length", str("is ", c.narrowband_length, " seconds; accepted: 0 to 3600"));
   t.reject_unknown_keys();
 
-  // Errors at the offending key, with the file location.
+  // Errors at the offending key, with the file location; sizes first, before any arithmetic on them.
+  check_at_most(t, "num_layers", c.num_layers, kMaxLayers);
+  check_at_most(t, "num_heads", c.num_heads, kMaxHeads);
+  check_at_most(t, "mlp_ratio", c.mlp_ratio, kMaxMlpRatio);
+  const std::pair<const char*, int64_t> widths[] = {{"input_dim", c.input_dim}, {"feat_dim", c.feat_dim},
+                                                     {"output_dim", c.output_dim}, {"ctxt_input_dim", c.ctxt_input_dim},
+                                                     {"vtxt_input_dim", c.vtxt_input_dim}};
+  for (const auto& [key, value] : widths) check_at_most(t, key, value, kMaxWidth);
   if (c.input_dim <= 0) t.fail("input_dim", "must be positive");
   if (c.feat_dim <= 0) t.fail("feat_dim", "must be positive");
   if (c.output_dim <= 0) t.fail("output_dim", "must be positive");

@@ -4,7 +4,9 @@
 #include "models/hymotion/pickle_reader.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
+#include <charconv>
 #include <cstring>
 #include <map>
 
@@ -16,18 +18,6 @@ using Kind = PickleValue::Kind;
 PickleRef make(Kind kind) {
   auto value = std::make_shared<PickleValue>();
   value->kind = kind;
-  return value;
-}
-
-PickleRef make_text(Kind kind, std::string text) {
-  PickleRef value = make(kind);
-  value->text = std::move(text);
-  return value;
-}
-
-PickleRef make_int(int64_t v, Kind kind = Kind::integer) {
-  PickleRef value = make(kind);
-  value->integer = v;
   return value;
 }
 
@@ -45,9 +35,14 @@ bool storage_dtype(const std::string& name, torch::Dtype& dtype) {
   return true;
 }
 
+// The callables that unwrap another call (_rebuild_from_type_v2(func, type, args, state)) may nest this
+// deep; a program whose arguments refer to themselves is refused instead of recursing without end.
+constexpr int kMaxCallDepth = 8;
+
 class Machine {
  public:
-  Machine(const std::string& program, std::string source) : data_(program), source_(std::move(source)) {}
+  Machine(const std::string& program, std::string source, size_t max_values)
+      : data_(program), source_(std::move(source)), max_values_(max_values) {}
 
   PickleRef run() {
     while (true) {
@@ -75,7 +70,11 @@ class Machine {
   }
 
   // ---- reading the program ----
-  void need(size_t n) const { check(pos_ + n <= data_.size(), "the program ends early"); }
+  // Compared against the bytes left, so a length near 2^64 cannot wrap the check.
+  void need(uint64_t n) const {
+    check(n <= data_.size() - pos_, "a length of ", n, " bytes runs past the end of the program (",
+          data_.size() - pos_, " bytes left)");
+  }
   uint8_t u8() {
     need(1);
     return static_cast<uint8_t>(data_[pos_++]);
@@ -100,6 +99,17 @@ class Machine {
     pos_ = end + 1;
     return out;
   }
+  // A decimal argument (protocol 0 INT, PUT, GET), checked: the error names the byte offset.
+  template <typename T>
+  T decimal(const std::string& text) {
+    T value{};
+    const char* begin = text.data();
+    if (!text.empty() && text[0] == '+') ++begin;
+    const auto [end, ec] = std::from_chars(begin, text.data() + text.size(), value);
+    check(ec == std::errc() && end == text.data() + text.size() && begin != end, "'", printable(text, 40),
+          "' is not an integer the reader accepts");
+    return value;
+  }
   int64_t signed_le(size_t n) {
     check(n <= 8, "an integer of ", n, " bytes is too large");
     if (n == 0) return 0;
@@ -110,6 +120,21 @@ class Machine {
 
   // ---- the stacks ----
   void push(PickleRef v) { stack_.push_back(std::move(v)); }
+  PickleRef make(Kind kind) {
+    check(++made_ <= max_values_, "the program creates more than ", max_values_,
+          " values; no torch.save state dict needs so many (corrupt or hostile file)");
+    return hymotion::make(kind);
+  }
+  PickleRef make_text(Kind kind, std::string text) {
+    PickleRef value = make(kind);
+    value->text = std::move(text);
+    return value;
+  }
+  PickleRef make_int(int64_t v, Kind kind = Kind::integer) {
+    PickleRef value = make(kind);
+    value->integer = v;
+    return value;
+  }
   PickleRef pop() {
     check(stack_.size() > (marks_.empty() ? 0 : marks_.back()), "pop from an empty stack");
     PickleRef v = stack_.back();
@@ -140,15 +165,18 @@ class Machine {
   }
 
   // ---- calls ----
-  PickleRef call(const PickleRef& callable, const PickleRef& args) {
+  PickleRef call(const PickleRef& callable, const PickleRef& args, int depth = 0) {
+    check(depth < kMaxCallDepth, "calls nested more than ", kMaxCallDepth,
+          " deep (_rebuild_from_type_v2 whose arguments refer to themselves?)");
     const std::string name = callable->kind == Kind::global ? callable->text : "";
+    check(args->kind == Kind::tuple, "a call's arguments are not a tuple");
     const auto& a = args->items;
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") return rebuild_tensor(a);
     if ((name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") &&
         !a.empty())
       return a[0];
     if (name == "torch._tensor._rebuild_from_type_v2" && a.size() >= 3 && a[2]->kind == Kind::tuple)
-      return call(a[0], a[2]);
+      return call(a[0], a[2], depth + 1);
     if (name == "collections.OrderedDict" || name == "builtins.dict") {
       PickleRef dict = make(Kind::dict);
       if (!a.empty() && (a[0]->kind == Kind::list || a[0]->kind == Kind::tuple)) {
@@ -167,9 +195,18 @@ class Machine {
     PickleRef t = make(Kind::tensor);
     t->tensor = a[0]->tensor;
     t->tensor.offset = a[1]->integer;
-    for (const PickleRef& d : a[2]->items) t->tensor.shape.push_back(d->integer);
-    for (const PickleRef& d : a[3]->items) t->tensor.stride.push_back(d->integer);
+    check(a[2]->items.size() <= kMaxTensorDims, "a tensor with ", a[2]->items.size(), " dimensions (at most ",
+          kMaxTensorDims, ")");
+    for (const PickleRef& d : a[2]->items) {
+      check(d->kind == Kind::integer && d->integer >= 0, "a tensor size that is not a non-negative integer");
+      t->tensor.shape.push_back(d->integer);
+    }
+    for (const PickleRef& d : a[3]->items) {
+      check(d->kind == Kind::integer && d->integer >= 0, "a tensor stride that is not a non-negative integer");
+      t->tensor.stride.push_back(d->integer);
+    }
     check(t->tensor.shape.size() == t->tensor.stride.size(), "a tensor's size and stride differ in length");
+    check(t->tensor.offset >= 0, "a negative storage offset ", t->tensor.offset);
     return t;
   }
 
@@ -180,7 +217,8 @@ class Machine {
               a[2]->kind == Kind::string && a[4]->kind == Kind::integer,
           "a persistent id other than ('storage', type, key, location, numel)");
     PickleRef s = make(Kind::storage);
-    check(storage_dtype(a[1]->text, s->tensor.dtype), "storage type ", a[1]->text, " is not supported");
+    check(storage_dtype(a[1]->text, s->tensor.dtype), "storage type ", printable(a[1]->text, 80), " is not supported");
+    check(a[4]->integer >= 0, "a storage of ", a[4]->integer, " elements");
     s->tensor.storage_key = a[2]->text;
     s->tensor.storage_numel = a[4]->integer;
     return s;
@@ -196,6 +234,8 @@ class Machine {
   std::vector<PickleRef> stack_;
   std::vector<size_t> marks_;
   std::map<uint64_t, PickleRef> memo_;
+  size_t max_values_;
+  size_t made_ = 0;  // values created so far (bounded by max_values_)
 };
 
 // Opcodes that push one scalar or string; false for every other opcode.
@@ -211,7 +251,7 @@ bool Machine::push_scalar(uint8_t op) {
     case 0x8b: push(make_int(signed_le(le(4)))); return true;
     case 'I': {  // INT (protocol 0): "01"/"00" are booleans
       const std::string text = line();
-      push(text == "01" || text == "00" ? make_int(text == "01", Kind::boolean) : make_int(std::stoll(text)));
+      push(text == "01" || text == "00" ? make_int(text == "01", Kind::boolean) : make_int(decimal<int64_t>(text)));
       return true;
     }
     case 'G': {  // BINFLOAT: big-endian double
@@ -259,16 +299,21 @@ void Machine::step(uint8_t op) {
     case 'q': memo_[u8()] = top(); break;
     case 'r': memo_[le(4)] = top(); break;
     case 0x94: memo_[memo_.size()] = top(); break;
-    case 'p': memo_[std::stoull(line())] = top(); break;
+    case 'p': { const auto key = decimal<uint64_t>(line()); memo_[key] = top(); break; }
     case 'h': case 'j': case 'g': {
-      const uint64_t key = op == 'h' ? u8() : op == 'j' ? le(4) : std::stoull(line());
+      const uint64_t key = op == 'h' ? u8() : op == 'j' ? le(4) : decimal<uint64_t>(line());
       const auto it = memo_.find(key);
       check(it != memo_.end(), "memo entry ", key, " is not set");
       push(it->second);
       break;
     }
     case 'c': { const std::string module = line(); push(make_text(Kind::global, module + "." + line())); break; }
-    case 0x93: { PickleRef name = pop(), module = pop(); push(make_text(Kind::global, module->text + "." + name->text)); break; }
+    case 0x93: {
+      PickleRef name = pop(), module = pop();
+      check(module->kind == Kind::string && name->kind == Kind::string, "STACK_GLOBAL of values that are not strings");
+      push(make_text(Kind::global, module->text + "." + name->text));
+      break;
+    }
     case 'R': { PickleRef args = pop(), callable = pop(); push(call(callable, args)); break; }
     case 0x81: { PickleRef args = pop(), cls = pop(); push(call(cls, args)); break; }
     case 0x92: { pop(); PickleRef args = pop(), cls = pop(); push(call(cls, args)); break; }
@@ -283,7 +328,32 @@ void Machine::step(uint8_t op) {
 
 }  // namespace
 
-PickleRef unpickle(const std::string& program, const std::string& source) { return Machine(program, source).run(); }
+PickleValue::~PickleValue() {
+  // Children whose last owner is this value are emptied into a work list before they are released, so
+  // a deeply nested value is destroyed in a loop instead of one recursive destructor call per level.
+  std::vector<PickleRef> pending = std::move(items);
+  for (auto& [key, value] : entries) {
+    pending.push_back(std::move(key));
+    pending.push_back(std::move(value));
+  }
+  entries.clear();
+  while (!pending.empty()) {
+    PickleRef value = std::move(pending.back());
+    pending.pop_back();
+    if (!value || value.use_count() != 1) continue;
+    for (PickleRef& item : value->items) pending.push_back(std::move(item));
+    for (auto& [key, item] : value->entries) {
+      pending.push_back(std::move(key));
+      pending.push_back(std::move(item));
+    }
+    value->items.clear();
+    value->entries.clear();
+  }
+}
+
+PickleRef unpickle(const std::string& program, const std::string& source, size_t max_values) {
+  return Machine(program, source, max_values).run();
+}
 
 PickleRef dict_get(const PickleValue& dict, const std::string& key) {
   for (const auto& [k, v] : dict.entries)

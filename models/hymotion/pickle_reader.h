@@ -2,6 +2,8 @@
 // scalars and strings become values, tensors become descriptions (storage record, dtype, offset, shape,
 // stride) whose bytes stay in the archive until asked for. Objects of classes zest does not know become
 // opaque values instead of errors, so a checkpoint that also pickles e.g. training state still opens.
+// The program is untrusted: lengths are checked against the bytes left, the number of values it may
+// create is bounded, and values are released without recursion (a 10^6-deep list cannot overflow the stack).
 #pragma once
 
 #include <torch/torch.h>
@@ -24,6 +26,11 @@ struct PickledTensor {
 };
 
 struct PickleValue {
+  PickleValue() = default;
+  ~PickleValue();  // iterative: nested containers are released from a work list, not by recursion
+  PickleValue(const PickleValue&) = delete;
+  PickleValue& operator=(const PickleValue&) = delete;
+
   enum class Kind { none, boolean, integer, floating, string, bytes, tuple, list, dict, global, storage, tensor, opaque };
   Kind kind = Kind::none;
   int64_t integer = 0;  // boolean, integer
@@ -36,8 +43,11 @@ struct PickleValue {
 using PickleRef = std::shared_ptr<PickleValue>;
 
 // Runs `program` (protocol 2-5, the opcodes torch.save and pickle emit for containers and tensors).
-// Errors name `source`, the byte offset and the opcode.
-PickleRef unpickle(const std::string& program, const std::string& source);
+// Errors name `source`, the byte offset and the opcode. At most kMaxPickleValues values are created.
+// (A value costs about 250 bytes; a state dict about 25 values per tensor.)
+inline constexpr size_t kMaxPickleValues = size_t{1} << 20;
+inline constexpr size_t kMaxTensorDims = 64;
+PickleRef unpickle(const std::string& program, const std::string& source, size_t max_values = kMaxPickleValues);
 
 // The value of a dict for a string key, or nullptr.
 PickleRef dict_get(const PickleValue& dict, const std::string& key);

@@ -5,6 +5,8 @@
 #include "models/hymotion/torch_archive.h"
 
 #include "core/check.h"
+#include "core/interrupt.h"
+#include "core/untrusted_file.h"
 
 #include <caffe2/serialize/inline_container.h>
 
@@ -16,7 +18,14 @@
 namespace zest::hymotion {
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+// LibTorch's zip reader's message, its first line without the request to report it to PyTorch.
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  const size_t plea = line.find(" (Could this error message be improved?");
+  if (plea != std::string::npos) line.erase(plea);
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
 
 // ---- pickle program writer (protocol 2) ----
 
@@ -93,12 +102,41 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// data.pkl of a state dict is names and tensor descriptions: a few MB for the largest models.
+constexpr size_t kMaxProgramBytes = size_t{256} << 20;
+
+// The view a pickled tensor describes must lie inside its storage, and the storage inside its record;
+// every product and sum is overflow-checked, so a hostile size or stride gets this message, not LibTorch's.
+void check_view(const PickledTensor& p, size_t record_bytes, const std::string& what) {
+  const int64_t item = static_cast<int64_t>(c10::elementSize(p.dtype));
+  int64_t storage_bytes = 0;
+  ZEST_CHECK(p.storage_numel >= 0 && !__builtin_mul_overflow(p.storage_numel, item, &storage_bytes) &&
+                 static_cast<uint64_t>(storage_bytes) <= record_bytes,
+             what, ": its storage of ", p.storage_numel, " elements needs more than the record's ", record_bytes,
+             " bytes");
+  ZEST_CHECK(p.shape.size() == p.stride.size() && p.offset >= 0, what, ": a bad view (", p.shape.size(),
+             " sizes, ", p.stride.size(), " strides, offset ", p.offset, ")");
+  int64_t numel = 1, last = p.offset;  // the furthest element the view touches
+  bool ok = true;
+  for (size_t i = 0; i < p.shape.size() && ok; ++i) {
+    ok = p.shape[i] >= 0 && p.stride[i] >= 0 && !__builtin_mul_overflow(numel, p.shape[i], &numel);
+    int64_t reach = 0;
+    if (ok && p.shape[i] > 0) ok = !__builtin_mul_overflow(p.shape[i] - 1, p.stride[i], &reach) &&
+                                   !__builtin_add_overflow(last, reach, &last);
+  }
+  ZEST_CHECK(ok, what, ": a size or stride is negative or overflows");
+  ZEST_CHECK(numel == 0 || last < p.storage_numel, what, ": the view (offset ", p.offset, ", last element ", last,
+             ") reaches outside its storage of ", p.storage_numel, " elements");
+}
+
 }  // namespace
 
 // ---- reading ----
 
 TorchArchiveReader::TorchArchiveReader(std::string path) : path_(std::move(path)) {
-  std::FILE* probe = std::fopen(path_.c_str(), "rb");
+  const int fd = open_regular_file(path_, "torch.save archive");  // never a FIFO or a device
+  std::FILE* probe = ::fdopen(fd, "rb");
+  if (probe == nullptr) ::close(fd);
   ZEST_CHECK(probe != nullptr, path_, ": cannot open: ", std::strerror(errno));
   char magic[2] = {0, 0};
   const size_t got = std::fread(magic, 1, 2, probe);
@@ -113,12 +151,17 @@ TorchArchiveReader::TorchArchiveReader(std::string path) : path_(std::move(path)
     if (zip_->hasRecord("byteorder")) {
       auto [data, size] = zip_->getRecord("byteorder");
       const std::string order(static_cast<const char*>(data.get()), size);
-      ZEST_CHECK(order == "little", path_, ": a big-endian archive (byteorder '", order, "') is not supported");
+      ZEST_CHECK(order == "little", path_, ": a big-endian archive (byteorder '", printable(order, 20), "') is not supported");
     }
     auto [data, size] = zip_->getRecord("data.pkl");
+    ZEST_CHECK(size <= kMaxProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ", kMaxProgramBytes,
+               " a state dict's description takes (corrupt or hostile file)");
     program.assign(static_cast<const char*>(data.get()), size);
   } catch (const c10::Error& e) {
-    ZEST_FAIL(path_, ": cannot read the torch.save archive: ", first_line(e.what_without_backtrace()));
+    ZEST_FAIL(path_, ": cannot read the torch.save archive (the zip container is damaged or not torch.save's: ",
+              printable(first_line(e.what_without_backtrace())), ")");
+  } catch (const std::bad_alloc&) {  // a record whose stated size is absurd
+    ZEST_FAIL(path_, ": cannot read the torch.save archive: data.pkl states a size that does not fit in memory");
   }
   root_ = unpickle(program, path_);
 }
@@ -135,9 +178,9 @@ std::vector<std::string> TorchArchiveReader::top_level_keys() const {
 
 std::vector<ArchiveTensor> TorchArchiveReader::state_dict(const std::string& key) const {
   std::string present;
-  for (const std::string& k : top_level_keys()) present += (present.empty() ? "" : ", ") + k;
+  for (const std::string& k : top_level_keys()) present += (present.empty() ? "" : ", ") + printable(k, 80);
   ZEST_CHECK(root_->kind == PickleValue::Kind::dict, path_, ": the archive holds a ",
-             root_->kind == PickleValue::Kind::opaque ? root_->text : "non-dict value", ", not a dict with '", key, "'");
+             root_->kind == PickleValue::Kind::opaque ? printable(root_->text, 80) : "non-dict value", ", not a dict with '", key, "'");
   const PickleRef dict = dict_get(*root_, key);
   ZEST_CHECK(dict != nullptr, path_, ": no '", key, "' in the archive (top-level keys: ", present, ")");
   ZEST_CHECK(dict->kind == PickleValue::Kind::dict, path_, ": '", key, "' is not a dict of tensors");
@@ -152,7 +195,11 @@ std::vector<ArchiveTensor> TorchArchiveReader::state_dict(const std::string& key
 torch::Tensor TorchArchiveReader::read(const ArchiveTensor& t) const {
   const PickledTensor& p = t.tensor;
   const auto options = torch::TensorOptions().dtype(p.dtype);
-  if (p.storage_numel == 0) return torch::empty(p.shape, options);
+  const std::string what = path_ + ": tensor '" + printable(t.name) + "'";
+  if (p.storage_numel == 0) {
+    check_view(p, 0, what);  // an empty storage holds only empty views
+    return torch::empty(p.shape, options);
+  }
   const std::string record = "data/" + p.storage_key;
   std::shared_ptr<at::DataPtr> owner;
   size_t size = 0;
@@ -161,15 +208,11 @@ torch::Tensor TorchArchiveReader::read(const ArchiveTensor& t) const {
     owner = std::make_shared<at::DataPtr>(std::move(data));
     size = bytes;
   } catch (const c10::Error& e) {
-    ZEST_FAIL(path_, ": tensor '", t.name, "': cannot read record ", record, ": ", first_line(e.what_without_backtrace()));
+    ZEST_FAIL(what, ": cannot read record ", printable(record), ": ", printable(first_line(e.what_without_backtrace())));
+  } catch (const std::bad_alloc&) {
+    ZEST_FAIL(what, ": record ", printable(record), " states a size that does not fit in memory");
   }
-  const int64_t item = static_cast<int64_t>(c10::elementSize(p.dtype));
-  ZEST_CHECK(static_cast<int64_t>(size) >= p.storage_numel * item, path_, ": tensor '", t.name, "': record ", record,
-             " holds ", size, " bytes, its storage needs ", p.storage_numel * item);
-  int64_t last = p.offset;  // the furthest element the view touches must lie inside the storage
-  for (size_t i = 0; i < p.shape.size(); ++i) last += p.shape[i] > 0 ? (p.shape[i] - 1) * p.stride[i] : 0;
-  ZEST_CHECK(numel_of(p.shape) == 0 || (p.offset >= 0 && last < p.storage_numel), path_, ": tensor '", t.name,
-             "' reaches outside its storage");
+  check_view(p, size, what + " (record " + printable(record) + ")");
   // The tensor views the record's buffer, which lives as long as the tensor does.
   const torch::Tensor storage = torch::from_blob(owner->get(), {p.storage_numel}, [owner](void*) {}, options);
   return storage.as_strided(p.shape, p.stride, p.offset);
@@ -216,6 +259,7 @@ void TorchArchiveWriter::zip_call(const std::string& what, Fn&& fn) {
 
 void TorchArchiveWriter::add(const std::string& name, const torch::Tensor& tensor) {
   ZEST_CHECK(!finished_, path_, ": tensor '", name, "' added after finish()");
+  throw_if_interrupted("writing " + path_);  // the destructor removes the .tmp file
   const torch::Tensor data = tensor.detach().to(torch::kCPU).contiguous();
   Entry entry{name, std::to_string(entries_.size()), data.scalar_type(), data.sizes().vec()};
   storage_class(entry.dtype);  // refuses dtypes torch.load could not name
@@ -226,6 +270,7 @@ void TorchArchiveWriter::add(const std::string& name, const torch::Tensor& tenso
 }
 
 void TorchArchiveWriter::finish(const std::string& key) {
+  throw_if_interrupted("writing " + path_);
   PickleWriter p;
   p.empty_dict();
   p.string(key);

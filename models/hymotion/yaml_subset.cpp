@@ -1,13 +1,16 @@
 // A small YAML reader/writer for config.yml (see yaml_subset.h): lines are split into indentation and
 // content first, then a recursive block parser builds JSON values; flow collections get their own
-// recursive-descent parser over one (joined) string.
+// recursive-descent parser over one (joined) string. Both recursions stop at kMaxYamlDepth levels, so a
+// file of 100,000 '[' is an error naming the line, not a stack overflow.
 #include "models/hymotion/yaml_subset.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
@@ -15,6 +18,9 @@ namespace zest::hymotion {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// Nesting accepted in config.yml (blocks and flow collections together); HY-Motion's nests 3 deep.
+constexpr int kMaxYamlDepth = 64;
 
 struct Line {
   int number = 0;  // 1-based, for messages
@@ -109,7 +115,7 @@ Json resolve_plain(const std::string& s) {
     if (s.find("inf") != std::string::npos || s.find("Inf") != std::string::npos || s.find("INF") != std::string::npos)
       return s[0] == '-' ? -INFINITY : INFINITY;
     if (s.find_first_of("nN") != std::string::npos) return NAN;
-    return std::stod(digits);
+    return std::strtod(digits.c_str(), nullptr);  // out of range: ±inf or 0, as PyYAML's float() gives
   }
   return s;
 }
@@ -160,12 +166,20 @@ class FlowParser {
   Json parse_all() {
     Json value = parse_value(false);
     skip_blanks();
-    if (pos_ != text_.size()) fail("unexpected text after a flow collection: " + text_.substr(pos_));
+    if (pos_ != text_.size()) fail("unexpected text after a flow collection: " + printable(text_.substr(pos_), 80));
     return value;
   }
 
  private:
   [[noreturn]] void fail(const std::string& what) const { ZEST_FAIL(source_, ":", line_, ": ", what); }
+  // One level deeper for the lifetime of the guard; past kMaxYamlDepth, an error naming the line.
+  struct Level {
+    explicit Level(FlowParser& p) : parser(p) {
+      if (++parser.depth_ > kMaxYamlDepth) parser.fail(str("flow collections nested deeper than ", kMaxYamlDepth, " levels"));
+    }
+    ~Level() { --parser.depth_; }
+    FlowParser& parser;
+  };
   void skip_blanks() {
     while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
   }
@@ -190,6 +204,7 @@ class FlowParser {
   }
 
   Json parse_list() {
+    const Level level(*this);
     ++pos_;  // '['
     Json out = Json::array();
     while (!at(']')) {
@@ -202,6 +217,7 @@ class FlowParser {
   }
 
   Json parse_map() {
+    const Level level(*this);
     ++pos_;  // '{'
     Json out = Json::object();
     while (!at('}')) {
@@ -220,6 +236,7 @@ class FlowParser {
   std::string source_;
   int line_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // ---- blocks ----
@@ -254,7 +271,7 @@ class BlockParser {
       const Line& line = lines_[pos_];
       const size_t colon = key_colon(line.text);
       if (line.indent != 0 || colon == std::string::npos)
-        ZEST_FAIL(source_, ":", line.number, ": expected a top-level 'key: value' entry, got '", line.text, "'");
+        ZEST_FAIL(source_, ":", line.number, ": expected a top-level 'key: value' entry, got '", printable(line.text, 120), "'");
       const std::string key = key_text(line.text.substr(0, colon), line.number);
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
         skip_entry();
@@ -295,6 +312,14 @@ class BlockParser {
   }
 
   Json block(int indent) {
+    if (++depth_ > kMaxYamlDepth) {
+      ZEST_FAIL(source_, ":", lines_[pos_].number, ": mappings and lists nested deeper than ", kMaxYamlDepth,
+                " levels");
+    }
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     const std::string& text = lines_[pos_].text;
     if (is_sequence_item(text)) return sequence(indent);
     if (key_colon(text) != std::string::npos) return mapping(indent);
@@ -307,7 +332,7 @@ class BlockParser {
     while (pos_ < lines_.size() && lines_[pos_].indent == indent && !is_sequence_item(lines_[pos_].text)) {
       const Line& line = lines_[pos_];
       const size_t colon = key_colon(line.text);
-      if (colon == std::string::npos) ZEST_FAIL(source_, ":", line.number, ": expected 'key: value', got '", line.text, "'");
+      if (colon == std::string::npos) ZEST_FAIL(source_, ":", line.number, ": expected 'key: value', got '", printable(line.text, 120), "'");
       const std::string key = key_text(line.text.substr(0, colon), line.number);
       ZEST_CHECK(!out.contains(key), source_, ":", line.number, ": key '", key, "' appears twice");
       out[key] = entry_value(colon, indent);
@@ -348,8 +373,12 @@ class BlockParser {
     if (c == '&' || c == '*' || c == '!') unsupported(source_, line, "an anchor, alias or tag");
     if (c == '|' || c == '>') unsupported(source_, line, "a block scalar (| or >)");
     if (c == '?' || c == '%' || c == '@' || c == '`') unsupported(source_, line, std::string("'") + c + "'");
-    while (pos_ < lines_.size() && lines_[pos_].indent > owner_indent && !closed(text)) {
-      text += " " + lines_[pos_++].text;  // a flow collection or quoted string spanning lines
+    OpenScan scan(text);
+    while (pos_ < lines_.size() && lines_[pos_].indent > owner_indent && !scan.closed()) {
+      const std::string& more = lines_[pos_++].text;  // a flow collection or quoted string spanning lines
+      text += " ";
+      text += more;
+      scan.feed(more);  // each line scanned once: a collection over many lines is not quadratic
     }
     if (c == '[' || c == '{') return FlowParser(text, source_, line).parse_all();
     if (c == '"' || c == '\'') {
@@ -367,30 +396,42 @@ class BlockParser {
     return resolve_plain(text);
   }
 
-  // Whether brackets and quotes opened in `text` are all closed (plain scalars always are).
-  static bool closed(const std::string& text) {
-    if (text.empty() || (text[0] != '[' && text[0] != '{' && text[0] != '"' && text[0] != '\'')) return true;
-    int depth = 0;
-    char quote = 0;
-    for (size_t i = 0; i < text.size(); ++i) {
-      const char c = text[i];
-      if (quote) {
-        if (quote == '"' && c == '\\') ++i;
-        else if (c == quote) quote = 0;
-      } else if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '[' || c == '{') {
-        ++depth;
-      } else if (c == ']' || c == '}') {
-        --depth;
+  // Whether the brackets and quotes opened so far are all closed (plain scalars always are), fed line
+  // by line.
+  class OpenScan {
+   public:
+    explicit OpenScan(const std::string& first)
+        : tracks_(!first.empty() && (first[0] == '[' || first[0] == '{' || first[0] == '"' || first[0] == '\'')) {
+      feed(first);
+    }
+    void feed(const std::string& text) {
+      if (!tracks_) return;
+      for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quote_) {
+          if (quote_ == '"' && c == '\\') ++i;
+          else if (c == quote_) quote_ = 0;
+        } else if (c == '"' || c == '\'') {
+          quote_ = c;
+        } else if (c == '[' || c == '{') {
+          ++depth_;
+        } else if (c == ']' || c == '}') {
+          --depth_;
+        }
       }
     }
-    return quote == 0 && depth <= 0;
-  }
+    bool closed() const { return !tracks_ || (quote_ == 0 && depth_ <= 0); }
+
+   private:
+    bool tracks_;
+    int64_t depth_ = 0;
+    char quote_ = 0;
+  };
 
   std::vector<Line> lines_;
   std::string source_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // ---- writing ----

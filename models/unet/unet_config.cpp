@@ -101,6 +101,46 @@ void read_inert_fields(ConfigTable& t) {
   t.get<bool>("upcast_attention", false);
 }
 
+// The largest sizes accepted, checked before anything is allocated: far above any released UNet (SDXL:
+// 3 levels, 1280 channels, 10 transformer layers), small enough that a hostile config.json with
+// layers_per_block = 1e9 is refused by name instead of building until memory runs out.
+constexpr size_t kMaxLevels = 8;
+constexpr int64_t kMaxLayersPerBlock = 64;
+constexpr int64_t kMaxTransformerLayers = 128;
+constexpr int64_t kMaxWidth = 65536;  // channels, attention and embedding widths
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxKernel = 31;
+
+void check_at_most(ConfigTable& t, const std::string& key, int64_t value, int64_t largest) {
+  if (value > largest) t.fail(key, str("is ", value, "; the largest value zest accepts is ", largest));
+}
+
+void check_each_at_most(ConfigTable& t, const std::string& key, const std::vector<int64_t>& values, int64_t largest) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] > largest)
+      t.fail(key, str("[", i, "] is ", values[i], "; the largest value zest accepts is ", largest));
+}
+
+void check_sizes(ConfigTable& t, const UNetConfig& c) {
+  if (c.down_cross_attention.size() > kMaxLevels)
+    t.fail("down_block_types", str("has ", c.down_cross_attention.size(), " blocks; at most ", kMaxLevels,
+                                   " are accepted"));
+  check_each_at_most(t, "block_out_channels", c.block_out_channels, kMaxWidth);
+  check_each_at_most(t, "layers_per_block", c.layers_per_block, kMaxLayersPerBlock);
+  check_each_at_most(t, "transformer_layers_per_block", c.transformer_layers_per_block, kMaxTransformerLayers);
+  check_each_at_most(t, "attention_head_dim", c.num_heads, kMaxHeads);
+  check_each_at_most(t, "cross_attention_dim", c.cross_attention_dim, kMaxWidth);
+  check_at_most(t, "in_channels", c.in_channels, kMaxWidth);
+  check_at_most(t, "out_channels", c.out_channels, kMaxWidth);
+  check_at_most(t, "norm_num_groups", c.norm_num_groups, kMaxWidth);
+  check_at_most(t, "conv_in_kernel", c.conv_in_kernel, kMaxKernel);
+  check_at_most(t, "conv_out_kernel", c.conv_out_kernel, kMaxKernel);
+  check_at_most(t, "downsample_padding", c.downsample_padding, kMaxKernel);
+  check_at_most(t, "time_embedding_dim", c.time_embedding_dim, kMaxWidth);
+  check_at_most(t, "addition_time_embed_dim", c.addition_time_embed_dim, kMaxWidth);
+  check_at_most(t, "projection_class_embeddings_input_dim", c.projection_class_embeddings_input_dim, 16 * kMaxWidth);
+}
+
 void read_time_embedding(ConfigTable& t, UNetConfig& c) {
   c.flip_sin_to_cos = t.get<bool>("flip_sin_to_cos", true);
   c.freq_shift = t.get<double>("freq_shift", 0.0);
@@ -158,6 +198,7 @@ UNetConfig UNetConfig::from_toml(ConfigTable& t) {
   read_unsupported_features(t, levels);
   read_inert_fields(t);
   t.reject_unknown_keys();
+  check_sizes(t, c);
   try {
     c.validate();
   } catch (const Error& e) {

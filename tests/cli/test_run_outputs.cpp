@@ -193,7 +193,9 @@ TEST_F(DataPosition, SavedAsAGlobalPositionAndReadBackInBothForms) {
   TrainData data(config_, model_, comm_);
   for (int i = 0; i < 3; ++i) data.next();
   const nlohmann::json saved = data.state();
-  EXPECT_EQ(saved, (nlohmann::json{{"epoch", 0}, {"consumed", 9}, {"dataset_size", 16}}));
+  const std::string fingerprint = saved.value("dataset_fingerprint", std::string());
+  EXPECT_EQ(fingerprint.size(), 16u) << saved.dump();
+  EXPECT_EQ(saved, (nlohmann::json{{"epoch", 0}, {"consumed", 9}, {"dataset_size", 16}, {"dataset_fingerprint", fingerprint}}));
 
   TrainData resumed(config_, model_, comm_);
   resumed.load_state(saved, /*saved_world_size=*/4);  // the global form ignores the saved world size
@@ -201,7 +203,11 @@ TEST_F(DataPosition, SavedAsAGlobalPositionAndReadBackInBothForms) {
   // The form before: {"epoch", "index"} per rank; 2 ranks at index 3 had read 6 positions together.
   TrainData old(config_, model_, comm_);
   old.load_state({{"epoch", 1}, {"index", 3}}, /*saved_world_size=*/2);
-  EXPECT_EQ(old.state(), (nlohmann::json{{"epoch", 1}, {"consumed", 6}, {"dataset_size", 16}}));
+  EXPECT_EQ(old.state(), (nlohmann::json{{"epoch", 1}, {"consumed", 6}, {"dataset_size", 16}, {"dataset_fingerprint", fingerprint}}));
+  // A checkpoint written before the fingerprint (no dataset_fingerprint) still resumes.
+  TrainData before(config_, model_, comm_);
+  before.load_state({{"epoch", 0}, {"consumed", 9}, {"dataset_size", 16}}, 1);
+  EXPECT_EQ(before.state(), saved);
 }
 
 TEST_F(DataPosition, PositionsThatCannotBeHonouredAreClearErrors) {
@@ -210,6 +216,10 @@ TEST_F(DataPosition, PositionsThatCannotBeHonouredAreClearErrors) {
                {"trained on a dataset of 20 samples", "has 16"});
   expect_error([&] { data.load_state({{"epoch", 0}, {"consumed", 16}, {"dataset_size", 16}}, 1); },
                {"outside an epoch of 16 samples"});
+  // Another dataset of the same size (its fingerprint differs): refused, naming both fingerprints.
+  expect_error([&] {
+    data.load_state({{"epoch", 0}, {"consumed", 3}, {"dataset_size", 16}, {"dataset_fingerprint", "0123456789abcdef"}}, 1);
+  }, {"trained on another dataset than data.dir", "both have 16 samples", "0123456789abcdef"});
   expect_error([&] { data.load_state({{"epoch", 0}, {"index", 9}}, 2); }, {"outside an epoch of 16 samples"});
   expect_error([&] { data.load_state({{"epoch", "zero"}, {"index", 1}}, 1); },
                {"data position (extra.data in manifest.json) is unreadable"});
