@@ -11,7 +11,7 @@
 
 namespace zest::clip {
 
-// How the text is cleaned before the BPE, i.e. which reference is reproduced (docs/clip.md).
+// How the text is cleaned before the BPE, i.e. which reference is reproduced (docs/pipeline_modules.md).
 enum class TextCleaning {
   // transformers >= 5 CLIPTokenizer and transformers 4 CLIPTokenizerFast (the `tokenizers` library): NFC,
   // every run of white space becomes one space, per-character lower case.

@@ -203,7 +203,7 @@ TEST(CLIPTokenizer, EqualsTransformersOnTheGoldenCorpus) {
   ASSERT_GE(captions.size(), 500u);
   int compared = 0;
   for (const auto& [name, variant] : golden.at("variants").items()) {
-    // Which of transformers' implementations made the ids decides the cleaning (docs/clip.md).
+    // Which of transformers' implementations made the ids decides the cleaning (docs/pipeline_modules.md).
     TextCleaning cleaning = TextCleaning::kTokenizersLibrary;
     if (variant.contains("cleaning")) {
       cleaning = variant["cleaning"] == "python" ? TextCleaning::kPythonWithoutFtfy : TextCleaning::kTokenizersLibrary;
