@@ -1,0 +1,208 @@
+// CLIPTextModel / CLIPTextModelWithProjection forward and loading (see clip_text_model.h).
+#include "models/clip/clip_text_model.h"
+
+#include "checkpoint/safetensors.h"
+#include "core/check.h"
+#include "models/state_dict.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace zest::clip {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kReleasedEndOfText = 49407;
+constexpr const char* kPositionIdsBuffer = "text_model.embeddings.position_ids";
+
+torch::Tensor activate(HiddenAct act, const torch::Tensor& x) {
+  switch (act) {
+    case HiddenAct::quick_gelu:
+      return x * torch::sigmoid(1.702 * x);
+    case HiddenAct::gelu:
+      return torch::gelu(x);
+    case HiddenAct::gelu_tanh:
+      return torch::gelu(x, "tanh");
+  }
+  return x;  // unreachable
+}
+
+// 0 on and below the diagonal, -inf above: token i attends to tokens 0..i.
+torch::Tensor causal_mask(int64_t length, const torch::TensorOptions& options) {
+  return torch::full({length, length}, -std::numeric_limits<float>::infinity(), options).triu(1);
+}
+
+}  // namespace
+
+torch::Tensor end_token_positions(const torch::Tensor& input_ids, int64_t eos_token_id) {
+  ZEST_CHECK(input_ids.dim() == 2 && input_ids.size(1) > 0, "input_ids must be [batch, length], got ",
+             input_ids.sizes());
+  const bool released_vocabulary = (std::get<0>(input_ids.max(-1)) == kReleasedEndOfText).all().item<bool>();
+  if (released_vocabulary || eos_token_id == 2) return input_ids.argmax(-1);
+  return (input_ids == eos_token_id).to(torch::kInt).argmax(-1);
+}
+
+WeightImpl::WeightImpl(std::vector<int64_t> shape, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::zeros(shape, options));
+}
+
+CLIPAttentionImpl::CLIPAttentionImpl(const CLIPTextConfig& config, const torch::TensorOptions& options)
+    : heads_(config.num_attention_heads), head_dim_(config.head_dim()) {
+  const int64_t h = config.hidden_size;
+  k_proj = register_module("k_proj", unet::Linear(h, h, true, options));
+  v_proj = register_module("v_proj", unet::Linear(h, h, true, options));
+  q_proj = register_module("q_proj", unet::Linear(h, h, true, options));
+  out_proj = register_module("out_proj", unet::Linear(h, h, true, options));
+}
+
+torch::Tensor CLIPAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) const {
+  const int64_t batch = x.size(0), length = x.size(1);
+  auto heads = [&](const torch::Tensor& t) { return t.view({batch, length, heads_, head_dim_}).transpose(1, 2); };
+  const torch::Tensor q = heads(q_proj->forward(x));
+  const torch::Tensor k = heads(k_proj->forward(x));
+  const torch::Tensor v = heads(v_proj->forward(x));
+  // As transformers' eager attention: scores scaled by 1/sqrt(head_dim), the mask added, softmax in float32.
+  const torch::Tensor scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  const torch::Tensor weights = torch::softmax(scores.to(torch::kFloat) + mask, -1).to(q.scalar_type());
+  const torch::Tensor out = torch::matmul(weights, v).transpose(1, 2).reshape({batch, length, heads_ * head_dim_});
+  return out_proj->forward(out);
+}
+
+CLIPMLPImpl::CLIPMLPImpl(const CLIPTextConfig& config, const torch::TensorOptions& options) : act_(config.hidden_act) {
+  fc1 = register_module("fc1", unet::Linear(config.hidden_size, config.intermediate_size, true, options));
+  fc2 = register_module("fc2", unet::Linear(config.intermediate_size, config.hidden_size, true, options));
+}
+
+torch::Tensor CLIPMLPImpl::forward(const torch::Tensor& x) const { return fc2->forward(activate(act_, fc1->forward(x))); }
+
+CLIPEncoderLayerImpl::CLIPEncoderLayerImpl(const CLIPTextConfig& config, const torch::TensorOptions& options) {
+  self_attn = register_module("self_attn", CLIPAttention(config, options));
+  layer_norm1 = register_module("layer_norm1", unet::LayerNorm(config.hidden_size, config.layer_norm_eps, options));
+  mlp = register_module("mlp", CLIPMLP(config, options));
+  layer_norm2 = register_module("layer_norm2", unet::LayerNorm(config.hidden_size, config.layer_norm_eps, options));
+}
+
+torch::Tensor CLIPEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) const {
+  const torch::Tensor h = x + self_attn->forward(layer_norm1->forward(x), mask).to(x.scalar_type());
+  return h + mlp->forward(layer_norm2->forward(h)).to(h.scalar_type());
+}
+
+CLIPTextEmbeddingsImpl::CLIPTextEmbeddingsImpl(const CLIPTextConfig& config, const torch::TensorOptions& options) {
+  token_embedding = register_module("token_embedding", Weight(std::vector<int64_t>{config.vocab_size, config.hidden_size}, options));
+  position_embedding = register_module(
+      "position_embedding", Weight(std::vector<int64_t>{config.max_position_embeddings, config.hidden_size}, options));
+}
+
+torch::Tensor CLIPTextEmbeddingsImpl::forward(const torch::Tensor& input_ids) const {
+  const int64_t length = input_ids.size(1);
+  const int64_t max_positions = position_embedding->weight.size(0);
+  ZEST_CHECK(length <= max_positions, "a CLIP text encoder takes at most ", max_positions, " tokens, got ", length);
+  const int64_t vocab = token_embedding->weight.size(0);
+  ZEST_CHECK(input_ids.numel() == 0 || (input_ids.min().item<int64_t>() >= 0 && input_ids.max().item<int64_t>() < vocab),
+             "token ids must lie in [0, ", vocab, ") for this text encoder's vocabulary");
+  return torch::embedding(token_embedding->weight, input_ids) +
+         position_embedding->weight.narrow(0, 0, length).unsqueeze(0);
+}
+
+CLIPEncoderImpl::CLIPEncoderImpl(const CLIPTextConfig& config, const torch::TensorOptions& options) {
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(CLIPEncoderLayer(config, options));
+}
+
+CLIPTextTransformerImpl::CLIPTextTransformerImpl(const CLIPTextConfig& config, const torch::TensorOptions& options)
+    : eos_token_id_(config.eos_token_id) {
+  embeddings = register_module("embeddings", CLIPTextEmbeddings(config, options));
+  encoder = register_module("encoder", CLIPEncoder(config, options));
+  final_layer_norm = register_module("final_layer_norm", unet::LayerNorm(config.hidden_size, config.layer_norm_eps, options));
+}
+
+CLIPTextOutput CLIPTextTransformerImpl::forward(const torch::Tensor& input_ids) const {
+  ZEST_CHECK(input_ids.dim() == 2, "input_ids must be [batch, length], got ", input_ids.sizes());
+  const torch::Tensor ids = input_ids.to(torch::kLong);
+  CLIPTextOutput out;
+  torch::Tensor h = embeddings->forward(ids);
+  const torch::Tensor mask = causal_mask(ids.size(1), h.options().dtype(torch::kFloat));
+  out.hidden_states.push_back(h);
+  for (const auto& layer : *encoder->layers) {
+    h = layer->as<CLIPEncoderLayerImpl>()->forward(h, mask);
+    out.hidden_states.push_back(h);
+  }
+  out.last_hidden_state = final_layer_norm->forward(h);
+  const torch::Tensor positions = end_token_positions(ids, eos_token_id_).to(torch::kLong);
+  out.pooled = out.last_hidden_state.index({torch::arange(ids.size(0), positions.options()), positions});
+  return out;
+}
+
+CLIPTextModelImpl::CLIPTextModelImpl(const CLIPTextConfig& config, bool with_projection,
+                                     const torch::TensorOptions& options)
+    : config_(config) {
+  text_model = register_module("text_model", CLIPTextTransformer(config, options));
+  if (with_projection) {
+    text_projection = register_module(
+        "text_projection", Weight(std::vector<int64_t>{config.projection_dim, config.hidden_size}, options));
+  }
+}
+
+CLIPTextOutput CLIPTextModelImpl::forward(const torch::Tensor& input_ids) const {
+  CLIPTextOutput out = text_model->forward(input_ids);
+  if (!text_projection.is_empty()) {
+    out.text_embeds = torch::linear(out.pooled.to(text_projection->weight.scalar_type()), text_projection->weight);
+  }
+  return out;
+}
+
+CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOptions& options) {
+  const fs::path config_path = folder / "config.json";
+  std::ifstream in(config_path);
+  if (!in) ZEST_FAIL(config_path.string(), ": cannot be read (a text encoder folder holds config.json and model.safetensors)");
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    ZEST_FAIL(config_path.string(), ": not valid JSON: ", e.what());
+  }
+  const CLIPTextConfig text_config = CLIPTextConfig::from_json(config, config_path.string());
+  bool with_projection = false;
+  if (config.contains("architectures")) {
+    const nlohmann::json& architectures = config["architectures"];
+    const bool known = architectures.is_array() && architectures.size() == 1 &&
+                       (architectures[0] == "CLIPTextModel" || architectures[0] == "CLIPTextModelWithProjection");
+    if (!known) {
+      ZEST_FAIL(config_path.string(), ": \"architectures\" is ", architectures.dump(),
+                "; expected [\"CLIPTextModel\"] or [\"CLIPTextModelWithProjection\"]");
+    }
+    with_projection = architectures[0] == "CLIPTextModelWithProjection";
+  }
+  const fs::path weights_path = folder / "model.safetensors";
+  if (!fs::exists(weights_path)) {
+    ZEST_FAIL(weights_path.string(), ": not found; zest reads text encoder weights from model.safetensors (for a "
+              "variant such as model.fp16.safetensors, point a copy or link of that name at it)");
+  }
+  CLIPTextModel model(text_config, with_projection, options);
+  const safetensors::Reader reader(weights_path.string());
+  LoadOptions load;
+  load.strict = false;  // checked below, allowing only the position_ids buffer older releases saved
+  const LoadReport report = load_state_dict(*model, reader, load);
+  std::vector<std::string> unexpected;
+  for (const std::string& name : report.unexpected) {
+    if (name != kPositionIdsBuffer) unexpected.push_back(name);
+  }
+  if (!report.missing.empty() || !unexpected.empty()) {
+    std::ostringstream message;
+    message << weights_path.string() << ": does not match " << (with_projection ? "CLIPTextModelWithProjection" : "CLIPTextModel")
+            << " of " << config_path.string() << ":";
+    auto list = [&](const char* what, const std::vector<std::string>& names) {
+      if (names.empty()) return;
+      message << " " << names.size() << " " << what << " (";
+      for (size_t i = 0; i < names.size() && i < 5; ++i) message << (i ? ", " : "") << names[i];
+      message << (names.size() > 5 ? ", ...)" : ")");
+    };
+    list("missing", report.missing);
+    list("unexpected", unexpected);
+    ZEST_FAIL(message.str());
+  }
+  return model;
+}
+
+}  // namespace zest::clip

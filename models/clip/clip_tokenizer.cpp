@@ -1,0 +1,413 @@
+// CLIPTokenizer: special-token split, text cleaning, the pre-tokenisation pattern, byte-level symbols, BPE.
+#include "models/clip/clip_tokenizer.h"
+
+#include "core/check.h"
+#include "models/clip/unicode_text.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace zest::clip {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStartOfText = "<|startoftext|>";
+constexpr const char* kEndOfText = "<|endoftext|>";
+constexpr const char* kEndOfWord = "</w>";
+
+// GPT-2's reversible byte → character table: printable Latin-1 bytes stand for themselves, the others
+// (controls, space, ...) for U+0100 onwards in byte order.
+void fill_byte_symbols(std::string (&symbols)[256]) {
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    symbols[b].clear();
+    append_utf8(printable(b) ? static_cast<char32_t>(b) : next++, symbols[b]);
+  }
+}
+
+bool is_cjk_ideograph(char32_t cp) {  // the CJK blocks BERT's BasicTokenizer splits into single characters
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+// The tokenizers library's normalizer: NFC, each run of white space → " ", per-character lower case.
+std::u32string clean_like_tokenizers(std::u32string_view text) {
+  const std::u32string composed = nfc(text);
+  std::u32string out;
+  out.reserve(composed.size());
+  for (size_t i = 0; i < composed.size(); ++i) {
+    if (is_unicode_white_space(composed[i])) {
+      out.push_back(U' ');
+      while (i + 1 < composed.size() && is_unicode_white_space(composed[i + 1])) ++i;
+    } else {
+      append_lowercase(composed[i], out);
+    }
+  }
+  return out;
+}
+
+// Python's str.lower() of one white-space-free word, with its final-sigma rule approximated: a capital
+// sigma after a letter and not before one becomes the final form.
+void append_python_lower(std::u32string_view word, std::u32string& out) {
+  for (size_t i = 0; i < word.size(); ++i) {
+    if (word[i] == U'\u03A3') {
+      const bool after_letter = i > 0 && is_letter(word[i - 1]);
+      const bool before_letter = i + 1 < word.size() && is_letter(word[i + 1]);
+      out.push_back(after_letter && !before_letter ? U'\u03C2' : U'\u03C3');
+    } else {
+      append_lowercase(word[i], out);
+    }
+  }
+}
+
+// transformers 4's BasicTokenizer(strip_accents=False, do_split_on_punc=False): drop NUL, U+FFFD and
+// category-C characters except \t \n \r; white space → " "; spaces around CJK ideographs; NFC; split on
+// white space; lower case each word; join with " ".
+std::u32string clean_like_python(std::u32string_view text) {
+  std::u32string cleaned;
+  cleaned.reserve(text.size());
+  for (const char32_t cp : text) {
+    const bool tab_or_newline = cp == U'\t' || cp == U'\n' || cp == U'\r';
+    if (cp == 0 || cp == 0xFFFD || (is_other(cp) && !tab_or_newline)) continue;
+    if (cp == U' ' || tab_or_newline || is_space_separator(cp)) {
+      cleaned.push_back(U' ');
+    } else if (is_cjk_ideograph(cp)) {
+      cleaned.push_back(U' ');
+      cleaned.push_back(cp);
+      cleaned.push_back(U' ');
+    } else {
+      cleaned.push_back(cp);
+    }
+  }
+  const std::u32string composed = nfc(cleaned);
+  std::u32string out;
+  size_t i = 0;
+  while (i < composed.size()) {
+    if (is_unicode_white_space(composed[i])) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < composed.size() && !is_unicode_white_space(composed[end])) ++end;
+    if (!out.empty()) out.push_back(U' ');
+    append_python_lower(std::u32string_view(composed).substr(i, end - i), out);
+    i = end;
+  }
+  return out;
+}
+
+bool starts_with(std::u32string_view text, size_t at, std::u32string_view prefix) {
+  return text.substr(at, prefix.size()) == prefix;
+}
+
+// Length of the contraction ('s 't 're 've 'm 'll 'd) at `at`, 0 if none. Python's pattern is
+// case-insensitive: after lower-casing that only adds the long s, which folds to s.
+size_t contraction_length(std::u32string_view text, size_t at, bool ignore_case) {
+  if (text[at] != U'\'' || at + 1 >= text.size()) return 0;
+  const char32_t c = text[at + 1];
+  if (c == U's' || c == U't' || c == U'm' || c == U'd' || (ignore_case && c == U'\u017F')) return 2;
+  if (at + 2 < text.size()) {
+    const char32_t d = text[at + 2];
+    if ((c == U'r' && d == U'e') || (c == U'v' && d == U'e') || (c == U'l' && d == U'l')) return 3;
+  }
+  return 0;
+}
+
+// The pre-tokenisation pattern <|startoftext|>|<|endoftext|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|
+// [^\s\p{L}\p{N}]+ as findall: white space between matches is dropped.
+std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool ignore_case) {
+  static const std::u32string start = U"<|startoftext|>", end = U"<|endoftext|>";
+  // Case-insensitive, the Python `regex` module matches the combining ypogegrammeni (U+0345, a mark whose
+  // case variants are the letter iota) by neither class: it separates pieces and is dropped like a space.
+  auto unmatched = [ignore_case](char32_t c) { return is_unicode_white_space(c) || (ignore_case && c == 0x345); };
+  std::vector<std::u32string> pieces;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char32_t cp = text[i];
+    size_t length = 0;
+    if (starts_with(text, i, start)) {
+      length = start.size();
+    } else if (starts_with(text, i, end)) {
+      length = end.size();
+    } else if ((length = contraction_length(text, i, ignore_case)) != 0) {
+    } else if (unmatched(cp)) {
+      ++i;
+      continue;
+    } else if (is_letter(cp)) {
+      length = 1;
+      while (i + length < text.size() && is_letter(text[i + length])) ++length;
+    } else if (is_number(cp)) {
+      length = 1;
+    } else {
+      length = 1;
+      while (i + length < text.size()) {
+        const char32_t next = text[i + length];
+        if (is_letter(next) || is_number(next) || unmatched(next)) break;
+        ++length;
+      }
+    }
+    pieces.emplace_back(text.substr(i, length));
+    i += length;
+  }
+  return pieces;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) ZEST_FAIL(path.string(), ": cannot be read (a CLIP tokenizer folder holds vocab.json and merges.txt)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    ZEST_FAIL(path.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) {
+  const nlohmann::json vocab = read_json(path);
+  if (!vocab.is_object() || vocab.empty()) {
+    ZEST_FAIL(path.string(), ": expected a JSON object mapping each token to its id");
+  }
+  std::unordered_map<std::string, int64_t> out;
+  out.reserve(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      ZEST_FAIL(path.string(), ": token \"", token, "\" has id ", id.dump(), "; expected a non-negative integer");
+    }
+    out.emplace(token, id.get<int64_t>());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& path) {
+  std::istringstream in(read_file(path));
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::string line;
+  for (int line_number = 1; std::getline(in, line); ++line_number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
+    std::istringstream fields(line);
+    std::string first, second, extra;
+    if (!(fields >> first >> second) || (fields >> extra)) {
+      ZEST_FAIL(path.string(), ":", line_number, ": expected a merge \"first second\", found \"", line, "\"");
+    }
+    merges.emplace_back(std::move(first), std::move(second));
+  }
+  if (merges.empty()) ZEST_FAIL(path.string(), ": no merges");
+  return merges;
+}
+
+// A special token of tokenizer_config.json / special_tokens_map.json: a string or an AddedToken object.
+void read_special(const nlohmann::json& config, const char* key, const fs::path& path, std::string& out) {
+  if (!config.contains(key) || config[key].is_null()) return;
+  const nlohmann::json& value = config[key];
+  if (value.is_string()) {
+    out = value.get<std::string>();
+  } else if (value.is_object() && value.contains("content") && value["content"].is_string()) {
+    out = value["content"].get<std::string>();
+  } else {
+    ZEST_FAIL(path.string(), ": \"", key, "\" is ", value.dump(), "; expected a string or {\"content\": ...}");
+  }
+}
+
+}  // namespace
+
+CLIPTokenizer::CLIPTokenizer(std::unordered_map<std::string, int64_t> vocab,
+                             const std::vector<std::pair<std::string, std::string>>& merges, SpecialTokens special,
+                             int64_t max_length, TextCleaning cleaning)
+    : vocab_(std::move(vocab)), max_length_(max_length), cleaning_(cleaning) {
+  fill_byte_symbols(byte_symbol_);
+  merge_ranks_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    merge_ranks_.emplace(merges[rank].first + " " + merges[rank].second, static_cast<int64_t>(rank));
+  }
+  ZEST_CHECK(max_length_ >= 2, "a CLIP tokenizer needs model_max_length >= 2 (bos and eos), got ", max_length_);
+  bos_id_ = id_of(special.bos);
+  eos_id_ = id_of(special.eos);
+  unk_id_ = id_of(special.unk);
+  pad_id_ = id_of(special.pad);
+  special_strings_ = {special.bos, special.eos, special.unk, special.pad};
+  std::sort(special_strings_.begin(), special_strings_.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  special_strings_.erase(std::unique(special_strings_.begin(), special_strings_.end()), special_strings_.end());
+}
+
+CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cleaning) {
+  if (!fs::is_directory(folder)) ZEST_FAIL(folder.string(), ": not a folder (expected a CLIP tokenizer folder)");
+  SpecialTokens special;
+  int64_t max_length = 77;
+  const fs::path config_path = folder / "tokenizer_config.json";
+  if (fs::exists(config_path)) {
+    const nlohmann::json config = read_json(config_path);
+    if (!config.is_object()) ZEST_FAIL(config_path.string(), ": expected a JSON object");
+    for (const auto& [key, target] : {std::pair{"bos_token", &special.bos}, {"eos_token", &special.eos},
+                                      {"unk_token", &special.unk}, {"pad_token", &special.pad}}) {
+      read_special(config, key, config_path, *target);
+    }
+    if (config.contains("model_max_length")) {
+      const nlohmann::json& value = config["model_max_length"];
+      if (!value.is_number_integer() || value.get<int64_t>() < 2 || value.get<int64_t>() > 1'000'000) {
+        ZEST_FAIL(config_path.string(), ": \"model_max_length\" is ", value.dump(),
+                  "; expected the text encoder's sequence length (77 for CLIP)");
+      }
+      max_length = value.get<int64_t>();
+    }
+  }
+  // As transformers does, special_tokens_map.json overrides what tokenizer_config.json says.
+  const fs::path map_path = folder / "special_tokens_map.json";
+  if (fs::exists(map_path)) {
+    const nlohmann::json map = read_json(map_path);
+    if (!map.is_object()) ZEST_FAIL(map_path.string(), ": expected a JSON object");
+    for (const auto& [key, target] : {std::pair{"bos_token", &special.bos}, {"eos_token", &special.eos},
+                                      {"unk_token", &special.unk}, {"pad_token", &special.pad}}) {
+      read_special(map, key, map_path, *target);
+    }
+  }
+  const fs::path vocab_path = folder / "vocab.json";
+  std::unordered_map<std::string, int64_t> vocab = read_vocab(vocab_path);
+  for (const std::string* token : {&special.bos, &special.eos, &special.unk, &special.pad}) {
+    if (!vocab.count(*token)) {
+      ZEST_FAIL(vocab_path.string(), ": has no token \"", *token, "\", which the tokenizer's configuration names ",
+                "as a special token");
+    }
+  }
+  return CLIPTokenizer(std::move(vocab), read_merges(folder / "merges.txt"), special, max_length, cleaning);
+}
+
+int64_t CLIPTokenizer::id_of(const std::string& token) const {
+  const auto it = vocab_.find(token);
+  if (it == vocab_.end()) ZEST_FAIL("CLIP vocabulary has no token \"", token, "\"");
+  return it->second;
+}
+
+std::vector<std::string> CLIPTokenizer::bpe(const std::u32string& word) const {
+  // Symbols start as the word's characters, "</w>" fused to the last; the lowest-ranked adjacent pair is
+  // merged everywhere, left to right, until no adjacent pair is a merge.
+  std::vector<std::string> symbols;
+  symbols.reserve(word.size());
+  for (const char32_t cp : word) symbols.push_back(utf8_encode(std::u32string(1, cp)));
+  symbols.back() += kEndOfWord;
+  while (symbols.size() > 1) {
+    int64_t best_rank = std::numeric_limits<int64_t>::max();
+    std::string best_first, best_second;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = merge_ranks_.find(symbols[i] + " " + symbols[i + 1]);
+      if (it != merge_ranks_.end() && it->second < best_rank) {
+        best_rank = it->second;
+        best_first = symbols[i];
+        best_second = symbols[i + 1];
+      }
+    }
+    if (best_rank == std::numeric_limits<int64_t>::max()) break;
+    std::vector<std::string> merged;
+    merged.reserve(symbols.size());
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size() && symbols[i] == best_first && symbols[i + 1] == best_second) {
+        merged.push_back(best_first + best_second);
+        ++i;
+      } else {
+        merged.push_back(std::move(symbols[i]));
+      }
+    }
+    symbols = std::move(merged);
+  }
+  return symbols;
+}
+
+void CLIPTokenizer::append_word(const std::u32string& piece, std::vector<std::string>& tokens) const {
+  const std::string utf8 = utf8_encode(piece);
+  // transformers 4's Python BPE keeps the two special strings whole (its cache starts with them).
+  if (cleaning_ == TextCleaning::kPythonWithoutFtfy && (utf8 == kStartOfText || utf8 == kEndOfText)) {
+    tokens.push_back(utf8);
+    return;
+  }
+  std::u32string word;
+  word.reserve(utf8.size());
+  for (const char byte : utf8) {
+    const std::u32string symbol = utf8_decode(byte_symbol_[static_cast<unsigned char>(byte)]);
+    word += symbol;
+  }
+  for (std::string& token : bpe(word)) tokens.push_back(std::move(token));
+}
+
+void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const {
+  // Leftmost, longest special string first; each stretch between them is handled on its own.
+  size_t from = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const std::string* found = nullptr;
+    for (const std::string& special : special_strings_) {
+      if (text.substr(i, special.size()) == special) {
+        found = &special;
+        break;
+      }
+    }
+    if (!found) {
+      ++i;
+      continue;
+    }
+    append_stretch(text.substr(from, i - from), cleaned, tokens);
+    tokens.push_back(*found);
+    i += found->size();
+    from = i;
+  }
+  append_stretch(text.substr(from), cleaned, tokens);
+}
+
+void CLIPTokenizer::append_stretch(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const {
+  if (text.empty()) return;
+  if (cleaned) {
+    for (const std::u32string& piece : pre_tokenize(utf8_decode(text), /*ignore_case=*/false)) append_word(piece, tokens);
+    return;
+  }
+  const std::u32string code_points = utf8_decode(text);
+  if (cleaning_ == TextCleaning::kPythonWithoutFtfy) {
+    for (const std::u32string& piece : pre_tokenize(clean_like_python(code_points), /*ignore_case=*/true)) {
+      append_word(piece, tokens);
+    }
+    return;
+  }
+  // The tokenizers library matches the special tokens (normalized=True in the released configurations)
+  // again in the normalized text, so "<|ENDOFTEXT|>" is the end token too.
+  split_on_special(utf8_encode(clean_like_tokenizers(code_points)), /*cleaned=*/true, tokens);
+}
+
+std::vector<std::string> CLIPTokenizer::tokenize(std::string_view text) const {
+  // The special tokens are cut out of the raw text first, as transformers' added-token split does.
+  std::vector<std::string> tokens;
+  split_on_special(text, /*cleaned=*/false, tokens);
+  return tokens;
+}
+
+std::vector<int64_t> CLIPTokenizer::encode(std::string_view text) const {
+  std::vector<int64_t> ids{bos_id_};
+  for (const std::string& token : tokenize(text)) {
+    const auto it = vocab_.find(token);
+    ids.push_back(it == vocab_.end() ? unk_id_ : it->second);
+  }
+  ids.push_back(eos_id_);
+  return ids;
+}
+
+std::vector<int64_t> CLIPTokenizer::encode_padded(std::string_view text) const {
+  std::vector<int64_t> ids = encode(text);
+  if (static_cast<int64_t>(ids.size()) > max_length_) {
+    ids.resize(max_length_ - 1);
+    ids.push_back(eos_id_);
+  }
+  ids.resize(max_length_, pad_id_);
+  return ids;
+}
+
+}  // namespace zest::clip
