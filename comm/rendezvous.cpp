@@ -154,8 +154,9 @@ class Joiner {
   }
 
   static std::string first_line(const std::string& s) {
-    const auto nl = s.find('\n');
-    return nl == std::string::npos ? s : s.substr(0, nl);
+    std::string line = s.substr(0, s.find('\n'));
+    while (!line.empty() && (line.back() == '.' || line.back() == ' ')) line.pop_back();
+    return line;
   }
 
   std::string key(const std::string& name) const { return w_.store_prefix + name; }
@@ -241,7 +242,9 @@ class Joiner {
       }
       if (count == w_.size && checked_world) return;
       const auto now = Clock::now();
-      if (now > deadline_) {
+      // Rank 0 gives the verdict at its deadline (every rank then ends with it); the others wait a
+      // moment longer for it, and fail on their own only if it never comes.
+      if (now > deadline_ + (w_.rank == 0 ? std::chrono::seconds(0) : std::chrono::seconds(3))) {
         const std::string why = str(count, " of ", w_.size, " ranks joined within ", timeout_text(),
                                     "; never came: rank(s) ", waiting_list(joined));
         if (w_.rank == 0) abort_all(why);
