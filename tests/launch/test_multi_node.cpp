@@ -1,6 +1,6 @@
 // Several machines, the way the guides run them, on two "machines" made of network namespaces joined
-// by a veth pair (tests/launch/multi_node_util.h), 2 ranks each: `zest launch --nnodes`, torch's own
-// launcher and mpirun give merged weights byte-identical to one machine with 4 ranks; a node that never
+// by a veth pair (tests/launch/multi_node_util.h), 2 ranks each: `zest launch --nnodes`, a torchrun-style
+// agent and mpirun give merged weights byte-identical to one machine with 4 ranks; a node that never
 // starts, a wrong master address, mismatched worlds or configurations, a stop signal while waiting, and
 // a stopped or killed rank each end every rank within its deadline with a message naming the cause;
 // separate filesystems are refused, or with [checkpoint] shared_fs = false saved, merged and resumed.
@@ -98,24 +98,25 @@ class MultiNode : public ::testing::Test {
   static inline TwoHosts* hosts_ = nullptr;
   static inline bool synth_ok_ = false;
   static inline std::string synth_output_;
-  static inline std::string reference_;
-};
+  // The same under mpirun on one machine: MPI's reductions add in another order than Gloo's.
+  static const std::string& mpi_reference() {
+    if (mpi_reference_.empty()) {
+      const fs::path run = run_file("mpi_reference");
+      std::vector<std::string> argv{"/usr/bin/mpirun", "--allow-run-as-root", "-np", "4", "--oversubscribe",
+                                    "--bind-to", "none", "--mca", "btl", "tcp,self", "-x", "OMP_NUM_THREADS=1"};
+      const auto command = train(run);
+      argv.insert(argv.end(), command.begin(), command.end());
+      Background ref(argv);
+      EXPECT_TRUE(exited_with(ref.finish(120), 0)) << ref.output();
+      mpi_reference_ = read_bytes(run.parent_path() / "run/model.safetensors");
+      EXPECT_FALSE(mpi_reference_.empty()) << ref.output();
+    }
+    return mpi_reference_;
+  }
 
-// The README's `zest launch --nnodes` commands, one per machine; rank 0's host name resolves to
-// 127.0.1.1 there (Debian's /etc/hosts), so its sockets must still go out by the veth.
-TEST_F(MultiNode, TwoNodesByZestLaunchEqualOneNodeBitwise) {
-  need_hosts();
-  const fs::path run = run_file("nnodes");
-  const int port = free_port_base() + 1;
-  Background a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::name(0), port, train(run))));
-  Background b(hosts_->on(1, launch_node(1, 2, 2, TwoHosts::name(0), port, train(run))));
-  const int sa = a.finish(120), sb = b.finish(30);
-  ASSERT_TRUE(exited_with(sa, 0) && exited_with(sb, 0)) << a.output() << "\n-----\n" << b.output();
-  EXPECT_NE(a.output().find("Gloo sockets on zva"), std::string::npos) << a.output();
-  EXPECT_NE(b.output().find("Gloo sockets on zvb"), std::string::npos) << b.output();
-  EXPECT_TRUE(read_bytes(run.parent_path() / "run/model.safetensors") == reference())
-      << "2 nodes x 2 ranks did not reproduce 1 node x 4 ranks";
-}
+  static inline std::string reference_;
+  static inline std::string mpi_reference_;
+};
 
 // A torchrun-style start, as torch's static launcher does it: per node an agent (torch's own TCPStore,
 // hosted by node 0's agent, TORCHELASTIC_USE_AGENT_STORE=True) spawns the ranks with RANK/LOCAL_RANK/
@@ -180,64 +181,59 @@ TEST_F(MultiNode, MpirunAcrossTwoHostsEqualsOneNodeBitwise) {
   Background a(hosts_->on(0, argv));
   const int sa = a.finish(150);
   ASSERT_TRUE(exited_with(sa, 0)) << a.output();
-  EXPECT_TRUE(read_bytes(run.parent_path() / "run/model.safetensors") == reference())
-      << "mpirun on 2 hosts did not reproduce 1 node x 4 ranks";
+  EXPECT_TRUE(read_bytes(run.parent_path() / "run/model.safetensors") == mpi_reference())
+      << "mpirun on 2 hosts did not reproduce mpirun on 1 node x 4 ranks";
 }
 
-// Node 1 never starts: both ranks of node 0 report while they wait, then end at the deadline naming the
-// missing ranks.
-TEST_F(MultiNode, NodeThatNeverStartsIsNamedAtTheDeadline) {
-  const fs::path run = run_file("never_starts");
-  Background a(launch_node(0, 2, 2, "127.0.0.1", free_port_base() + 3, train(run, {"engine.rendezvous_timeout_s=5"})));
-  const int status = a.finish(30);
-  EXPECT_TRUE(exited_with(status, 1)) << a.output();
-  EXPECT_LT(a.seconds(), 15.0) << a.output();
-  EXPECT_NE(a.output().find("rendezvous: 2 of 4 ranks joined; waiting for rank(s) 2 (node 1), 3 (node 1)"),
+// The rendezvous' failures, all at once (each on its own port): node 1 never starts; nodes started with
+// different -n (world sizes 4 and 2); different configurations; SIGTERM while waiting; node 1 given an
+// address where no one answers. Every rank ends within its deadline with a message naming the cause.
+TEST_F(MultiNode, RendezvousFailuresEndEveryRankNamingTheCause) {
+  need_hosts();
+  const fs::path run = run_file("rendezvous_failures");
+  const int port = free_port_base() + 3;
+  const auto short_wait = train(run, {"engine.rendezvous_timeout_s=5"});
+  Background never(launch_node(0, 2, 2, "127.0.0.1", port, short_wait));
+  Background size_a(launch_node(0, 2, 2, "127.0.0.1", port + 1, train(run)));
+  Background size_b(launch_node(1, 2, 1, "127.0.0.1", port + 1, train(run)));
+  Background config_a(launch_node(0, 2, 1, "127.0.0.1", port + 2, train(run)));
+  Background config_b(launch_node(1, 2, 1, "127.0.0.1", port + 2, train(run, {"train.log_every=2"})));
+  Background stop(launch_node(0, 2, 2, "127.0.0.1", port + 3, train(run, {"engine.rendezvous_timeout_s=60"})));
+  const auto lost = train(run, {"engine.rendezvous_timeout_s=5"});
+  Background lost_a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), port + 4, lost)));
+  Background lost_b(hosts_->on(1, launch_node(1, 2, 2, "10.211.0.9", port + 4, lost)));
+
+  ASSERT_TRUE(stop.wait_for("waiting for rank(s) 2", 60)) << stop.output();
+  ::kill(stop.pid(), SIGTERM);
+  const auto signalled = std::chrono::steady_clock::now();
+  EXPECT_NE(stop.finish(20), -1) << stop.output();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count(), 5.0) << stop.output();
+  EXPECT_NE(stop.output().find("stopped by a signal while waiting for the other ranks to join"), std::string::npos)
+      << stop.output();
+
+  // Start-up on a loaded machine, then the 5 s deadline.
+  EXPECT_TRUE(exited_with(never.finish(40), 1)) << never.output();
+  EXPECT_NE(never.output().find("rendezvous: 2 of 4 ranks joined; waiting for rank(s) 2 (node 1), 3 (node 1)"),
             std::string::npos)
-      << a.output();
+      << never.output();
   for (const char* rank : {"[rank 0] zest: error: [rank 0] rendezvous: 2 of 4 ranks joined within 5 s",
                            "[rank 1] zest: error: [rank 1] rendezvous: 2 of 4 ranks joined within 5 s"})
-    EXPECT_NE(a.output().find(rank), std::string::npos) << a.output();
-  EXPECT_NE(a.output().find("never came: rank(s) 2 (node 1), 3 (node 1)"), std::string::npos) << a.output();
-}
+    EXPECT_NE(never.output().find(rank), std::string::npos) << never.output();
+  EXPECT_NE(never.output().find("never came: rank(s) 2 (node 1), 3 (node 1)"), std::string::npos) << never.output();
 
-// Nodes started with different -n (world sizes 4 and 2), or different configurations: every rank ends
-// at once, naming both values and the ranks.
-TEST_F(MultiNode, MismatchedWorldSizeOrConfigurationIsNamed) {
-  const fs::path run = run_file("mismatch");
-  {
-    const int port = free_port_base() + 4;
-    Background a(launch_node(0, 2, 2, "127.0.0.1", port, train(run)));
-    Background b(launch_node(1, 2, 1, "127.0.0.1", port, train(run)));
-    const int sa = a.finish(30), sb = b.finish(10);
-    EXPECT_TRUE(exited_with(sa, 1) && exited_with(sb, 1)) << a.output() << "\n-----\n" << b.output();
-    for (const Background* node : {&a, &b}) {
-      EXPECT_NE(node->output().find("the ranks disagree on the world size"), std::string::npos) << node->output();
-      EXPECT_LT(node->seconds(), 15.0);
-    }
-    EXPECT_NE(b.output().find("has 2 but rank 0 (host"), std::string::npos) << b.output();
-  }
-  const int port = free_port_base() + 5;
-  Background a(launch_node(0, 2, 1, "127.0.0.1", port, train(run)));
-  Background b(launch_node(1, 2, 1, "127.0.0.1", port, train(run, {"train.log_every=2"})));
-  const int sa = a.finish(30), sb = b.finish(10);
-  EXPECT_TRUE(exited_with(sa, 1) && exited_with(sb, 1)) << a.output() << "\n-----\n" << b.output();
-  for (const Background* node : {&a, &b})
+  for (Background* node : {&size_a, &size_b, &config_a, &config_b}) EXPECT_TRUE(exited_with(node->finish(40), 1));
+  for (const Background* node : {&size_a, &size_b})
+    EXPECT_NE(node->output().find("the ranks disagree on the world size"), std::string::npos) << node->output();
+  EXPECT_NE(size_b.output().find("has 2 but rank 0 (host"), std::string::npos) << size_b.output();
+  for (const Background* node : {&config_a, &config_b})
     EXPECT_NE(node->output().find("the ranks run different configurations: rank"), std::string::npos) << node->output();
-}
 
-// SIGTERM while the ranks wait for a node that never comes: they end at once, saying why.
-TEST_F(MultiNode, StopSignalWhileWaitingEndsAtOnce) {
-  const fs::path run = run_file("stop_waiting");
-  Background a(launch_node(0, 2, 2, "127.0.0.1", free_port_base() + 6, train(run, {"engine.rendezvous_timeout_s=60"})));
-  ASSERT_TRUE(a.wait_for("waiting for rank(s) 2", 20)) << a.output();
-  ::kill(a.pid(), SIGTERM);
-  const auto signalled = std::chrono::steady_clock::now();
-  const int status = a.finish(20);
-  EXPECT_NE(status, -1) << a.output();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count(), 5.0) << a.output();
-  EXPECT_NE(a.output().find("stopped by a signal while waiting for the other ranks to join"), std::string::npos)
-      << a.output();
+  const int la = lost_a.finish(40), lb = lost_b.finish(15);
+  EXPECT_TRUE(exited_with(la, 1) && exited_with(lb, 1)) << lost_a.output() << "\n-----\n" << lost_b.output();
+  EXPECT_NE(lost_a.output().find("never came: rank(s) 2 (node 1), 3 (node 1)"), std::string::npos) << lost_a.output();
+  EXPECT_NE(lost_b.output().find("could not reach the store at 10.211.0.9:" + std::to_string(port + 4)),
+            std::string::npos)
+      << lost_b.output();
 }
 
 pid_t rank_pid(pid_t launcher, int rank) {
@@ -302,24 +298,6 @@ TEST_F(MultiNode, KilledRankIsNamed) {
   EXPECT_NE(sb, -1);
 }
 
-// Node 1 is given an address where no one answers: its ranks end at the deadline saying which store
-// they could not reach; node 0's name the ranks that never came.
-TEST_F(MultiNode, WrongMasterAddressEndsEveryRankAtTheDeadline) {
-  need_hosts();
-  const fs::path run = run_file("wrong_master");
-  const int port = free_port_base() + 7;
-  const auto command = train(run, {"engine.rendezvous_timeout_s=4"});
-  Background a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), port, command)));
-  Background b(hosts_->on(1, launch_node(1, 2, 2, "10.211.0.9", port, command)));
-  const int sa = a.finish(30), sb = b.finish(15);
-  EXPECT_TRUE(exited_with(sa, 1) && exited_with(sb, 1)) << a.output() << "\n-----\n" << b.output();
-  EXPECT_LT(a.seconds(), 30.0) << a.output();  // start-up, then the 4 s deadline
-  EXPECT_LT(b.seconds(), 30.0) << b.output();
-  EXPECT_NE(a.output().find("never came: rank(s) 2 (node 1), 3 (node 1)"), std::string::npos) << a.output();
-  EXPECT_NE(b.output().find("could not reach the store at 10.211.0.9:" + std::to_string(port)), std::string::npos)
-      << b.output();
-}
-
 // -H zhosta:1,zhostb:1 from zhosta: its own node here, the other through the remote shell (here
 // `ip netns exec` in place of ssh); lines carry [node:rank R]; a failing rank on the remote node stops
 // the local one and is named with its host and exit status.
@@ -346,63 +324,71 @@ TEST_F(MultiNode, HostListStartsEveryNodeAndStopsAllWhenOneFails) {
   EXPECT_NE(out.find("zest launch: node zhostb (rank 1) failed with exit status 3"), std::string::npos) << out;
 }
 
-// Node 1 has a checkpoint folder of its own (a bind mount the other node does not see).
-TEST_F(MultiNode, SeparateFilesystemsAreRefusedOrKeptPerNode) {
+// `zest launch --nnodes` on each machine, node 1 with a checkpoint folder of its own (a bind mount the
+// other does not see): refused at start; with shared_fs = false trained (bitwise the 1-node result),
+// merged after gathering, and resumed.
+TEST_F(MultiNode, TwoNodesWithSeparateFilesystemsRefuseOrKeepFilesPerNode) {
   need_hosts();
-  // Refused at start, naming the ranks that do not see rank 0's folder and the fix.
-  {
-    const fs::path run = run_file("apart_refused");
-    const fs::path own = run.parent_path() / "node1_checkpoints";
-    fs::create_directories(own);
-    const std::pair<std::string, std::string> bind{own.string(), (run.parent_path() / "run/checkpoints").string()};
-    const int port = free_port_base() + 8;
-    Background a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), port, train(run))));
-    Background b(hosts_->on(1, launch_node(1, 2, 2, TwoHosts::address(0), port, train(run)), bind));
-    const int sa = a.finish(60), sb = b.finish(15);
-    EXPECT_TRUE(exited_with(sa, 1) && exited_with(sb, 1)) << a.output() << "\n-----\n" << b.output();
-    EXPECT_NE(a.output().find("is not the same folder on every rank: rank 2 (host zhostb), rank 3 (host zhostb) "
-                              "cannot read the token"),
-              std::string::npos)
-        << a.output();
-    EXPECT_NE(a.output().find("shared_fs = false"), std::string::npos) << a.output();
-  }
+  // Refused at start, naming the ranks that do not see rank 0's folder and the fix (run beside the next).
+  const fs::path refused = run_file("apart_refused");
+  const fs::path refused_own = refused.parent_path() / "node1_checkpoints";
+  fs::create_directories(refused_own);
+  const int refused_port = free_port_base() + 8;
+  Background ra(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), refused_port, train(refused))));
+  Background rb(hosts_->on(1, launch_node(1, 2, 2, TwoHosts::address(0), refused_port, train(refused)),
+                           {refused_own.string(), (refused.parent_path() / "run/checkpoints").string()}));
   // shared_fs = false: each node keeps its ranks' files; the merged model is the reference's; the
   // gathered folder merges to the same bytes; each node resumes from its own files.
   const fs::path run = run_file("apart", "[checkpoint]\nshared_fs = false\nkeep_last = 0\n");
+  // Rank 0's host name resolves to 127.0.1.1 on its own machine (Debian's /etc/hosts): its sockets must
+  // still go out by the veth.
+  const std::string master = TwoHosts::name(0);
   const fs::path own = run.parent_path() / "node1_checkpoints";
   fs::create_directories(own);
   const fs::path checkpoints = run.parent_path() / "run/checkpoints";
   const std::pair<std::string, std::string> bind{own.string(), checkpoints.string()};
   {
     const int port = free_port_base() + 9;
-    Background a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), port, train(run))));
-    Background b(hosts_->on(1, launch_node(1, 2, 2, TwoHosts::address(0), port, train(run)), bind));
+    Background a(hosts_->on(0, launch_node(0, 2, 2, master, port, train(run))));
+    Background b(hosts_->on(1, launch_node(1, 2, 2, master, port, train(run)), bind));
     const int sa = a.finish(120), sb = b.finish(30);
     ASSERT_TRUE(exited_with(sa, 0) && exited_with(sb, 0)) << a.output() << "\n-----\n" << b.output();
+    EXPECT_NE(a.output().find("Gloo sockets on zva"), std::string::npos) << a.output();
+    EXPECT_NE(b.output().find("Gloo sockets on zvb"), std::string::npos) << b.output();
   }
-  EXPECT_TRUE(read_bytes(run.parent_path() / "run/model.safetensors") == reference());
+  {
+    const int sa = ra.finish(60), sb = rb.finish(15);
+    EXPECT_TRUE(exited_with(sa, 1) && exited_with(sb, 1)) << ra.output() << "\n-----\n" << rb.output();
+    EXPECT_NE(ra.output().find("is not the same folder on every rank: rank 2 (host zhostb), rank 3 (host zhostb) "
+                               "cannot read the token"),
+              std::string::npos)
+        << ra.output();
+    EXPECT_NE(ra.output().find("shared_fs = false"), std::string::npos) << ra.output();
+  }
+  EXPECT_TRUE(read_bytes(run.parent_path() / "run/model.safetensors") == reference())
+      << "zest launch --nnodes on 2 nodes x 2 ranks did not reproduce 1 node x 4 ranks";
   const fs::path step = checkpoints / "step_00000003";
-  EXPECT_TRUE(fs::exists(step / "rank_00000000.safetensors") && !fs::exists(step / "rank_00000002.safetensors"));
-  EXPECT_TRUE(fs::exists(own / "step_00000003/rank_00000002.safetensors") &&
-              fs::exists(own / "step_00000003/manifest.json") && !fs::exists(own / "step_00000003/rank_00000000.safetensors"));
+  EXPECT_TRUE(fs::exists(step / "rank_00000.safetensors") && !fs::exists(step / "rank_00002.safetensors"));
+  EXPECT_TRUE(fs::exists(own / "step_00000003/rank_00002.safetensors") &&
+              fs::exists(own / "step_00000003/manifest.json") && !fs::exists(own / "step_00000003/rank_00000.safetensors"));
   // Gathered (what rsync from node 1 would do), the folder merges to the run's merged model.
   const fs::path gathered = run.parent_path() / "gathered";
   fs::create_directories(gathered);
   for (const fs::path from : {step, own / "step_00000003"})
     for (const auto& f : fs::directory_iterator(from))
       fs::copy_file(f.path(), gathered / f.path().filename(), fs::copy_options::skip_existing);
-  Background merge({zest_binary(), "merge", gathered.string(), (run.parent_path() / "merged.safetensors").string()});
+  Background merge({zest_binary(), "merge", gathered.string(), "-o", (run.parent_path() / "merged.safetensors").string()});
   ASSERT_TRUE(exited_with(merge.finish(60), 0)) << merge.output();
   EXPECT_TRUE(read_bytes(run.parent_path() / "merged.safetensors") == reference());
   // Resume on the same 2 x 2 ranks: rank 0 decides, every node loads its own files.
   const int port = free_port_base() + 10;
   const auto resume = train(run, {"train.max_steps=4"});
-  Background a(hosts_->on(0, launch_node(0, 2, 2, TwoHosts::address(0), port, resume)));
-  Background b(hosts_->on(1, launch_node(1, 2, 2, TwoHosts::address(0), port, resume), bind));
+  Background a(hosts_->on(0, launch_node(0, 2, 2, master, port, resume)));
+  Background b(hosts_->on(1, launch_node(1, 2, 2, master, port, resume), bind));
   const int sa = a.finish(120), sb = b.finish(30);
   ASSERT_TRUE(exited_with(sa, 0) && exited_with(sb, 0)) << a.output() << "\n-----\n" << b.output();
   EXPECT_NE(a.output().find("resumed from " + step.string() + " at step 3"), std::string::npos) << a.output();
-  EXPECT_TRUE(fs::exists(own / "step_00000004/rank_00000003.safetensors"));
+  EXPECT_TRUE(fs::exists(own / "step_00000004/rank_00003.safetensors"));
 }
 
 }  // namespace
