@@ -26,6 +26,7 @@ CheckpointConfig CheckpointConfig::from_toml(ConfigTable& table) {
   c.keep_last = table.get("keep_last", c.keep_last);
   c.async = table.get("async", c.async);
   c.merge_at_end = table.get("merge_at_end", c.merge_at_end);
+  c.shared_fs = table.get("shared_fs", c.shared_fs);
   table.reject_unknown_keys(kCheckpointHints);
 
   if (table.has("dir") && c.dir.empty()) table.fail("dir", "must not be empty (leave it out for <run_dir>/checkpoints)");
@@ -41,6 +42,7 @@ void to_toml(const CheckpointConfig& c, ConfigWriter& out) {
   t.set("keep_last", c.keep_last, "complete checkpoints kept; 0 = all");
   t.set("async", c.async, "write shards in the background");
   t.set("merge_at_end", c.merge_at_end, "also write one consolidated model.safetensors at the end");
+  t.set("shared_fs", c.shared_fs, "every node sees dir; false: each node keeps its own ranks' files");
 }
 
 }  // namespace zest

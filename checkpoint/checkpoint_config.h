@@ -15,6 +15,9 @@ struct CheckpointConfig {
   int keep_last = 3;          // complete checkpoints kept on disk; 0 = keep all
   bool async = false;         // write shards from a background thread while training continues
   bool merge_at_end = true;   // after the final step, also write one consolidated model.safetensors
+  // false: the nodes need not share `dir`; each node keeps its own ranks' files there (and a copy of
+  // the manifest); resuming needs the same world size, merging the folders gathered into one.
+  bool shared_fs = true;
 
   static CheckpointConfig from_toml(ConfigTable& table);
 };

@@ -19,6 +19,7 @@ struct Saver::Pending {
   Manifest manifest;  // everything but the files (rank 0 completes it at commit)
   std::string root;
   int keep_last = 0;
+  bool commits = false;  // rank 0, or a node's rank with a folder of its own (SaveRequest::own_folder)
   std::string path;   // the committed folder name
   std::thread worker; // asynchronous write, if any
   std::atomic<bool> written{false};
@@ -78,6 +79,7 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   auto pending = std::make_unique<Pending>();
   pending->root = request.dir;
   pending->keep_last = request.keep_last;
+  pending->commits = comm.rank() == 0 || request.own_folder;
   // Validates the caller's JSON and the layout on every rank before anything touches the disk.
   raise_if_any(comm, capture_error([&] {
     pending->manifest = describe_engine(engine, request);
@@ -91,7 +93,7 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   const int64_t step = pending->manifest.step;
   pending->path = (std::filesystem::path(request.dir) / step_dir_name(step)).string();
   std::string tmp = (std::filesystem::path(request.dir) / (step_dir_name(step) + ".tmp")).string();
-  raise_if_any(comm, comm.rank() == 0 ? capture_error([&] { tmp = prepare_tmp_dir(request.dir, step); }) : "");
+  raise_if_any(comm, pending->commits ? capture_error([&] { tmp = prepare_tmp_dir(request.dir, step); }) : "");
 
   const RankFileIdentity identity{comm.rank(), comm.size(), step};
   const std::string file = (std::filesystem::path(tmp) / rank_file_name(comm.rank())).string();
@@ -132,7 +134,7 @@ void Saver::commit(Communicator& comm) {
   const auto records = allgather_int64(comm, {static_cast<int64_t>(p->record.bytes),
                                               static_cast<int64_t>(p->record.xxh64)});
   std::string error;
-  if (comm.rank() == 0) {
+  if (p->commits) {  // every committing rank builds the same manifest from the same records
     error = capture_error([&] {
       Manifest& m = p->manifest;
       for (int r = 0; r < comm.size(); ++r)

@@ -28,6 +28,10 @@ struct SaveRequest {
   std::string rank_extra_json = "{}"; // this rank's JSON object (its RNG state, ...), returned by load()
   int keep_last = 0;                  // committed checkpoints kept (0 = all)
   bool async = false;
+  // This rank prepares and commits a step folder of its own (with a copy of rank 0's manifest) for
+  // the ranks of its node: [checkpoint] shared_fs = false on a node that does not see rank 0's `dir`.
+  // Rank 0 always does.
+  bool own_folder = false;
 
   // dir, keep_last and async from the [checkpoint] table.
   static SaveRequest from_config(const CheckpointConfig& config);

@@ -1,11 +1,21 @@
-// Gloo collectives over CPU tensors through c10d's TCPStore (rendezvous) and ProcessGroupGloo
-// (transport). Each operation returns a GlooWork that owns the c10d work, the tensors it touches and
-// the copy-back from any staging buffer; a failed or timed-out collective names the operation.
+// Gloo collectives over CPU tensors through the rendezvous' TCP store and ProcessGroupGloo (transport).
+// Each operation returns a GlooWork that owns the c10d work, the tensors it touches and the copy-back
+// from any staging buffer; a failed or timed-out collective names the operation, the bucket's units,
+// the step and the ranks that never arrived (comm/peer_watch.h).
 #include "comm/gloo_communicator.h"
 
+#include "comm/collective_timeout.h"
+#include "comm/exposure.h"
+#include "comm/net_interface.h"
+#include "comm/peer_watch.h"
+#include "comm/rendezvous.h"
 #include "core/check.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -23,6 +33,7 @@
 #define USE_C10D_GLOO 1
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #else
 #define ZEST_HAS_GLOO 0
@@ -30,30 +41,51 @@
 
 namespace zest {
 
-std::chrono::seconds comm_timeout_from_env() {
-  const char* value = std::getenv("ZEST_COMM_TIMEOUT_S");
-  if (value == nullptr || *value == '\0') return std::chrono::seconds(300);
-  char* end = nullptr;
-  const long seconds = std::strtol(value, &end, 10);
-  ZEST_CHECK(end != value && *end == '\0' && seconds > 0, "environment variable ZEST_COMM_TIMEOUT_S='",
-             value, "' must be a positive number of seconds");
-  return std::chrono::seconds(seconds);
-}
-
 #if ZEST_HAS_GLOO
 
+// Shared by the communicator and its in-flight works: a failed collective marks the group broken, so
+// that the works still queued do not wait for it and the group (whose threads may be stuck in the
+// failed operation) is abandoned rather than joined at exit.
 struct GlooCommunicator::Impl {
+  WorldInfo world;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::unique_ptr<PeerWatch> watch;
+  std::vector<PeerInfo> peers;
+  std::atomic<bool> broken{false};
 };
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// What a collective was, for its failure message: "allreduce of 1024 Float elements (units
+// blocks.3..blocks.5) at step 7, collective #42".
+struct Issue {
+  std::string what;
+  int64_t sequence = 0;
+  int64_t step = 0;
+  std::string label;
+  std::string describe() const {
+    return zest::str(what, label.empty() ? "" : " (" + label + ")", step > 0 ? zest::str(" at step ", step) : std::string(),
+               ", collective #", sequence);
+  }
+};
+
+// The one message of a failed collective, then the rank's end (thrown; the caller's error path prints it).
+[[noreturn]] void fail_collective(GlooCommunicator::Impl& impl, const Issue& issue, const std::string& cause) {
+  impl.broken = true;
+  impl.watch->post_failure();
+  const std::string who = impl.watch->never_arrived(issue.sequence);
+  impl.watch->linger_for_others(collective_timeout() + std::chrono::seconds(4));
+  ZEST_FAIL("Gloo ", issue.describe(), " ", cause, ": ", who);
+}
+
 class GlooWork final : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::vector<torch::Tensor> keep_alive,
-           std::function<void()> finish)
-      : work_(std::move(work)), what_(std::move(what)), keep_alive_(std::move(keep_alive)),
+  GlooWork(std::shared_ptr<GlooCommunicator::Impl> impl, c10::intrusive_ptr<c10d::Work> work, Issue issue,
+           std::vector<torch::Tensor> keep_alive, std::function<void()> finish)
+      : impl_(std::move(impl)), work_(std::move(work)), issue_(std::move(issue)), keep_alive_(std::move(keep_alive)),
         finish_(std::move(finish)) {}
   ~GlooWork() override {
     if (!done_) {
@@ -66,11 +98,25 @@ class GlooWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
+    if (impl_->broken) ZEST_FAIL("Gloo ", issue_.describe(), " abandoned: an earlier collective failed");
+    // Polled against engine.collective_timeout_s as it is now (the engine may have set it after the
+    // group was made), so the limit is the same on the MPI, Gloo and NCCL paths.
+    const auto start = Clock::now();
+    const auto limit = collective_timeout();
+    for (int polls = 0; !work_->isCompleted(); ++polls) {
+      if (Clock::now() - start > limit)
+        fail_collective(*impl_, issue_, zest::str("did not complete within ", limit.count() / 1000.0,
+                                            " s (engine.collective_timeout_s)"));
+      if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 2000 : 50));
+    }
     try {
       work_->wait();
     } catch (const std::exception& e) {
-      ZEST_FAIL("Gloo ", what_, " failed: ", e.what(), " (a peer rank exited, stalled longer than the "
-                "collective timeout ZEST_COMM_TIMEOUT_S, or ran different collectives)");
+      const std::string what = e.what();
+      fail_collective(*impl_, issue_, "failed (" + what.substr(0, what.find('\n')) + ")");
+    }
+    if (is_exposure_timing()) {
+      add_host_wait_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
     if (finish_) {
       torch::NoGradGuard no_grad;
@@ -80,8 +126,9 @@ class GlooWork final : public Work {
   }
 
  private:
+  std::shared_ptr<GlooCommunicator::Impl> impl_;
   c10::intrusive_ptr<c10d::Work> work_;
-  std::string what_;
+  Issue issue_;
   std::vector<torch::Tensor> keep_alive_;
   std::function<void()> finish_;
   bool done_ = false;
@@ -114,77 +161,111 @@ bool overlaps(const torch::Tensor& a, const torch::Tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
-
-// GLOO_SOCKET_IFNAME picks the interface (as in PyTorch); a loopback master means a one-host job, so
-// bind to loopback; otherwise the address this host's name resolves to.
-std::shared_ptr<::gloo::transport::Device> make_device(const GlooOptions& o) {
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  if (ifname != nullptr && *ifname != '\0') return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  if (is_loopback(o.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
-
-std::string describe(const char* op, const torch::Tensor& t, const GlooOptions& o) {
-  return zest::str(op, " of ", t.numel(), " ", t.scalar_type(), " elements on rank ", o.rank, " (timeout ",
-                   o.timeout.count(), " s)");
-}
-
-// Gloo uses one timeout for connecting and for collectives. Ranks may start minutes apart but
-// collectives should fail fast, so every rank first checks in at the store (patiently) and only then
-// connects, all at about the same time, under the collective timeout.
-void wait_for_all_ranks(c10d::Store& store, const GlooOptions& o, std::chrono::milliseconds timeout,
-                        const std::string& where) {
-  std::vector<std::string> keys;
-  for (int r = 0; r < o.size; ++r) keys.push_back("zest/joined/" + std::to_string(r));
-  try {
-    store.set(keys[static_cast<size_t>(o.rank)], std::vector<uint8_t>{1});
-    store.wait(keys, timeout);
-  } catch (const std::exception& e) {
-    ZEST_FAIL("Gloo rendezvous: rank ", o.rank, " waited ", timeout.count() / 1000, " s at the store at ", where,
-              " for all ", o.size, " ranks to start: ", e.what());
+// Makes the group on a thread of its own, so that a stop signal or a peer that died after joining
+// ends this rank within a second instead of after Gloo's connect timeout. On an early end the thread
+// is left behind (detached, owning what it uses); the process is about to exit.
+c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_group(GlooCommunicator::Impl& impl,
+                                                         std::shared_ptr<::gloo::transport::Device> device) {
+  struct Pending {
+    std::mutex mutex;
+    bool done = false;
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    std::string error;
+  };
+  auto pending = std::make_shared<Pending>();
+  const WorldInfo& w = impl.world;
+  auto options = c10d::ProcessGroupGloo::Options::create(collective_timeout());
+  options->devices.push_back(std::move(device));
+  auto store = c10::make_intrusive<c10d::PrefixStore>(w.store_prefix + "gloo/", impl.store);
+  std::thread([pending, store, options, rank = w.rank, size = w.size] {
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    std::string error;
+    try {
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    pending->group = std::move(group);
+    pending->error = error.empty() ? "" : error.substr(0, error.find('\n'));
+    pending->done = true;
+  }).detach();
+  const auto start = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(pending->mutex);
+      if (pending->done) {
+        if (!pending->error.empty()) {
+          impl.broken = true;
+          ZEST_FAIL("Gloo: could not connect to the other ranks (", pending->error, "); ", impl.watch->never_arrived(0));
+        }
+        return pending->group;
+      }
+    }
+    if (interrupted()) {
+      impl.broken = true;
+      ZEST_FAIL("stopped by a signal while connecting to the other ranks");
+    }
+    // A peer that joined and then died: its heartbeat stops; 5 s of silence is not a slow start.
+    if (Clock::now() - start > std::chrono::seconds(5)) {
+      const std::string silent = impl.watch->silent_peers(std::chrono::seconds(5));
+      if (!silent.empty()) {
+        impl.broken = true;
+        ZEST_FAIL("Gloo: the ranks could not connect: ", silent);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
 }  // namespace
 
-GlooCommunicator::GlooCommunicator(const GlooOptions& options)
-    : options_(options), impl_(std::make_unique<Impl>()) {
-  const GlooOptions& o = options_;
-  ZEST_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "Gloo: rank ", o.rank, " outside world of size ",
-             o.size);
-  ZEST_CHECK(o.master_port > 0 && o.master_port < 65536, "Gloo: MASTER_PORT ", o.master_port,
-             " is not a TCP port");
-  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
-  const auto rendezvous_timeout = std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(300));
-  const std::string where = zest::str(o.master_addr, ":", o.master_port);
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(o.master_port);
-    store_options.isServer = o.rank == 0;
-    store_options.numWorkers = static_cast<size_t>(o.size);
-    store_options.waitWorkers = true;
-    store_options.timeout = rendezvous_timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, store_options);
-  } catch (const std::exception& e) {
-    ZEST_FAIL("Gloo rendezvous: rank ", o.rank, " of ", o.size, " could not ",
-              o.rank == 0 ? "host" : "reach", " the store at ", where, " within ",
-              rendezvous_timeout.count() / 1000, " s: ", e.what());
+GlooCommunicator::GlooCommunicator(const WorldInfo& world) : world_(world), impl_(std::make_shared<Impl>()) {
+  const WorldInfo& w = world_;
+  ZEST_CHECK(w.size >= 1 && w.rank >= 0 && w.rank < w.size, "Gloo: rank ", w.rank, " outside world of size ", w.size);
+  impl_->world = w;
+  Rendezvous rendezvous = join_world(w);
+  impl_->store = rendezvous.store;
+  impl_->peers = rendezvous.peers;
+  impl_->watch = std::make_unique<PeerWatch>(rendezvous, w.store_prefix, w.rank);
+  const SocketChoice socket = choose_socket_interface(w.master_addr, rendezvous.peers, w.rank);
+  if (w.local_rank == 0) {
+    std::fprintf(stderr, "zest: [rank %d] Gloo sockets on %s (%s): %s%s\n", w.rank, socket.interface.c_str(),
+                 socket.address.c_str(), socket.reason.c_str(),
+                 socket.reason.find("IFNAME") == std::string::npos ? "; GLOO_SOCKET_IFNAME chooses another" : "");
+    std::fflush(stderr);
   }
-  wait_for_all_ranks(*impl_->store, o, rendezvous_timeout, where);
+  // NCCL's bootstrap sockets go the same way unless the user said otherwise.
+  if (socket.interface != "lo" && socket.interface != "?") ::setenv("NCCL_SOCKET_IFNAME", socket.interface.c_str(), 0);
+  std::shared_ptr<::gloo::transport::Device> device;
   try {
-    auto group_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    group_options->devices.push_back(make_device(o));
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, o.rank, o.size, group_options);
+    device = socket.reason == "GLOO_SOCKET_IFNAME" || socket.reason == "NCCL_SOCKET_IFNAME"
+                 ? c10d::ProcessGroupGloo::createDeviceForInterface(socket.interface)
+                 : c10d::ProcessGroupGloo::createDeviceForHostname(socket.address);
   } catch (const std::exception& e) {
-    ZEST_FAIL("Gloo: rank ", o.rank, " of ", o.size, " could not connect to its peers (store at ", where,
-              ", timeout ", o.timeout.count(), " s): ", e.what());
+    const std::string what = e.what();
+    ZEST_FAIL("Gloo: cannot open a socket on ", socket.interface, " (", socket.address, "): ",
+              what.substr(0, what.find('\n')), "; set GLOO_SOCKET_IFNAME to an interface the other hosts reach");
+  }
+  impl_->group = connect_group(*impl_, std::move(device));
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  if (impl_ && impl_->broken) {
+    // Its threads may be stuck in the failed collective: joining them would hang the exit.
+    (void)impl_->group.release();
+    (void)impl_->store.release();
+    (void)impl_->watch.release();
   }
 }
 
-GlooCommunicator::~GlooCommunicator() = default;
+namespace {
+// The Issue of a collective issued now: its number, the step and the caller's label (the bucket's units).
+Issue issue_now(GlooCommunicator::Impl& impl, const char* op, const torch::Tensor& t) {
+  return Issue{zest::str(op, " of ", t.numel(), " ", t.scalar_type(), " elements"), impl.watch->next_sequence(),
+               collective_step(), CollectiveLabel::current()};
+}
+}  // namespace
 
 WorkHandle GlooCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) {
   check_cpu_contiguous(tensor, "allreduce");
@@ -201,7 +282,7 @@ WorkHandle GlooCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op)
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
     };
   }
-  return std::make_unique<GlooWork>(std::move(work), describe("allreduce", tensor, options_),
+  return std::make_unique<GlooWork>(impl_, std::move(work), issue_now(*impl_, "allreduce", tensor),
                                     std::vector<torch::Tensor>{tensor, buffer}, finish);
 }
 
@@ -232,7 +313,7 @@ WorkHandle GlooCommunicator::reduce_scatter(const torch::Tensor& input, const to
     finish();
     return std::make_unique<DoneWork>();
   }
-  return std::make_unique<GlooWork>(std::move(work), describe("reduce_scatter", input, options_),
+  return std::make_unique<GlooWork>(impl_, std::move(work), issue_now(*impl_, "reduce_scatter", input),
                                     std::vector<torch::Tensor>{input, full, output}, finish);
 }
 
@@ -259,7 +340,7 @@ WorkHandle GlooCommunicator::allgather(const torch::Tensor& input, const torch::
   for (int r = 0; r < size(); ++r) outputs[0].push_back(out_bytes.narrow(0, r * bytes, bytes));
   std::vector<torch::Tensor> inputs{as_bytes(input)};
   auto work = impl_->group->allgather(outputs, inputs);
-  return std::make_unique<GlooWork>(std::move(work), describe("allgather", input, options_),
+  return std::make_unique<GlooWork>(impl_, std::move(work), issue_now(*impl_, "allgather", input),
                                     std::vector<torch::Tensor>{input, output}, nullptr);
 }
 
@@ -271,22 +352,24 @@ WorkHandle GlooCommunicator::broadcast(const torch::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   auto work = impl_->group->broadcast(tensors, options);
-  return std::make_unique<GlooWork>(std::move(work), describe("broadcast", tensor, options_),
+  return std::make_unique<GlooWork>(impl_, std::move(work), issue_now(*impl_, "broadcast", tensor),
                                     std::vector<torch::Tensor>{tensor}, nullptr);
 }
 
 void GlooCommunicator::barrier() {
   if (size() == 1) return;
-  const std::string what = zest::str("barrier on rank ", rank(), " (timeout ", options_.timeout.count(), " s)");
-  GlooWork(impl_->group->barrier(), what, {}, nullptr).wait();
+  GlooWork(impl_, impl_->group->barrier(), Issue{"barrier", impl_->watch->next_sequence(), collective_step(),
+                                                 CollectiveLabel::current()},
+           {}, nullptr)
+      .wait();
 }
 
 #else  // !ZEST_HAS_GLOO
 
 struct GlooCommunicator::Impl {};
 
-GlooCommunicator::GlooCommunicator(const GlooOptions& options) : options_(options) {
-  ZEST_FAIL("rank ", options.rank, " of ", options.size, " was started with a torchrun-style environment "
+GlooCommunicator::GlooCommunicator(const WorldInfo& world) : world_(world) {
+  ZEST_FAIL("rank ", world.rank, " of ", world.size, " was started with a torchrun-style environment "
             "(RANK/WORLD_SIZE, e.g. by zest launch), but this zest was built without Gloo's headers (LibTorch "
             "2.x wheels omit them): rebuild with gloo/*.h on the include path (e.g. -DZEST_THIRD_PARTY=DIR "
             "with DIR/include/gloo from Debian's libgloo-dev) or start the ranks with mpirun");

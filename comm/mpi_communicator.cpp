@@ -4,14 +4,21 @@
 
 #include "comm/collective_timeout.h"
 #include "comm/exposure.h"
+#include "comm/net_interface.h"
+#include "comm/peer_watch.h"
+#include "comm/rendezvous.h"
 
 #include "core/check.h"
 #include "core/compat.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <chrono>
+#include <cstring>
 #include <climits>
 #include <thread>
 #include <functional>
+#include <sstream>
 #include <vector>
 
 namespace zest {
@@ -19,9 +26,10 @@ namespace {
 
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request request, std::vector<torch::Tensor> keep_alive, std::function<void()> finish,
-          const char* what = "collective")
-      : request_(request), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)), what_(what) {}
+  MpiWork(MPI_Request request, std::vector<torch::Tensor> keep_alive, std::function<void()> finish, const char* what,
+          PeerWatch* watch)
+      : request_(request), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)), what_(what), watch_(watch),
+        sequence_(watch ? watch->next_sequence() : 0), step_(collective_step()), label_(CollectiveLabel::current()) {}
   ~MpiWork() override {
     if (!done_) {
       try {
@@ -57,8 +65,11 @@ class MpiWork final : public Work {
       if (done) return;
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited > limit) {
-        ZEST_FAIL("MPI ", what_, " did not complete within ", limit.count() / 1000.0,
-                  " s (engine.collective_timeout_s): another rank never joined it or is stuck");
+        ZEST_FAIL("MPI ", what_, label_.empty() ? "" : " (" + label_ + ")",
+                  step_ > 0 ? str(" at step ", step_) : std::string(),
+                  sequence_ > 0 ? str(", collective #", sequence_) : std::string(), " did not complete within ",
+                  limit.count() / 1000.0, " s (engine.collective_timeout_s): ",
+                  watch_ ? watch_->never_arrived(sequence_) : "another rank never joined it or is stuck");
       }
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -68,6 +79,10 @@ class MpiWork final : public Work {
   std::vector<torch::Tensor> keep_alive_;
   std::function<void()> finish_;
   const char* what_;
+  PeerWatch* watch_;  // the communicator's, which outlives its works; may be null
+  int64_t sequence_;
+  int64_t step_;
+  std::string label_;
   bool done_ = false;
 };
 
@@ -138,7 +153,7 @@ WorkHandle MpiCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) 
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
     };
   }
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor, buffer}, finish, "allreduce");
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor, buffer}, finish, "allreduce", watch_.get());
 }
 
 WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
@@ -167,7 +182,7 @@ WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const tor
     };
   }
   return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, send, recv, output},
-                                   finish, "reduce_scatter");
+                                   finish, "reduce_scatter", watch_.get());
 }
 
 WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::Tensor& output) {
@@ -188,7 +203,7 @@ WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::T
                                 checked_count(bytes, "allgather"), MPI_BYTE,
                                 compat::mutable_data(output), checked_count(bytes, "allgather"),
                                 MPI_BYTE, comm_, &request));
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, output}, nullptr, "allgather");
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{input, output}, nullptr, "allgather", watch_.get());
 }
 
 WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
@@ -197,9 +212,69 @@ WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
   MPI_Request request;
   ZEST_MPI_CHECK(MPI_Ibcast(compat::mutable_data(tensor), checked_count(tensor.nbytes(), "broadcast"),
                             MPI_BYTE, root, comm_, &request));
-  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor}, nullptr, "broadcast");
+  return std::make_unique<MpiWork>(request, std::vector<torch::Tensor>{tensor}, nullptr, "broadcast", watch_.get());
 }
 
 void MpiCommunicator::barrier() { ZEST_MPI_CHECK(MPI_Barrier(comm_)); }
+
+namespace {
+
+// Rank 0's string on every rank.
+std::string broadcast_text(MPI_Comm comm, int rank, std::string text) {
+  int length = static_cast<int>(text.size());
+  ZEST_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, comm));
+  text.resize(static_cast<size_t>(length));
+  ZEST_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, 0, comm));
+  return text;
+}
+
+}  // namespace
+
+void MpiCommunicator::watch_peers() {
+  constexpr int kHostBytes = 64;
+  std::vector<char> hosts(static_cast<size_t>(kHostBytes) * size_, '\0');
+  std::string own = host_name_of_this_machine().substr(0, kHostBytes - 1);
+  std::memcpy(hosts.data() + static_cast<size_t>(rank_) * kHostBytes, own.data(), own.size());
+  ZEST_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hosts.data(), kHostBytes, MPI_CHAR, comm_));
+  Rendezvous board;
+  for (int r = 0; r < size_; ++r) {
+    PeerInfo p;
+    p.rank = r;
+    p.host = std::string(hosts.data() + static_cast<size_t>(r) * kHostBytes);
+    board.peers.push_back(p);
+  }
+  // Rank 0 hosts the board on a free port and offers every address of its host.
+  std::string offer;
+  if (rank_ == 0) {
+    try {
+      c10d::TCPStoreOptions options;
+      options.port = 0;
+      options.isServer = true;
+      options.waitWorkers = false;
+      options.timeout = std::chrono::seconds(10);
+      auto server = c10::make_intrusive<c10d::TCPStore>("0.0.0.0", options);
+      board.store = server;
+      offer = std::to_string(server->getPort());
+      for (const std::string& ip : local_ipv4_addresses()) offer += " " + ip;
+    } catch (const std::exception&) {
+      offer.clear();  // no board: timeouts name no rank
+    }
+  }
+  offer = broadcast_text(comm_, rank_, offer);
+  std::istringstream in(offer);
+  in >> board.port;
+  std::shared_ptr<PeerWatch> watch;
+  for (std::string ip; !watch && board.port > 0 && (in >> ip);) {
+    board.host = ip;
+    try {
+      watch = std::make_shared<PeerWatch>(board, "zest/mpi/", rank_);
+    } catch (const std::exception&) {
+    }
+  }
+  // Every rank or none: a board some ranks cannot reach would blame them wrongly.
+  int reached = watch ? 1 : 0;
+  ZEST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &reached, 1, MPI_INT, MPI_MIN, comm_));
+  if (reached) watch_ = std::move(watch);
+}
 
 }  // namespace zest

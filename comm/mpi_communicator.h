@@ -1,12 +1,17 @@
 // MpiCommunicator: collectives over CPU tensors with OpenMPI's non-blocking calls. 16-bit floats are
 // reduced through fp32 staging buffers (MPI has no bf16/fp16 arithmetic), so reductions are exact to fp32.
+// A collective not done within engine.collective_timeout_s ends the rank naming it and the late ranks.
 #pragma once
 
 #include "comm/communicator.h"
 
 #include <mpi.h>
 
+#include <memory>
+
 namespace zest {
+
+class PeerWatch;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -27,8 +32,14 @@ class MpiCommunicator final : public Communicator {
   WorkHandle broadcast(const torch::Tensor& tensor, int root) override;
   void barrier() override;
 
+  // Starts the heartbeat board (comm/peer_watch.h, a TCP store rank 0 hosts on a free port) through
+  // which a timed-out collective names the ranks that never arrived. Collective; if no rank can reach
+  // the board, timeouts still end the rank, naming no one.
+  void watch_peers();
+
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::shared_ptr<PeerWatch> watch_;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;

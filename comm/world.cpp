@@ -1,5 +1,5 @@
 // World discovery from the launcher's environment, MPI start-up/shutdown, and the world communicator
-// (MPI under mpirun, Gloo under a torchrun-style environment, else the world of one).
+// (MPI under mpirun, Gloo under any other launcher, else the world of one).
 #include "comm/world.h"
 
 #include "comm/device_communicator.h"
@@ -17,32 +17,6 @@
 namespace zest {
 namespace {
 
-std::optional<int> env_int(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  try {
-    size_t used = 0;
-    const int parsed = std::stoi(value, &used);
-    if (used == std::string(value).size()) return parsed;
-  } catch (const std::exception&) {
-  }
-  ZEST_FAIL("environment variable ", name, "='", value, "' is not an integer");
-}
-
-int require_env_int(const char* name, const char* launcher) {
-  const auto value = env_int(name);
-  ZEST_CHECK(value.has_value(), "environment variable ", name, " is missing (", launcher,
-             " environment detected)");
-  return *value;
-}
-
-void validate(const WorldInfo& w, const char* source) {
-  ZEST_CHECK(w.size >= 1, source, ": world size ", w.size, " must be >= 1");
-  ZEST_CHECK(w.rank >= 0 && w.rank < w.size, source, ": rank ", w.rank, " is outside [0, ", w.size, ")");
-  ZEST_CHECK(w.local_size >= 1 && w.local_rank >= 0 && w.local_rank < w.local_size, source,
-             ": local rank ", w.local_rank, " is outside [0, ", w.local_size, ")");
-}
-
 WorldInfo& current_world() {
   static WorldInfo world;
   return world;
@@ -58,29 +32,6 @@ std::shared_ptr<Communicator>& world_comm_slot() {
 
 }  // namespace
 
-WorldInfo discover_world() {
-  WorldInfo w;
-  if (env_int("OMPI_COMM_WORLD_SIZE")) {
-    w.launcher = Launcher::mpi;
-    w.size = require_env_int("OMPI_COMM_WORLD_SIZE", "OpenMPI");
-    w.rank = require_env_int("OMPI_COMM_WORLD_RANK", "OpenMPI");
-    w.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
-    w.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1);
-    validate(w, "OpenMPI environment");
-  } else if (env_int("WORLD_SIZE")) {
-    w.launcher = Launcher::torchrun;
-    w.size = require_env_int("WORLD_SIZE", "torchrun-style");
-    w.rank = require_env_int("RANK", "torchrun-style");
-    w.local_rank = env_int("LOCAL_RANK").value_or(w.rank);
-    w.local_size = env_int("LOCAL_WORLD_SIZE").value_or(w.size);
-    const char* addr = std::getenv("MASTER_ADDR");
-    w.master_addr = addr && *addr ? addr : "127.0.0.1";
-    w.master_port = env_int("MASTER_PORT").value_or(29500);
-    validate(w, "torchrun-style environment (RANK/WORLD_SIZE)");
-  }
-  return w;
-}
-
 WorldGuard::WorldGuard() : info_(discover_world()) {
   ZEST_CHECK(!world_alive(), "a WorldGuard already exists in this process");
   if (info_.launcher == Launcher::mpi) {
@@ -94,8 +45,8 @@ WorldGuard::WorldGuard() : info_(discover_world()) {
     ZEST_CHECK(size == info_.size, "MPI world size ", size, " differs from OMPI_COMM_WORLD_SIZE ",
                info_.size);
   }
-  // A torchrun-style world (RANK/WORLD_SIZE, e.g. from `zest launch`) rendezvouses over TCP when its
-  // communicator is first needed (world_communicator()).
+  // Any other world of several ranks (torchrun, zest launch, Horovod's Gloo mode, srun) rendezvouses
+  // over TCP when its communicator is first needed (world_communicator()).
   if (info_.size > 1) error_rank() = info_.rank;
   current_world() = info_;
   world_alive() = true;
@@ -128,11 +79,11 @@ std::shared_ptr<Communicator> world_communicator() {
   if (!comm) {
     const WorldInfo& w = current_world();
     if (w.launcher == Launcher::mpi) {
-      comm = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, w.local_rank, w.local_size);
-    } else if (w.launcher == Launcher::torchrun && w.size > 1) {
-      comm = std::make_shared<GlooCommunicator>(GlooOptions{w.rank, w.size, w.local_rank, w.local_size,
-                                                            w.master_addr, w.master_port,
-                                                            comm_timeout_from_env()});
+      auto mpi = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, w.local_rank, w.local_size);
+      if (w.size > 1) mpi->watch_peers();
+      comm = mpi;
+    } else if (w.size > 1) {
+      comm = std::make_shared<GlooCommunicator>(w);
     } else {
       comm = std::make_shared<SelfCommunicator>();
     }

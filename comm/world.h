@@ -1,29 +1,14 @@
-// World discovery and the process-wide communicator: who launched us (mpirun, a torchrun-style
-// environment, or nobody) and the communicator that matches.
+// The process-wide world: MPI start-up/shutdown when mpirun started us, and the communicator that
+// matches the launcher (comm/launch_env.h reads which one it was).
 #pragma once
 
 #include "comm/communicator.h"
+#include "comm/launch_env.h"
 
 #include <memory>
 #include <string>
 
 namespace zest {
-
-enum class Launcher { single, mpi, torchrun };
-
-struct WorldInfo {
-  Launcher launcher = Launcher::single;
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  std::string master_addr;  // torchrun only
-  int master_port = 0;      // torchrun only
-};
-
-// Reads OpenMPI's OMPI_COMM_WORLD_* variables, else RANK/WORLD_SIZE/LOCAL_RANK(/LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT), else a single process. Inconsistent values are errors naming the variable.
-WorldInfo discover_world();
 
 // Initialises the process's communication for the discovered world (MPI_Init_thread under mpirun)
 // and finalizes it on destruction. Exactly one per process, created first thing in main().

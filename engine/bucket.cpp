@@ -1,6 +1,7 @@
 // Bucket verbs (see bucket.h).
 #include "engine/bucket.h"
 
+#include "comm/collective_timeout.h"
 #include "core/check.h"
 #include "engine/storage.h"
 
@@ -59,6 +60,7 @@ void Bucket::ensure_grad_buffer() {
 
 void Bucket::reduce_grads(bool accumulate) {
   ZEST_CHECK(reduce_work_ == nullptr, describe(), ": gradients reduced twice without a wait");
+  const CollectiveLabel label(describe());  // a collective that times out names the bucket's units
   torch::NoGradGuard no_grad;
   FlatBuffers& buffers = *env_.buffers;
   std::vector<torch::Tensor> inputs, outputs;
@@ -104,6 +106,7 @@ void Bucket::gather_params() {
   if (!policy.shard_optimizer) return;  // stage 0: every rank updated the whole buffer
   if (policy.shard_params && is_gathered_) return;
   ZEST_CHECK(gather_work_ == nullptr, describe(), ": parameters gathered twice without a wait");
+  const CollectiveLabel label(describe());
   torch::NoGradGuard no_grad;
   FlatBuffers& buffers = *env_.buffers;
   std::vector<torch::Tensor> inputs, outputs;

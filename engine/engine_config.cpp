@@ -138,6 +138,8 @@ void check_ranges(ConfigTable& table, const EngineConfig& c) {
             std::to_string(std::thread::hardware_concurrency()) + " cores, and more threads than cores only slow a step)");
   check(table, std::isfinite(c.collective_timeout_s) && c.collective_timeout_s > 0, "collective_timeout_s",
         "must be > 0 seconds");
+  check(table, std::isfinite(c.rendezvous_timeout_s) && c.rendezvous_timeout_s > 0, "rendezvous_timeout_s",
+        "must be > 0 seconds");
 }
 
 }  // namespace
@@ -159,6 +161,7 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.stage = table.get("stage", c.stage);
   c.device = table.get_enum("device", c.device, kDevices);
   c.collective_timeout_s = table.get("collective_timeout_s", c.collective_timeout_s);
+  c.rendezvous_timeout_s = table.get("rendezvous_timeout_s", c.rendezvous_timeout_s);
   c.reshard_after_forward = table.get("reshard_after_forward", c.reshard_after_forward);
   c.prefetch = table.get("prefetch", c.prefetch);
   c.precision = table.get_enum("precision", c.precision, kPrecisions);
@@ -198,6 +201,7 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
   t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded, 3 = + parameters sharded");
   t.set("device", to_string(c.device), "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)");
   t.set("collective_timeout_s", c.collective_timeout_s, "a collective not done by then ends every rank, named");
+  t.set("rendezvous_timeout_s", c.rendezvous_timeout_s, "every rank must have joined the world by then");
   if (c.stage == 3) {
     t.set("reshard_after_forward", c.reshard_after_forward, "free a unit's gathered parameters after its forward");
     t.set("prefetch", c.prefetch, "buckets gathered ahead of the running one");

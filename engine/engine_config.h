@@ -43,6 +43,7 @@ struct EngineConfig {
   int stage = 2;                                // 0 (DP), 1, 2, 3 (parameters sharded at rest)
   DeviceKind device = DeviceKind::auto_;        // rank r drives GPU LOCAL_RANK when CUDA
   double collective_timeout_s = 600.0;          // a collective not done by then ends every rank, named
+  double rendezvous_timeout_s = 300.0;          // every rank must have joined by then (comm/rendezvous.h)
   bool reshard_after_forward = true;            // stage 3: free a unit's gathered parameters after its forward
   int prefetch = 1;                             // stage 3: buckets gathered ahead of the running one
   Precision precision = Precision::bf16;        // compute dtype of parameters and activations

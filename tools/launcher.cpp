@@ -3,6 +3,7 @@
 // line prefixing, signal forwarding and fail-fast shutdown.
 #include "tools/launcher.h"
 
+#include "comm/net_interface.h"
 #include "core/check.h"
 
 #include <arpa/inet.h>
@@ -16,8 +17,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <deque>
 #include <cerrno>
 #include <csignal>
+#include <fstream>
+#include <sstream>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -77,13 +83,51 @@ struct Stream {
   int fd = -1;
   int target = STDOUT_FILENO;
   std::string prefix;
+  bool prefix_unlabelled_only = false;  // a node's output: its ranks' lines carry their own "[node:rank R]"
   std::string pending;
+  std::deque<std::string> tail;  // the last lines, where a failed rank's error says whom it waited for
 };
+
+// The ranks a rank's error names as never having arrived at a collective ("never arrived: rank 1
+// (host a, ...), rank 3 (...)", comm/peer_watch.cpp), from its last lines.
+std::vector<int> blamed_ranks(const std::deque<std::string>& tail) {
+  std::vector<int> ranks;
+  for (const std::string& line : tail) {
+    const auto at = line.find("never arrived: ");
+    if (at == std::string::npos) continue;
+    ranks.clear();
+    const std::string rest = line.substr(at);
+    for (size_t p = rest.find("rank "); p != std::string::npos; p = rest.find("rank ", p + 5)) {
+      // Only "rank N" at the top level of the list, not inside a parenthesis.
+      int depth = 0;
+      for (size_t i = 0; i < p; ++i) depth += rest[i] == '(' ? 1 : rest[i] == ')' ? -1 : 0;
+      if (depth != 0) continue;
+      char* end = nullptr;
+      const long r = std::strtol(rest.c_str() + p + 5, &end, 10);
+      if (end != rest.c_str() + p + 5) ranks.push_back(static_cast<int>(r));
+    }
+  }
+  return ranks;
+}
+
+// Whether a process is stopped (state T in /proc/PID/stat).
+bool is_stopped(pid_t pid) {
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[512];
+  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buffer[n] = '\0';
+  const char* close_paren = std::strrchr(buffer, ')');
+  return close_paren != nullptr && close_paren[1] == ' ' && (close_paren[2] == 'T' || close_paren[2] == 't');
+}
 
 struct Rank {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
+  bool was_stopped = false;  // in state T (SIGSTOP) when another rank failed
   Stream out;
   Stream err;
 };
@@ -106,16 +150,19 @@ std::string self_executable() {
 bool is_overridden(const std::string& entry, const std::vector<std::string>& names) {
   for (const std::string& name : names)
     if (entry.rfind(name + "=", 0) == 0) return true;
-  // A stale MPI environment would make the rank believe it runs under mpirun.
-  return entry.rfind("OMPI_COMM_WORLD_", 0) == 0;
+  // A stale MPI, Horovod or torchrun-agent environment would contradict the one given here.
+  for (const char* stale : {"OMPI_COMM_WORLD_", "HOROVOD_", "TORCHELASTIC_"})
+    if (entry.rfind(stale, 0) == 0) return true;
+  return false;
 }
 
-ExecArgs make_exec_args(const LaunchOptions& o, int rank, int port) {
+ExecArgs make_exec_args(const LaunchOptions& o, int local_rank, int port) {
+  const int rank = o.node_rank * o.nprocs + local_rank;
   std::vector<std::pair<std::string, std::string>> vars = {
-      {"RANK", std::to_string(rank)},           {"WORLD_SIZE", std::to_string(o.nprocs)},
-      {"LOCAL_RANK", std::to_string(rank)},     {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)},
-      {"MASTER_ADDR", o.master_addr},           {"MASTER_PORT", std::to_string(port)},
-      {"ZEST_LAUNCHER_PID", std::to_string(::getpid())}};
+      {"RANK", std::to_string(rank)},             {"WORLD_SIZE", std::to_string(o.nnodes * o.nprocs)},
+      {"LOCAL_RANK", std::to_string(local_rank)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)},
+      {"GROUP_RANK", std::to_string(o.node_rank)}, {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(port)},      {"ZEST_LAUNCHER_PID", std::to_string(::getpid())}};
   // N ranks each using every core would oversubscribe the machine many times over.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -149,13 +196,14 @@ ExecArgs make_exec_args(const LaunchOptions& o, int rank, int port) {
 
 class Launch {
  public:
-  explicit Launch(const LaunchOptions& options) : options_(options), ranks_(options.nprocs) {}
+  explicit Launch(const LaunchOptions& options)
+      : options_(options), ranks_(options.hosts.empty() ? static_cast<size_t>(options.nprocs) : options.hosts.size()) {}
   ~Launch();
   int run();
 
  private:
   void block_signals();
-  void spawn(int rank, int port);
+  void spawn(int child, ExecArgs args);
   void pump(Stream& s);
   void emit_lines(Stream& s, bool at_eof);
   void handle_signals();
@@ -164,6 +212,11 @@ class Launch {
   int running_count() const;
   int poll_once(Clock::time_point now);
   int result() const;
+  int global_rank(size_t local) const { return options_.node_rank * options_.nprocs + static_cast<int>(local); }
+  bool node_mode() const { return !options_.hosts.empty(); }
+  std::string child_name(size_t i) const;
+  ExecArgs node_exec_args(size_t node, int port) const;
+  std::string blame_report() const;
 
   LaunchOptions options_;
   std::vector<Rank> ranks_;
@@ -199,8 +252,7 @@ void Launch::block_signals() {
   ZEST_CHECK(signal_fd_ >= 0, "zest launch: signalfd failed: ", std::strerror(errno));
 }
 
-void Launch::spawn(int rank, int port) {
-  ExecArgs args = make_exec_args(options_, rank, port);
+void Launch::spawn(int rank, ExecArgs args) {
   int out_pipe[2], err_pipe[2];
   ZEST_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
              "zest launch: pipe failed: ", std::strerror(errno));
@@ -227,9 +279,12 @@ void Launch::spawn(int rank, int port) {
   Rank& r = ranks_[rank];
   r.pid = pid;
   r.running = true;
-  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-  r.out = Stream{out_pipe[0], STDOUT_FILENO, prefix, {}};
-  r.err = Stream{err_pipe[0], STDERR_FILENO, prefix, {}};
+  const std::string prefix =
+      node_mode() ? "[" + options_.hosts[static_cast<size_t>(rank)].first + "] "
+                  : "[" + (options_.node_label.empty() ? "" : options_.node_label + ":") + "rank " +
+                        std::to_string(global_rank(static_cast<size_t>(rank))) + "] ";
+  r.out = Stream{out_pipe[0], STDOUT_FILENO, prefix, node_mode(), {}, {}};
+  r.err = Stream{err_pipe[0], STDERR_FILENO, prefix, node_mode(), {}, {}};
   ::fcntl(r.out.fd, F_SETFL, O_NONBLOCK);
   ::fcntl(r.err.fd, F_SETFL, O_NONBLOCK);
 }
@@ -239,7 +294,15 @@ void Launch::spawn(int rank, int port) {
 void Launch::emit_lines(Stream& s, bool at_eof) {
   size_t start = 0;
   for (size_t nl = s.pending.find('\n'); nl != std::string::npos; nl = s.pending.find('\n', start)) {
-    write_all(s.target, s.prefix + s.pending.substr(start, nl + 1 - start));
+    std::string line = s.pending.substr(start, nl + 1 - start);
+    if (s.prefix_unlabelled_only) {
+      if (line.size() >= 2 && line[line.size() - 2] == '\r') line.erase(line.size() - 2, 1);  // a remote pty's
+      write_all(s.target, (line.rfind('[', 0) == 0 ? "" : s.prefix) + line);
+    } else {
+      write_all(s.target, s.prefix + line);
+    }
+    s.tail.push_back(s.pending.substr(start, std::min<size_t>(nl - start, 4096)));
+    if (s.tail.size() > 20) s.tail.pop_front();
     start = nl + 1;
   }
   s.pending.erase(0, start);
@@ -268,8 +331,11 @@ void Launch::pump(Stream& s) {
 }
 
 void Launch::signal_running(int sig) {
-  for (const Rank& r : ranks_)
-    if (r.running) ::kill(-r.pid, sig);  // the rank's whole process group (e.g. a shell and its child)
+  for (const Rank& r : ranks_) {
+    if (!r.running) continue;
+    ::kill(-r.pid, sig);  // the rank's whole process group (e.g. a shell and its child)
+    if (sig != SIGKILL) ::kill(-r.pid, SIGCONT);  // a stopped rank handles it only once continued
+  }
 }
 
 int Launch::running_count() const {
@@ -306,8 +372,10 @@ void Launch::reap() {
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok || failed_rank_ || user_signals_ > 0) continue;
       failed_rank_ = static_cast<int>(i);
-      say("rank " + std::to_string(i) + " failed (" + describe_status(status) +
-          "); stopping the other ranks");
+      for (Rank& other : ranks_)
+        if (other.running && is_stopped(other.pid)) other.was_stopped = true;
+      say(child_name(i) + " failed (" + describe_status(status) + "); stopping the other " +
+          (node_mode() ? "nodes" : "ranks"));
       signal_running(SIGTERM);
       kill_at_ = Clock::now() + options_.grace;
     }
@@ -342,12 +410,14 @@ int Launch::result() const {
     const int status = ranks_[i].status;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     if (!failed_rank_ && user_signals_ > 0)
-      say("rank " + std::to_string(i) + " ended with " + describe_status(status) + " after " +
+      say(child_name(i) + " ended with " + describe_status(status) + " after " +
           signal_name(first_user_signal_));
   }
   if (failed_rank_) {
     const int status = ranks_[*failed_rank_].status;
-    say("rank " + std::to_string(*failed_rank_) + " failed with " + describe_status(status));
+    say(child_name(static_cast<size_t>(*failed_rank_)) + " failed with " + describe_status(status));
+    const std::string blame = blame_report();
+    if (!blame.empty()) say(blame);
     return exit_code_of(status);
   }
   for (const Rank& r : ranks_)
@@ -355,14 +425,91 @@ int Launch::result() const {
   return 0;
 }
 
+std::string Launch::child_name(size_t i) const {
+  if (!node_mode()) return "rank " + std::to_string(global_rank(i));
+  const int slots = options_.hosts[i].second;
+  const int first = static_cast<int>(i) * slots;
+  return "node " + options_.hosts[i].first + " (rank" +
+         (slots == 1 ? " " + std::to_string(first) : "s " + std::to_string(first) + "-" + std::to_string(first + slots - 1)) +
+         ")";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// One node's `zest launch --nnodes`: run here, or through the remote shell with the settings that
+// matter to the ranks (ZEST_*, the socket interfaces, OMP_NUM_THREADS) passed along.
+ExecArgs Launch::node_exec_args(size_t node, int port) const {
+  const auto& [name, slots] = options_.hosts[node];
+  std::vector<std::string> inner{self_executable(), "launch", "--nnodes", std::to_string(options_.hosts.size()),
+                                 "--node-rank", std::to_string(node), "--master-addr", options_.hosts.front().first,
+                                 "--master-port", std::to_string(port), "-n", std::to_string(slots), "--grace",
+                                 std::to_string(static_cast<double>(options_.grace.count()) / 1000.0), "--node-label",
+                                 name, "--"};
+  inner.insert(inner.end(), options_.command.begin(), options_.command.end());
+  std::vector<std::string> argv;
+  if (is_local_host(name)) {
+    argv = inner;
+  } else {
+    std::string remote = "cd " + shell_quote(std::filesystem::current_path().string()) + " && exec env";
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      for (const char* keep : {"ZEST_", "GLOO_SOCKET_IFNAME=", "NCCL_SOCKET_IFNAME=", "OMP_NUM_THREADS="})
+        if (entry.rfind(keep, 0) == 0 && entry.rfind("ZEST_LAUNCHER_PID=", 0) != 0) remote += " " + shell_quote(entry);
+    }
+    for (const std::string& a : inner) remote += " " + shell_quote(a);
+    argv = options_.rsh;
+    argv.push_back(name);
+    argv.push_back(remote);
+  }
+  ExecArgs a;
+  a.storage = argv;
+  for (char** e = environ; *e != nullptr; ++e) a.storage.emplace_back(*e);
+  for (size_t i = 0; i < argv.size(); ++i) a.argv.push_back(a.storage[i].data());
+  for (size_t i = argv.size(); i < a.storage.size(); ++i) a.envp.push_back(a.storage[i].data());
+  a.argv.push_back(nullptr);
+  a.envp.push_back(nullptr);
+  return a;
+}
+
+// The rank(s) the first failed rank's error says never arrived: the rank at fault, not the first to exit.
+std::string Launch::blame_report() const {
+  const Rank& failed = ranks_[static_cast<size_t>(*failed_rank_)];
+  const std::vector<int> blamed = blamed_ranks(failed.err.tail);
+  if (blamed.empty() || node_mode()) return "";
+  std::string who;
+  for (int r : blamed) {
+    who += (who.empty() ? "rank " : ", rank ") + std::to_string(r);
+    const int local = r - options_.node_rank * options_.nprocs;
+    if (local >= 0 && local < options_.nprocs && ranks_[static_cast<size_t>(local)].was_stopped)
+      who += " (it was stopped, e.g. by SIGSTOP)";
+  }
+  return "the fault is with " + who + ": it never arrived at the collective rank " +
+         std::to_string(global_rank(static_cast<size_t>(*failed_rank_))) + " waited in (see its error above)";
+}
+
 int Launch::run() {
   ZEST_CHECK(options_.nprocs >= 1, "zest launch: -n must be >= 1, got ", options_.nprocs);
+  ZEST_CHECK(options_.nnodes >= 1 && options_.node_rank >= 0 && options_.node_rank < options_.nnodes,
+             "zest launch: --node-rank ", options_.node_rank, " is outside [0, --nnodes ", options_.nnodes, ")");
   ZEST_CHECK(!options_.command.empty(), "zest launch: no command to run (zest launch -n N [--] CMD ARGS...)");
-  const int port = options_.master_port > 0 ? options_.master_port : find_free_port(options_.master_addr);
+  // Several nodes must agree on the port without talking: torchrun's default then.
+  const int port = options_.master_port > 0                   ? options_.master_port
+                   : options_.nnodes > 1 || node_mode()       ? 29500
+                                                              : find_free_port(options_.master_addr);
+  if (node_mode()) {
+    for (const auto& [name, slots] : options_.hosts)
+      ZEST_CHECK(slots == options_.hosts.front().second, "zest launch: every node needs the same number of ranks, but ",
+                 options_.hosts.front().first, " has ", options_.hosts.front().second, " and ", name, " has ", slots);
+  }
   dev_null_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ZEST_CHECK(dev_null_ >= 0, "zest launch: cannot open /dev/null");
   block_signals();
-  for (int rank = 0; rank < options_.nprocs; ++rank) spawn(rank, port);
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    spawn(static_cast<int>(i), node_mode() ? node_exec_args(i, port) : make_exec_args(options_, static_cast<int>(i), port));
   for (;;) {
     reap();
     const auto now = Clock::now();
@@ -387,6 +534,59 @@ int Launch::run() {
 int run_ranks(const LaunchOptions& options) {
   Launch launch(options);
   return launch.run();
+}
+
+std::vector<std::pair<std::string, int>> parse_host_list(const std::string& list) {
+  std::vector<std::pair<std::string, int>> hosts;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) continue;
+    const auto colon = item.rfind(':');
+    int slots = 1;
+    if (colon != std::string::npos) {
+      try {
+        size_t used = 0;
+        slots = std::stoi(item.substr(colon + 1), &used);
+        if (used != item.size() - colon - 1 || slots < 1) throw std::invalid_argument(item);
+      } catch (const std::exception&) {
+        throw Error("zest launch -H: '" + item + "' is not HOST or HOST:SLOTS with SLOTS >= 1");
+      }
+    }
+    hosts.emplace_back(item.substr(0, colon), slots);
+  }
+  if (hosts.empty()) throw Error("zest launch -H: no hosts in '" + list + "'");
+  return hosts;
+}
+
+std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("zest launch --hostfile: cannot read " + path);
+  std::string list;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    line = line.substr(0, line.find('#'));
+    std::stringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    int slots = 1;
+    if (host.find(':') != std::string::npos) {
+      list += (list.empty() ? "" : ",") + host;
+      continue;
+    }
+    while (words >> word) {
+      if (word.rfind("slots=", 0) != 0) continue;
+      try {
+        slots = std::stoi(word.substr(6));
+      } catch (const std::exception&) {
+        slots = 0;
+      }
+      if (slots < 1) throw Error(path + ":" + std::to_string(line_no) + ": '" + word + "' must be slots=N with N >= 1");
+    }
+    list += (list.empty() ? "" : ",") + host + ":" + std::to_string(slots);
+  }
+  if (list.empty()) throw Error("zest launch --hostfile: " + path + " names no host");
+  return parse_host_list(list);
 }
 
 int find_free_port(const std::string& addr) {

@@ -1,10 +1,14 @@
 // The `zest` command-line tool: one binary, one subcommand per file in tools/ (cmd_*.cpp).
+#include "comm/launch_env.h"
+#include "core/check.h"
 #include "tools/commands.h"
 #include "tools/error_report.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -40,8 +44,17 @@ int main(int argc, char** argv) {
   zest::cli::add_launch_command(app);
   zest::cli::add_data_command(app);
   zest::cli::add_bench_command(app);
+  std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    app.parse(argc, argv);
+    // torch.distributed.launch without --use_env: `zest --local_rank=N train ...`.
+    if (const auto local_rank = zest::take_local_rank_argument(args)) {
+      const char* env = std::getenv("LOCAL_RANK");
+      if (env != nullptr && *env != '\0' && std::string(env) != std::to_string(*local_rank))
+        throw zest::Error("command line: --local_rank=" + std::to_string(*local_rank) + " contradicts LOCAL_RANK=" + env);
+      ::setenv("LOCAL_RANK", std::to_string(*local_rank).c_str(), 1);
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include "checkpoint/load.h"
 #include "checkpoint/merge.h"
 #include "checkpoint/save.h"
+#include "comm/collective_timeout.h"
 #include "comm/world.h"
 #include "core/check.h"
 #include "engine/device_placement.h"
@@ -15,6 +16,7 @@
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "tools/error_report.h"
+#include "tools/multi_node.h"
 #include "tools/progress.h"
 #include "tools/run_folder.h"
 #include "tools/stop_signal.h"
@@ -154,6 +156,8 @@ class TrainRun {
   torch::Generator generator_ = at::detail::createCPUGenerator(0);
   int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
   bool already_finished_ = false;  // resumed at or past max_steps
+  std::string resume_from_;        // the step folder rank 0 chose for every rank ("" = fresh start)
+  bool own_checkpoint_folder_ = false;  // shared_fs = false: this rank commits its node's folders
 };
 
 TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase)
@@ -161,6 +165,8 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   phase_ = "preparing the run folders";
   set_threads(config.engine, *comm_);
   run_lock_ = prepare_run_folders(config, options.resume, *comm_);
+  own_checkpoint_folder_ = check_checkpoint_folder(config, *comm_);
+  resume_from_ = agreed_resume_point(config, options.resume, *comm_);  // decided once, on rank 0
   // The seed makes every rank build the same initial weights.
   phase_ = "building the model";
   torch::manual_seed(config.train.seed);
@@ -174,9 +180,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   model_ = build_model(resolved_);
   // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).
   phase_ = "loading the pretrained weights";
-  model_source_ = start_from_pretrained(
-      *model_, resolved_, config.model,
-      options.resume ? checkpoint::find_latest(config.checkpoint.dir).value_or("") : std::string(), *comm_);
+  model_source_ = start_from_pretrained(*model_, resolved_, config.model, resume_from_, *comm_);
   phase_ = "creating the engine";
   engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
   if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
@@ -184,15 +188,16 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   phase_ = "opening the data";
   data_ = std::make_unique<TrainData>(config, resolved_, *comm_);
   request_ = save_request(config, resolved_);
+  request_.own_folder = own_checkpoint_folder_;
   progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
-  if (options.resume && checkpoint::find_latest(request_.dir)) resume();
+  if (!resume_from_.empty()) resume();
 }
 
 void TrainRun::resume() {
   phase_ = "resuming";
-  const auto loaded = checkpoint::load(*engine_, {request_.dir, request_.model_name, request_.model_config, true});
+  const auto loaded = checkpoint::load(*engine_, {resume_from_, request_.model_name, request_.model_config, true});
   data_->load_state(saved_data_state(loaded), loaded.saved_world_size);
   last_saved_ = loaded.step;
   already_finished_ = loaded.step >= config_.train.max_steps;
@@ -207,6 +212,7 @@ void TrainRun::resume() {
 void TrainRun::step_once(Window& window) {
   const int64_t step = engine_->step_count();
   phase_ = str("training step ", step + 1);
+  set_collective_step(step + 1);  // named by a collective that times out
   for (int micro = 0; micro < config_.engine.accumulation_steps; ++micro) {
     TensorMap batch = data_->next();
     window.items += data_->items_in(batch);  // counted on the CPU batch: no device read
@@ -312,6 +318,7 @@ TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) 
   ignore_write_signals();
   install_stop_handlers();
   stop_when_launcher_exits();
+  configure_rendezvous(config);  // before the world communicator exists
   std::string phase = "starting";
   try {
     TrainRun run(config, options, phase);

@@ -1,0 +1,321 @@
+// The TCP-store rendezvous (see rendezvous.h). Keys, under the world's store prefix:
+//   world     rank 0's "<size>\t<fingerprint>\t<host>", what every rank compares itself with
+//   join/R    rank R's "<size>\t<fingerprint>\t<host>\t<route ip>\t<node rank>\t<pid>"
+//   abort     the reason, posted by the rank that found a mismatch, ending every waiting rank
+// Every wait polls (check(), never a blocking wait()), so stop signals, aborts and the deadline are
+// seen within a fraction of a second.
+#include "comm/rendezvous.h"
+
+#include "comm/net_interface.h"
+#include "core/check.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <csignal>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace zest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int64_t>& timeout_ms() {
+  static std::atomic<int64_t> ms{300'000};
+  return ms;
+}
+std::string& fingerprint() {
+  static std::string f;
+  return f;
+}
+std::function<bool()>& interrupt_check() {
+  static std::function<bool()> check;
+  return check;
+}
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::vector<std::string> split_tabs(const std::string& s) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, '\t')) out.push_back(item);
+  return out;
+}
+
+void say(const std::string& message) {
+  std::fprintf(stderr, "zest: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+std::string timeout_text() {
+  return str(seconds(rendezvous_timeout()), " s ([engine] rendezvous_timeout_s)");
+}
+
+class Joiner {
+ public:
+  explicit Joiner(const WorldInfo& w)
+      : w_(w), where_(str(w.master_addr, ":", w.master_port)), deadline_(Clock::now() + rendezvous_timeout()) {}
+
+  Rendezvous run() {
+    connect();
+    publish();
+    wait_for_everyone();
+    Rendezvous r;
+    r.store = store_;
+    r.host = w_.master_addr;
+    r.port = w_.master_port;
+    r.peers = peers_;
+    return r;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& message) { throw Error(str("[rank ", w_.rank, "] rendezvous: ", message)); }
+
+  // Fails the whole world: every rank still polling the store ends with this message.
+  [[noreturn]] void abort_all(const std::string& message) {
+    try {
+      store_->set(w_.store_prefix + "abort", bytes_of(message));
+    } catch (...) {
+    }
+    // The store lives in rank 0's process: keep it up while the others read the reason.
+    if (hosts_store()) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    fail(message);
+  }
+
+  void check_interrupt(const char* doing) {
+    if (interrupted()) fail(str("stopped by a signal while ", doing, " (store at ", where_, ")"));
+  }
+
+  bool hosts_store() const { return w_.rank == 0 && !w_.agent_store; }
+
+  void connect() {
+    if (hosts_store()) {
+      // Rank 0 must run where the others will look for it: a node started with the wrong rank, or a
+      // single-node launcher on each node, would otherwise host a second world of its own.
+      if (!is_local_host(w_.master_addr))
+        fail(str("rank 0 must run on the master host ", w_.master_addr, ", but this host (", host_name_of_this_machine(),
+                 ") has no such address. On several nodes, start the node holding rank 0 with --node-rank 0 and give "
+                 "every node the same --master-addr (zest launch --nnodes N --node-rank R --master-addr HOST)"));
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(w_.master_port);
+      o.isServer = true;
+      o.waitWorkers = false;
+      o.timeout = std::chrono::seconds(30);
+      try {
+        store_ = c10::make_intrusive<c10d::TCPStore>(w_.master_addr, o);
+      } catch (const std::exception& e) {
+        fail(str("rank 0 cannot host the store on port ", w_.master_port, " of ", host_name_of_this_machine(), ": ",
+                 first_line(e.what()),
+                 ". Another job may be using the port (choose another --master-port / MASTER_PORT)",
+                 std::getenv("TORCHELASTIC_RUN_ID") ? "; under torchrun, TORCHELASTIC_USE_AGENT_STORE=True makes zest join "
+                                                      "the agent's store instead"
+                                                    : ""));
+      }
+      return;
+    }
+    std::string last_error;
+    auto report_at = Clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      check_interrupt("connecting to the rendezvous store");
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+      if (left.count() <= 0)
+        fail(str("rank ", w_.rank, " on ", host_name_of_this_machine(), " could not reach the store at ", where_,
+                 w_.agent_store ? " (the torchrun agent's)" : " (hosted by rank 0)", " within ", timeout_text(),
+                 ": ", last_error.empty() ? "no answer" : last_error,
+                 ". Is rank 0 running, is MASTER_ADDR the address of its host, and is the port open?"));
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(w_.master_port);
+      o.isServer = false;
+      o.waitWorkers = false;
+      o.timeout = std::min<std::chrono::milliseconds>(left, std::chrono::seconds(2));
+      try {
+        store_ = c10::make_intrusive<c10d::TCPStore>(w_.master_addr, o);
+        store_->setTimeout(std::chrono::seconds(30));
+        return;
+      } catch (const std::exception& e) {
+        last_error = first_line(e.what());
+      }
+      if (Clock::now() > report_at && w_.local_rank == 0) {
+        say(str("[rank ", w_.rank, "] rendezvous: waiting for the store at ", where_, " (", last_error, ")"));
+        report_at = Clock::now() + std::chrono::seconds(10);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  static std::string first_line(const std::string& s) {
+    std::string line = s.substr(0, s.find('\n'));
+    while (!line.empty() && (line.back() == '.' || line.back() == ' ')) line.pop_back();
+    return line;
+  }
+
+  std::string key(const std::string& name) const { return w_.store_prefix + name; }
+
+  void publish() {
+    const std::string host = host_name_of_this_machine();
+    const std::string route = route_source_address(w_.master_addr).value_or("127.0.0.1");
+    const std::string fp = fingerprint().empty() ? "-" : fingerprint();
+    if (w_.rank == 0) store_->set(key("world"), bytes_of(str(w_.size, "\t", fp, "\t", host)));
+    store_->set(key(str("join/", w_.rank)),
+                bytes_of(str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid())));
+  }
+
+  // A peer's joined record, checked against ours (rank 0 checks everyone; the others check rank 0).
+  PeerInfo parse_and_check(int r, const std::string& value) {
+    const auto f = split_tabs(value);
+    if (f.size() < 6) abort_all(str("rank ", r, " sent an unreadable join record '", value, "'"));
+    PeerInfo p;
+    p.rank = r;
+    p.host = f[2];
+    p.route_ip = f[3];
+    p.node_rank = std::atoi(f[4].c_str());
+    p.pid = std::atol(f[5].c_str());
+    const std::string me = str("rank ", w_.rank, " (host ", host_name_of_this_machine(), ")");
+    const std::string them = str("rank ", r, " (host ", p.host, ")");
+    if (std::atoi(f[0].c_str()) != w_.size)
+      abort_all(str("the ranks disagree on the world size: ", me, " has ", w_.size, " but ", them, " has ", f[0],
+                    " (every node must be started with the same number of nodes and ranks per node)"));
+    const std::string fp = fingerprint().empty() ? "-" : fingerprint();
+    if (f[1] != fp)
+      abort_all(str("the ranks run different configurations: ", me, " has configuration ", fp, " but ", them, " has ",
+                    f[1], " (every node must use the same run file and --set overrides; compare `zest config check` on "
+                    "each)"));
+    return p;
+  }
+
+  std::string waiting_list(const std::vector<bool>& joined) const {
+    std::string out;
+    int listed = 0;
+    for (int r = 0; r < w_.size; ++r) {
+      if (joined[static_cast<size_t>(r)]) continue;
+      if (++listed > 8) {
+        out += ", ...";
+        break;
+      }
+      // Its host: that of a joined rank of the same node (ranks are numbered node by node).
+      std::string host;
+      for (const PeerInfo& p : peers_)
+        if (!p.host.empty() && p.node_rank == r / std::max(1, w_.local_size)) host = p.host;
+      out += str(out.empty() ? "" : ", ", r, " (", host.empty() ? str("node ", r / std::max(1, w_.local_size)) : host, ")");
+    }
+    return out;
+  }
+
+  void wait_for_everyone() {
+    peers_.assign(static_cast<size_t>(w_.size), PeerInfo{});
+    std::vector<bool> joined(static_cast<size_t>(w_.size), false);
+    bool checked_world = w_.rank == 0;
+    int count = 0;
+    const auto started = Clock::now();
+    auto report_at = started + std::chrono::seconds(3);
+    for (;;) {
+      check_interrupt("waiting for the other ranks to join");
+      try {
+        if (store_->check({key("abort")})) fail(text_of(store_->get(key("abort"))));
+        if (!checked_world && store_->check({key("world")})) {
+          const auto f = split_tabs(text_of(store_->get(key("world"))));
+          parse_and_check(0, f.size() >= 3 ? str(f[0], "\t", f[1], "\t", f[2], "\t-\t0\t0") : "");
+          checked_world = true;
+        }
+        for (int r = 0; r < w_.size; ++r) {
+          if (joined[static_cast<size_t>(r)] || !store_->check({key(str("join/", r))})) continue;
+          const std::string value = text_of(store_->get(key(str("join/", r))));
+          peers_[static_cast<size_t>(r)] = w_.rank == 0 ? parse_and_check(r, value) : parse_unchecked(r, value);
+          joined[static_cast<size_t>(r)] = true;
+          ++count;
+        }
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail(str("lost the store at ", where_, " while waiting for the other ranks (", first_line(e.what()),
+                 "): rank 0 or its host is gone"));
+      }
+      if (count == w_.size && checked_world) return;
+      const auto now = Clock::now();
+      // Rank 0 gives the verdict at its deadline (every rank then ends with it); the others wait a
+      // moment longer for it, and fail on their own only if it never comes.
+      if (now > deadline_ + (w_.rank == 0 ? std::chrono::seconds(0) : std::chrono::seconds(3))) {
+        const std::string why = str(count, " of ", w_.size, " ranks joined within ", timeout_text(),
+                                    "; never came: rank(s) ", waiting_list(joined));
+        if (w_.rank == 0) abort_all(why);
+        fail(why);
+      }
+      if (now > report_at && (w_.rank == 0 || (w_.local_rank == 0 && w_.rank != 0 && count == 0))) {
+        say(str("[rank ", w_.rank, "] rendezvous: ", count, " of ", w_.size, " ranks joined; waiting for rank(s) ",
+                waiting_list(joined), " (",
+                static_cast<int>(std::chrono::duration<double>(now - started).count()), " s of ",
+                static_cast<int>(seconds(rendezvous_timeout())), ")"));
+        report_at = now + std::chrono::seconds(10);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  static PeerInfo parse_unchecked(int r, const std::string& value) {
+    const auto f = split_tabs(value);
+    PeerInfo p;
+    p.rank = r;
+    if (f.size() >= 6) {
+      p.host = f[2];
+      p.route_ip = f[3];
+      p.node_rank = std::atoi(f[4].c_str());
+      p.pid = std::atol(f[5].c_str());
+    }
+    return p;
+  }
+
+  const WorldInfo& w_;
+  const std::string where_;
+  const Clock::time_point deadline_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::vector<PeerInfo> peers_;
+};
+
+}  // namespace
+
+void set_rendezvous_timeout(double s) {
+  ZEST_CHECK(s > 0, "rendezvous timeout must be > 0 seconds, got ", s);
+  timeout_ms() = static_cast<int64_t>(s * 1000.0);
+}
+
+std::chrono::milliseconds rendezvous_timeout() {
+  const char* value = std::getenv("ZEST_RENDEZVOUS_TIMEOUT_S");
+  if (value != nullptr && *value != '\0') {
+    char* end = nullptr;
+    const double s = std::strtod(value, &end);
+    if (end == value || *end != '\0' || !(s > 0))
+      throw Error(str("environment variable ZEST_RENDEZVOUS_TIMEOUT_S='", value, "' must be a positive number of seconds"));
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+  }
+  return std::chrono::milliseconds(timeout_ms().load());
+}
+
+void set_rendezvous_fingerprint(const std::string& f) { fingerprint() = f; }
+void set_interrupt_check(std::function<bool()> check) { interrupt_check() = std::move(check); }
+bool interrupted() { return interrupt_check() && interrupt_check()(); }
+
+std::string describe_peer(const std::vector<PeerInfo>& peers, int rank) {
+  if (rank < 0 || rank >= static_cast<int>(peers.size()) || peers[static_cast<size_t>(rank)].host.empty())
+    return str("rank ", rank);
+  return str("rank ", rank, " (host ", peers[static_cast<size_t>(rank)].host, ")");
+}
+
+Rendezvous join_world(const WorldInfo& world) { return Joiner(world).run(); }
+
+std::string host_name_of_this_machine() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+}  // namespace zest
