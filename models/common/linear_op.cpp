@@ -22,7 +22,7 @@ std::atomic<bool>& fusion_flag() {
   return flag;
 }
 
-bool is_trainable_leaf(const torch::Tensor& t) { return t.requires_grad() && t.is_leaf(); }
+[[maybe_unused]] bool is_trainable_leaf(const torch::Tensor& t) { return t.requires_grad() && t.is_leaf(); }
 }  // namespace
 
 bool linear_grad_fusion_enabled() { return fusion_flag().load(); }
