@@ -13,6 +13,7 @@
 #include "core/check.h"
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
@@ -87,6 +88,12 @@ struct Issued {
   std::chrono::steady_clock::time_point issued_at;
 };
 
+// The current stream is being captured into a CUDA graph (engine/step_graphs.h): its collectives run
+// at each replay, where no host code follows them, so the watchdog does not track them.
+bool is_capturing() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+}
+
 // Keeps the tensors the collective reads and writes alive until the caller's stream is ordered after it
 // (wait); the caller may then drop them and the caching allocator reuses the memory in that stream's
 // order, with no record_stream holding it longer (a gradient bucket is free again as soon as its
@@ -104,7 +111,7 @@ class NcclWork final : public Work {
   void wait() override {
     if (!done_) return;
     const auto stream = c10::cuda::getCurrentCUDAStream();
-    if (!is_exposure_timing()) {
+    if (!is_exposure_timing() || is_capturing()) {  // a captured wait has no host-side timing
       done_->block(stream);  // the caller's stream waits; the host does not
       done_.reset();
       keep_alive_.clear();
@@ -251,10 +258,11 @@ template <typename Body>
 WorkHandle NcclCommunicator::launch(Channel& channel, const char* op, const std::vector<torch::Tensor>& touched,
                                     Body&& body) {
   const c10::cuda::CUDAGuard device_guard(device_);
+  const bool tracked = !is_capturing();
   // Registered before the NCCL calls: a call can itself block the host (the first collective on a
   // communicator connects to its peers), and the watchdog must see that too.
-  const int64_t sequence = issued_.fetch_add(1) + 1;
-  {
+  const int64_t sequence = tracked ? issued_.fetch_add(1) + 1 : 0;
+  if (tracked) {
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.push_back({nullptr,
                           str(op, " on the ", channel.name, " channel", CollectiveLabel::current().empty() ? "" : " (",
@@ -270,7 +278,7 @@ WorkHandle NcclCommunicator::launch(Channel& channel, const char* op, const std:
   }
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(channel.stream);
-  {
+  if (tracked) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
       if (it->sequence == sequence) {

@@ -330,7 +330,7 @@ void Engine::backward(const torch::Tensor& loss) {
   ZEST_CHECK(micro_step_ < config_.accumulation_steps, "backward() called ", micro_step_ + 1,
              " times without step(); engine.accumulation_steps = ", config_.accumulation_steps);
   if (micro_step_ == 0) check_model_in_place();
-  outcome_->poll();
+  if (!is_capturing_) outcome_->poll();  // host work: never part of a graph
   const bool reduce = policy_.reduces_every_micro_step() || is_boundary_micro_step();
   reducer_->begin_backward(reduce, /*accumulate=*/policy_.shard_grads && micro_step_ > 0);
   residency_->begin_backward();
@@ -364,6 +364,44 @@ void Engine::step() {
   }
   buffers_->zero_grads();
   residency_->after_step();                        // stages 1–2: gathers the next forward waits for
+  if (is_capturing_) {
+    residency_->join_gathers();  // a graph must join what it forks; each replay counts the step itself
+    return;
+  }
+  ++step_count_;
+  outcome_->capture(step_count_);
+}
+
+// ---- whole steps as CUDA graphs ---------------------------------------------------------------------
+
+std::string Engine::capture_blocker() const {
+  if (!device_.is_cuda()) return "the engine runs on " + device_.str();
+  if (offload_) return "the optimizer runs on the host ([engine.offload] optimizer = \"cpu\")";
+  if (config_.activation_checkpointing != CheckpointPolicy::none)
+    return "activation checkpointing saves and restores the RNG state on the host";
+  return "";
+}
+
+void Engine::begin_step_capture() {
+  ZEST_CHECK(capture_blocker().empty(), "a step cannot be captured: ", capture_blocker());
+  ZEST_CHECK(micro_step_ == 0 && !is_capturing_, "begin_step_capture() inside a step");
+  outcome_->poll();
+  residency_->join_gathers();  // the graph must not wait on work recorded before it began
+  is_capturing_ = true;
+}
+
+void Engine::end_step_capture() {
+  ZEST_CHECK(is_capturing_ && micro_step_ == 0, "end_step_capture() without a captured step()");
+  is_capturing_ = false;
+}
+
+void Engine::rebind_grad_hooks() {
+  ZEST_CHECK(micro_step_ == 0 && !is_capturing_, "rebind_grad_hooks() inside a step");
+  grad_accumulators_.clear();  // the only owners between steps: the nodes die, new ones are made below
+  grad_accumulators_ = register_grad_hooks(units_, events_link_);
+}
+
+void Engine::finish_replayed_step() {
   ++step_count_;
   outcome_->capture(step_count_);
 }

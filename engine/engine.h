@@ -74,6 +74,23 @@ class Engine final : private UnitEvents {
   void enable_ema(const EmaConfig& config);
   ShardedEma* ema() { return ema_.get(); }  // null without [ema]
 
+  // ---- whole steps as CUDA graphs (engine/step_graphs.h) ----
+  // Why this engine's steps cannot be captured ("" when they can): the CPU, a host optimizer, the RNG
+  // bookkeeping of activation checkpointing.
+  std::string capture_blocker() const;
+  // Brackets the capture of one whole step (every backward() and the step()): the host's per-step
+  // bookkeeping (outcome copies, the step counter) stays out of the graph, and every collective stream
+  // the step forks is joined before the graph ends.
+  void begin_step_capture();
+  void end_step_capture();
+  // After each replay of a captured step: what step() does on the host.
+  void finish_replayed_step();
+  bool is_capturing() const { return is_capturing_; }
+  // Re-creates the parameters' gradient accumulators (and the engine's hooks on them) on the current
+  // stream: autograd orders an accumulator after the stream it was made on, and a step running on
+  // another stream (StepGraphs') would otherwise synchronize with that one — which a capture refuses.
+  void rebind_grad_hooks();
+
   // ---- placement ----
   torch::Device device() const { return device_; }
   // Makes every parameter readable (all gathers done; stage 3 gathers everything) — before using the
@@ -163,6 +180,7 @@ class Engine final : private UnitEvents {
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks' nodes alive
   bool has_unit_runner_ = false;
 
+  bool is_capturing_ = false;  // between begin_step_capture and end_step_capture
   int64_t micro_step_ = 0;  // backward() calls since the last step()
   int64_t step_count_ = 0;  // step() calls
 };

@@ -50,6 +50,7 @@ const char* to_string(DeviceKind d) {
 }
 
 const char* to_string(OffloadTarget t) { return t == OffloadTarget::cpu ? "cpu" : "none"; }
+const char* to_string(CudaGraphs g) { return g == CudaGraphs::off ? "off" : "auto"; }
 
 bool is_cuda_available() {
 #ifdef ZEST_WITH_CUDA
@@ -71,6 +72,7 @@ constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision
 constexpr CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPolicy::all, CheckpointPolicy::every_k};
 constexpr AtMinScale kAtMin[] = {AtMinScale::warn, AtMinScale::error};
 constexpr OffloadTarget kOffloadTargets[] = {OffloadTarget::none, OffloadTarget::cpu};
+constexpr CudaGraphs kCudaGraphs[] = {CudaGraphs::auto_, CudaGraphs::off};
 
 // DeepSpeed spellings people bring along, with the zest key to use instead.
 const std::map<std::string, std::string> kEngineHints = {
@@ -173,6 +175,7 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.checkpoint_every = table.get("checkpoint_every", c.checkpoint_every);
   c.max_nonfinite_steps = table.get("max_nonfinite_steps", c.max_nonfinite_steps);
   c.threads = table.get("threads", c.threads);
+  c.cuda_graphs = table.get_enum("cuda_graphs", c.cuda_graphs, kCudaGraphs);
   ConfigTable offload = table.table("offload");
   c.offload_optimizer = offload.get_enum("optimizer", c.offload_optimizer, kOffloadTargets);
   c.offload_staging_mb = offload.get("staging_mb", c.offload_staging_mb);
@@ -216,6 +219,7 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
     t.set("checkpoint_every", c.checkpoint_every, "checkpoint every k-th unit");
   t.set("max_nonfinite_steps", c.max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops");
   t.set("threads", c.threads, "intra-op threads per rank; 0 = cores / local ranks");
+  t.set("cuda_graphs", to_string(c.cuda_graphs), "auto|off: replay whole steps as CUDA graphs (auto: where capturable)");
   if (c.offload_optimizer != OffloadTarget::none) {
     ConfigWriter& off = t.table("offload", "ZeRO-Offload: master weights and optimizer state in host memory");
     off.set("optimizer", to_string(c.offload_optimizer), "none|cpu: where the master and optimizer state live");

@@ -31,6 +31,10 @@ const char* to_string(DeviceKind d);
 enum class OffloadTarget { none, cpu };
 const char* to_string(OffloadTarget t);
 
+// Whole steps as CUDA graphs (engine/step_graphs.h): auto = on for CUDA where the engine can be captured.
+enum class CudaGraphs { auto_, off };
+const char* to_string(CudaGraphs g);
+
 struct LossScaleConfig {
   double initial = 65536.0;   // 2^16
   int window = 1000;          // clean steps before the scale doubles
@@ -57,6 +61,7 @@ struct EngineConfig {
   int threads = 0;                              // intra-op threads per rank; 0 = cores / local ranks
   OffloadTarget offload_optimizer = OffloadTarget::none;  // [engine.offload] optimizer (stages 1–3)
   double offload_staging_mb = 256.0;  // [engine.offload] staging_mb: the page-locked ring the shard streams through
+  CudaGraphs cuda_graphs = CudaGraphs::auto_;  // capture whole steps as CUDA graphs and replay them
   LossScaleConfig loss_scale;
 
   // Reads [engine], [engine.offload] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and

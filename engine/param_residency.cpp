@@ -93,4 +93,8 @@ void ParamResidency::gather_all_now() {
   }
 }
 
+void ParamResidency::join_gathers() {
+  for (Bucket& bucket : buckets_) bucket.wait_params();
+}
+
 }  // namespace zest

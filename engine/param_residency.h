@@ -34,6 +34,9 @@ class ParamResidency {
   void after_step();
   // Every gather done and every bucket gathered: parameters readable by anyone (stage 3 gathers all).
   void gather_all_now();
+  // Orders every gather in flight before the caller's next work, gathering nothing new: the end of a
+  // captured step, whose graph must join the collective streams it forked.
+  void join_gathers();
   // Stage 3: the largest number of buckets gathered at once so far (prefetch bound check in tests).
   int peak_gathered_buckets() const { return peak_gathered_; }
 

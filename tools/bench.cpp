@@ -8,6 +8,7 @@
 #include "engine/device_placement.h"
 #include "engine/engine.h"
 #include "engine/preflight.h"
+#include "engine/step_graphs.h"
 #include "models/model_resolve.h"
 #include "tools/device_memory.h"
 #include "tools/flop_counter.h"
@@ -21,6 +22,11 @@
 #include <thread>
 
 namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+void apply_sdpa_backend_from_env();  // tools/sdpa_backend_cuda.cpp
+#endif
+
 namespace {
 
 // A generator on the engine's device: noise and timesteps are drawn where the batch lives.
@@ -73,6 +79,9 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     at::set_num_threads(std::max(1, cores / std::max(1, comm->local_size())));
   }
   torch::manual_seed(config.train.seed);
+#ifdef ZEST_WITH_CUDA
+  apply_sdpa_backend_from_env();
+#endif
   const ResolvedModel resolved = resolve_model(config.model);
   check_fits(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine, config.optimizer,
                                   /*ema=*/false),
@@ -92,18 +101,21 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
                                           family.synthetic_batch(*model, shapes, batch, device, gen)};
   int64_t next = 0;
   torch::Tensor first_loss, last_loss;  // kept on the device, read once at the end (no sync per step)
+  // Every step goes through StepGraphs, as in `zest train`: captured and replayed where it can be.
+  StepGraphs graphs(engine, {gen});
+  const StepGraphs::LossFn loss_of = [&](const StepGraphs::Inputs& inputs, int) {
+    return family.training_loss(*model, inputs, gen);
+  };
   auto one_step = [&] {
-    for (int m = 0; m < config.engine.accumulation_steps; ++m) {
-      const torch::Tensor loss = family.training_loss(*model, batches[static_cast<size_t>(next++ % 2)], gen);
-      last_loss = loss.detach();
-      if (!first_loss.defined()) first_loss = last_loss;
-      engine.backward(loss);
-    }
-    engine.step();
+    std::vector<TensorMap> micro_batches;
+    for (int m = 0; m < config.engine.accumulation_steps; ++m)
+      micro_batches.push_back(batches[static_cast<size_t>(next++ % 2)]);
+    const torch::Tensor losses = graphs.step(micro_batches, loss_of);
+    last_loss = losses[-1];
+    if (!first_loss.defined()) first_loss = losses[0];
   };
 
-  for (int i = 0; i < options.warmup; ++i) one_step();
-  synchronize(device);
+  // The FLOP-counting step first: it must run eagerly (a replayed graph dispatches no operators).
   int64_t flops = 0;
   std::map<std::string, int64_t> attention;
   {
@@ -113,7 +125,11 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     flops = counter.flops();
     attention = counter.attention_calls();
   }
-  reset_peak_device_memory(device);
+  for (int i = 0; i < options.warmup; ++i) one_step();
+  synchronize(device);
+  // With graphs, the peak is kept from the start: a replay allocates nothing, its memory was taken from
+  // the pool while capturing (in the warm-up).
+  if (!graphs.is_enabled()) reset_peak_device_memory(device);
   start_exposure_timing();
   std::vector<double> step_ms;
   for (int i = 0; i < options.steps; ++i) {
@@ -203,6 +219,9 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"loss_first", loss_first},
           {"loss_last", loss_last},
           {"kernel_launches_per_step", launches},
+          {"cuda_graphs", graphs.is_enabled() ? std::string("on") : "off: " + graphs.disabled_reason()},
+          {"graph_captures", graphs.captures()},
+          {"graph_replays", graphs.replays()},
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},
           {"skipped_total", stats.skipped_total},

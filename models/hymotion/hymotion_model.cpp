@@ -126,10 +126,10 @@ AttnContext HyMotionModel::attention_context(const HyMotionInputs& in) const {
   ctx.bias = mmdit_attention_bias(in.x_mask_temporal, in.ctxt_mask_temporal, config_.mask_mode,
                                   config_.narrowband_window());
   // RoPE over the whole [motion ; text] sequence, or only the motion tokens when the flag is set.
-  const auto rope = Rope::make(config_.apply_rope_to_single_branch ? motion_len : motion_len + text_len,
-                               config_.head_dim());
-  ctx.cos = rope.cos.to(in.x.device());
-  ctx.sin = rope.sin.to(in.x.device());
+  const auto rope = rope_tables_->on(config_.apply_rope_to_single_branch ? motion_len : motion_len + text_len,
+                                     config_.head_dim(), in.x.device());
+  ctx.cos = rope.cos;
+  ctx.sin = rope.sin;
   return ctx;
 }
 

@@ -55,6 +55,7 @@ class HyMotionModel : public UnitModule {
                            const AttnContext& ctx);
 
   HyMotionConfig config_;
+  std::shared_ptr<RopeTables> rope_tables_ = std::make_shared<RopeTables>();
   Linear input_encoder_{nullptr};
   Linear ctxt_encoder_{nullptr};
   MlpEncoder vtxt_encoder_{nullptr};

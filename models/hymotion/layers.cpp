@@ -166,26 +166,35 @@ MlpEncoderImpl::MlpEncoderImpl(int64_t in, int64_t dim, Act act, const Init& ini
 }
 
 TimestepEncoderImpl::TimestepEncoderImpl(int64_t dim, Act act, double time_factor, const Init& init)
-    : dim_(dim), time_factor_(time_factor) {
+    : dim_(dim), time_factor_(time_factor), frequencies_(std::make_shared<DeviceCopies>(sinusoidal_frequencies(dim))) {
   blocks_ = register_module("blocks", TwoLayer(dim, dim, act, init));
 }
 
 torch::Tensor TimestepEncoderImpl::forward(const torch::Tensor& t) const {
-  return blocks_->forward(sinusoidal_embedding(t, dim_, time_factor_)).unsqueeze(1);
+  const auto frequencies = frequencies_->on(t.device());
+  return blocks_->forward(sinusoidal_embedding(t, frequencies, dim_, time_factor_)).unsqueeze(1);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Positional and time encodings
 
-torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t dim, double time_factor) {
-  ZEST_CHECK(t.dim() == 1, "timesteps must be 1-D [B], got ", t.sizes());
-  const auto scaled = t * time_factor;
+torch::Tensor sinusoidal_frequencies(int64_t dim) {
   const int64_t half = dim / 2;
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   // Reference order: (−log(10000) · k) / half, all float32, then exp.
   const auto log_temp = torch::log(torch::tensor(10000.0f, f32));
-  const auto freqs = torch::exp(-log_temp * torch::arange(0, half, f32) / half).to(t.device());
-  const auto args = scaled.unsqueeze(1).to(torch::kFloat32) * freqs.unsqueeze(0);
+  return torch::exp(-log_temp * torch::arange(0, half, f32) / half);
+}
+
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t dim, double time_factor) {
+  return sinusoidal_embedding(t, sinusoidal_frequencies(dim).to(t.device()), dim, time_factor);
+}
+
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, const torch::Tensor& frequencies, int64_t dim,
+                                   double time_factor) {
+  ZEST_CHECK(t.dim() == 1, "timesteps must be 1-D [B], got ", t.sizes());
+  const auto scaled = t * time_factor;
+  const auto args = scaled.unsqueeze(1).to(torch::kFloat32) * frequencies.unsqueeze(0);
   auto emb = torch::cat({torch::cos(args), torch::sin(args)}, -1);
   if (dim % 2 != 0) emb = torch::cat({emb, torch::zeros_like(emb.narrow(1, 0, 1))}, -1);
   return emb;
@@ -200,6 +209,16 @@ Rope Rope::make(int64_t length, int64_t head_dim) {
   const auto freqs = torch::reciprocal(torch::pow(10000, exponent));  // Python's 1.0 / tensor
   const auto angles = torch::outer(torch::arange(length, f32), freqs);  // [length, d/2]
   return {angles.cos().repeat_interleave(2, 1), angles.sin().repeat_interleave(2, 1)};
+}
+
+Rope RopeTables::on(int64_t length, int64_t head_dim, const torch::Device& device) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  auto found = tables_.find({length, head_dim});
+  if (found == tables_.end()) {
+    Rope host = Rope::make(length, head_dim);
+    found = tables_.try_emplace({length, head_dim}, host.cos, host.sin).first;
+  }
+  return {found->second.first.on(device), found->second.second.on(device)};
 }
 
 namespace {

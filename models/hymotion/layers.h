@@ -4,10 +4,15 @@
 // reference under autocast (docs/models.md 5): the compute dtype is the parameters' dtype.
 #pragma once
 
+#include "core/device_copies.h"
+
 #include "models/hymotion/hymotion_config.h"
 
 #include <torch/torch.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 namespace zest::hymotion {
@@ -134,18 +139,33 @@ class TimestepEncoderImpl : public torch::nn::Module {
  private:
   int64_t dim_;
   double time_factor_;
+  std::shared_ptr<DeviceCopies> frequencies_;  // sinusoidal_frequencies(dim_), uploaded once per device
   TwoLayer blocks_{nullptr};
 };
 TORCH_MODULE(TimestepEncoder);
 
-// [cos(a) | sin(a)] with a = (t·time_factor)·exp(−ln(10000)·k/half), in float32 in the reference's
-// operation order (a zero column is appended for odd dims). t [B] → [B, dim].
+// exp(−ln(10000)·k/half) for k < half = dim/2, float32 on the host, in the reference's operation order.
+torch::Tensor sinusoidal_frequencies(int64_t dim);
+// [cos(a) | sin(a)] with a = (t·time_factor)·frequencies (a zero column is appended for odd dims), in
+// float32. t [B] → [B, dim]. The second form takes the frequencies already on t's device.
 torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t dim, double time_factor);
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, const torch::Tensor& frequencies, int64_t dim,
+                                   double time_factor);
 
 // RoPE tables (use_real, theta 10000) for positions 0..length-1, interleaved pairs: [length, head_dim].
 struct Rope {
   torch::Tensor cos, sin;
   static Rope make(int64_t length, int64_t head_dim);
+};
+
+// Rope tables by (length, head_dim), made on the host once and kept on each device they are asked on.
+class RopeTables {
+ public:
+  Rope on(int64_t length, int64_t head_dim, const torch::Device& device);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<int64_t, int64_t>, std::pair<DeviceCopies, DeviceCopies>> tables_;
 };
 // Rotates the first rope.cos.size(0) tokens of q or k [B, S, H, d] (computed in float32, cast back);
 // on CUDA through zest's kernels (models/common/rope.h), the same values.

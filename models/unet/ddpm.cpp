@@ -16,14 +16,25 @@ NoiseSchedule NoiseSchedule::scaled_linear(int64_t num_train_timesteps, double b
                                      torch::TensorOptions().dtype(torch::kFloat32));
   s.betas = roots * roots;  // diffusers: ** 2, which PyTorch computes as x·x
   s.alphas_cumprod = torch::cumprod(1.0 - s.betas, 0);
+  s.alphas_cumprod_copies = std::make_shared<DeviceCopies>(s.alphas_cumprod);
   return s;
+}
+
+const NoiseSchedule& NoiseSchedule::stable_diffusion() {
+  // Never destroyed: its device copies must not be freed after the CUDA runtime has shut down at exit.
+  static const NoiseSchedule* const schedule = new NoiseSchedule(scaled_linear());
+  return *schedule;
+}
+
+torch::Tensor NoiseSchedule::alphas_cumprod_on(const torch::Device& device, torch::Dtype dtype) const {
+  return alphas_cumprod_copies ? alphas_cumprod_copies->on(device, dtype) : alphas_cumprod.to(device, dtype);
 }
 
 torch::Tensor add_noise(const NoiseSchedule& schedule, const torch::Tensor& x0,
                         const torch::Tensor& noise, const torch::Tensor& t) {
   ZEST_CHECK(t.dim() == 1 && t.size(0) == x0.size(0), "add_noise: t must be [", x0.size(0),
              "], got ", t.sizes());
-  const auto acp = schedule.alphas_cumprod.to(x0.device(), x0.scalar_type())
+  const auto acp = schedule.alphas_cumprod_on(x0.device(), x0.scalar_type())
                        .index_select(0, t.to(x0.device(), torch::kLong));
   std::vector<int64_t> shape(static_cast<size_t>(x0.dim()), 1);
   shape[0] = x0.size(0);

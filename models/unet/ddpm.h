@@ -2,6 +2,7 @@
 // epsilon-prediction loss MSE(UNet(x_t, t, c), ε) with x_t = √ᾱ_t·x₀ + √(1−ᾱ_t)·ε.
 #pragma once
 
+#include "core/device_copies.h"
 #include "models/unet/unet_model.h"
 
 #include <torch/torch.h>
@@ -13,6 +14,7 @@ namespace zest::unet {
 struct NoiseSchedule {
   torch::Tensor betas;           // [T] float32
   torch::Tensor alphas_cumprod;  // [T] float32, ᾱ_t = Π_{k≤t} (1 − β_k)
+  std::shared_ptr<DeviceCopies> alphas_cumprod_copies;  // alphas_cumprod, uploaded once per device/dtype
 
   int64_t num_train_timesteps() const { return betas.size(0); }
 
@@ -20,6 +22,10 @@ struct NoiseSchedule {
   // in float32. SD1.5/SDXL: T = 1000, β 0.00085 → 0.012 (ᾱ_0 = 0.99915, ᾱ_999 ≈ 0.0047).
   static NoiseSchedule scaled_linear(int64_t num_train_timesteps = 1000, double beta_start = 0.00085,
                                      double beta_end = 0.012);
+  // SD1.5's and SDXL's (the defaults above), made once.
+  static const NoiseSchedule& stable_diffusion();
+  // ᾱ on `device` in `dtype`, from the copies when they exist.
+  torch::Tensor alphas_cumprod_on(const torch::Device& device, torch::Dtype dtype) const;
 };
 
 // x_t = √ᾱ_t·x0 + √(1−ᾱ_t)·noise per sample (t [B] integer), in x0's dtype (as diffusers' add_noise).
@@ -35,6 +41,6 @@ torch::Tensor epsilon_loss_at(UNet2DConditionModel& model, const NoiseSchedule& 
 // x0's), and returns epsilon_loss_at. x0 [B, C, H, W]: VAE latents × the scaling factor.
 torch::Tensor epsilon_loss(UNet2DConditionModel& model, const torch::Tensor& x0,
                            const UNetConditioning& cond, torch::Generator& generator,
-                           const NoiseSchedule& schedule = NoiseSchedule::scaled_linear());
+                           const NoiseSchedule& schedule = NoiseSchedule::stable_diffusion());
 
 }  // namespace zest::unet

@@ -4,8 +4,12 @@
 // sequence, float32 and bf16; forward values, the projections' and the norm weights' gradients, and a
 // bitwise repeat.
 #include "models/common/qk_norm_rope_op.h"
+#include "models/hymotion/attention_mask.h"
+#include "models/hymotion/layers.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 
 namespace zest::testing {
 namespace {
@@ -151,6 +155,79 @@ TEST(GpuQkNormRope, OtherShapesTakeTheOpChain) {
   EXPECT_FALSE(uses_qk_norm_rope_kernels({{p64.cpu(), w64.cpu(), w64.cpu()}}, kHeads, torch::ones({5, 64}),
                                          torch::ones({5, 64})))
       << "CPU";
+}
+
+// HY-Motion 1B's double block (20 heads of 64, 360 motion frames + 128 text tokens, bf16, the narrow-band
+// bias) through the kernels into cuDNN's attention and back, against the op chain: at these shapes a
+// whole-model run once failed in cuDNN's attention backward with the kernels on. The variants say which
+// inputs the attention accepts.
+TEST(GpuQkNormRope, FeedsAttentionAtTheReleasedShapes) {
+  const KernelsOn on;
+  torch::manual_seed(11);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t batch = 2, heads = 20, d = 64, motion = 360, text = 128, width = 3 * heads * d;
+  const auto p0 = torch::randn({batch, motion, width}, cuda).to(torch::kBFloat16).requires_grad_(true);
+  const auto p1 = torch::randn({batch, text, width}, cuda).to(torch::kBFloat16).requires_grad_(true);
+  std::vector<torch::Tensor> w;
+  for (int i = 0; i < 4; ++i) w.push_back((1.0 + 0.3 * torch::randn({d}, cuda)).to(torch::kBFloat16));
+  const auto rope = hymotion::Rope::make(motion + text, d);
+  const auto cos = rope.cos.to(torch::kCUDA), sin = rope.sin.to(torch::kCUDA);
+  const auto x_valid = torch::arange(motion, cuda.dtype(torch::kLong)).unsqueeze(0) <
+                       torch::tensor({300, 360}, cuda.dtype(torch::kLong)).unsqueeze(1);
+  const auto c_valid = torch::arange(text, cuda.dtype(torch::kLong)).unsqueeze(0) <
+                       torch::tensor({40, 128}, cuda.dtype(torch::kLong)).unsqueeze(1);
+  const auto bias = hymotion::mmdit_attention_bias(x_valid, c_valid, hymotion::MaskMode::narrowband, 60);
+  const auto g = torch::randn({batch, motion + text, heads * d}, cuda);
+  const std::vector<QkvProjection> streams{{p0, w[0], w[1]}, {p1, w[2], w[3]}};
+  ASSERT_TRUE(uses_qk_norm_rope_kernels(streams, heads, cos, sin));
+
+  // Gradients of p0, p1 through one way of making the attention's inputs, or the error it raised.
+  auto run = [&](const std::function<std::vector<torch::Tensor>()>& inputs) -> std::pair<std::string, torch::Tensor> {
+    p0.mutable_grad() = torch::Tensor();
+    p1.mutable_grad() = torch::Tensor();
+    try {
+      const auto qkv = inputs();
+      const auto o = hymotion::attention(qkv[0], qkv[1], qkv[2], bias);
+      (o.to(torch::kFloat32) * g).sum().backward();
+      torch::cuda::synchronize();
+      return {"", torch::cat({p0.grad().flatten(), p1.grad().flatten()}).to(torch::kFloat32)};
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return {what.substr(0, what.find('\n')), {}};
+    }
+  };
+  const auto kernels = [&] {
+    const auto in = qk_norm_rope(streams, heads, cos, sin, 1e-6);
+    return std::vector<torch::Tensor>{in.q, in.k, in.v};
+  };
+  const auto kernels_cloned = [&] {
+    const auto in = qk_norm_rope(streams, heads, cos, sin, 1e-6);
+    return std::vector<torch::Tensor>{in.q.clone(), in.k.clone(), in.v.clone()};
+  };
+  const auto op_chain = [&] {
+    std::vector<torch::Tensor> q, k, v;
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& p = i == 0 ? p0 : p1;
+      const auto parts = p.view({batch, p.size(1), 3, heads, d}).unbind(2);
+      auto norm = [&](const torch::Tensor& x, const torch::Tensor& weight) {
+        const auto xf = x.to(torch::kFloat32);
+        return ((xf * torch::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(torch::kBFloat16) * weight);
+      };
+      q.push_back(norm(parts[0], w[2 * i]));
+      k.push_back(norm(parts[1], w[2 * i + 1]));
+      v.push_back(parts[2]);
+    }
+    return std::vector<torch::Tensor>{hymotion::apply_rope(torch::cat(q, 1), cos, sin),
+                                      hymotion::apply_rope(torch::cat(k, 1), cos, sin), torch::cat(v, 1)};
+  };
+  const auto want = run(op_chain);
+  ASSERT_EQ(want.first, "") << "the op chain";
+  const auto cloned = run(kernels_cloned);
+  const auto got = run(kernels);
+  std::cout << "attention on the kernels' outputs: " << (got.first.empty() ? "ok" : got.first)
+            << "; on copies of them: " << (cloned.first.empty() ? "ok" : cloned.first) << "\n";
+  ASSERT_EQ(got.first, "") << "the kernels' outputs";
+  EXPECT_LT(relative(got.second, want.second), 3e-2);
 }
 
 }  // namespace
