@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 
 namespace zest::hymotion {
@@ -148,11 +149,14 @@ TorchArchiveReader::TorchArchiveReader(std::string path) : path_(std::move(path)
   try {
     zip_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path_);
     ZEST_CHECK(zip_->hasRecord("data.pkl"), path_, ": a zip file without data.pkl, not a torch.save archive");
+    directory_ = read_zip_directory(path_);  // every record's size is checked before LibTorch allocates it
     if (zip_->hasRecord("byteorder")) {
+      bounded_record(directory_, "byteorder", 16, path_);
       auto [data, size] = zip_->getRecord("byteorder");
       const std::string order(static_cast<const char*>(data.get()), size);
       ZEST_CHECK(order == "little", path_, ": a big-endian archive (byteorder '", printable(order, 20), "') is not supported");
     }
+    bounded_record(directory_, "data.pkl", kMaxProgramBytes, path_ + ": data.pkl");
     auto [data, size] = zip_->getRecord("data.pkl");
     ZEST_CHECK(size <= kMaxProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ", kMaxProgramBytes,
                " a state dict's description takes (corrupt or hostile file)");
@@ -203,6 +207,7 @@ torch::Tensor TorchArchiveReader::read(const ArchiveTensor& t) const {
   const std::string record = "data/" + p.storage_key;
   std::shared_ptr<at::DataPtr> owner;
   size_t size = 0;
+  bounded_record(directory_, record, std::numeric_limits<uint64_t>::max(), what);
   try {
     auto [data, bytes] = zip_->getRecord(record);
     owner = std::make_shared<at::DataPtr>(std::move(data));

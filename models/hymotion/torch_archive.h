@@ -4,6 +4,7 @@
 #pragma once
 
 #include "models/hymotion/pickle_reader.h"
+#include "models/hymotion/zip_directory.h"
 
 #include <torch/torch.h>
 
@@ -44,6 +45,7 @@ class TorchArchiveReader {
  private:
   std::string path_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip_;
+  ZipDirectory directory_;  // the records' stated sizes, checked before each read
   PickleRef root_;
 };
 
