@@ -7,6 +7,7 @@
 #include "checkpoint/manifest_check.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "engine/engine_config.h"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "models/config_json.h"
 #include "models/hymotion/released_format.h"
 #include "models/hymotion/torch_archive.h"

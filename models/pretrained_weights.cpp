@@ -5,6 +5,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "models/hymotion/released_format.h"
 #include "models/hymotion/torch_archive.h"
 

@@ -35,10 +35,6 @@ bool storage_dtype(const std::string& name, torch::Dtype& dtype) {
   return true;
 }
 
-// The callables that unwrap another call (_rebuild_from_type_v2(func, type, args, state)) may nest this
-// deep; a program whose arguments refer to themselves is refused instead of recursing without end.
-constexpr int kMaxCallDepth = 8;
-
 class Machine {
  public:
   Machine(const std::string& program, std::string source, size_t max_values)
@@ -166,7 +162,7 @@ class Machine {
 
   // ---- calls ----
   PickleRef call(const PickleRef& callable, const PickleRef& args, int depth = 0) {
-    check(depth < kMaxCallDepth, "calls nested more than ", kMaxCallDepth,
+    check(depth < kMaxPickleCallDepth, "calls nested more than ", kMaxPickleCallDepth,
           " deep (_rebuild_from_type_v2 whose arguments refer to themselves?)");
     const std::string name = callable->kind == Kind::global ? callable->text : "";
     check(args->kind == Kind::tuple, "a call's arguments are not a tuple");

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <caffe2/serialize/inline_container.h>
 
@@ -103,9 +104,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// data.pkl of a state dict is names and tensor descriptions: a few MB for the largest models.
-constexpr size_t kMaxProgramBytes = size_t{256} << 20;
-
 // The view a pickled tensor describes must lie inside its storage, and the storage inside its record;
 // every product and sum is overflow-checked, so a hostile size or stride gets this message, not LibTorch's.
 void check_view(const PickledTensor& p, size_t record_bytes, const std::string& what) {
@@ -156,9 +154,10 @@ TorchArchiveReader::TorchArchiveReader(std::string path) : path_(std::move(path)
       const std::string order(static_cast<const char*>(data.get()), size);
       ZEST_CHECK(order == "little", path_, ": a big-endian archive (byteorder '", printable(order, 20), "') is not supported");
     }
-    bounded_record(directory_, "data.pkl", kMaxProgramBytes, path_ + ": data.pkl");
+    bounded_record(directory_, "data.pkl", kMaxPickleProgramBytes, path_ + ": data.pkl");
     auto [data, size] = zip_->getRecord("data.pkl");
-    ZEST_CHECK(size <= kMaxProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ", kMaxProgramBytes,
+    ZEST_CHECK(size <= kMaxPickleProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ",
+               kMaxPickleProgramBytes,
                " a state dict's description takes (corrupt or hostile file)");
     program.assign(static_cast<const char*>(data.get()), size);
   } catch (const c10::Error& e) {

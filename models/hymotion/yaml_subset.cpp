@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <algorithm>
 #include <charconv>
@@ -18,9 +19,6 @@ namespace zest::hymotion {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// Nesting accepted in config.yml (blocks and flow collections together); HY-Motion's nests 3 deep.
-constexpr int kMaxYamlDepth = 64;
 
 struct Line {
   int number = 0;  // 1-based, for messages

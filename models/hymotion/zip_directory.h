@@ -3,6 +3,8 @@
 // allocates, so an archive that states more bytes than it holds is refused here, by name.
 #pragma once
 
+#include "formats/input_limits.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,9 +16,6 @@ struct ZipRecord {
   uint64_t stored_bytes = 0;    // bytes in the file (compressed size)
   uint64_t size = 0;            // bytes once read (uncompressed size): what a reader allocates
 };
-
-// A directory of more entries is refused (a state dict has one per storage: tens of thousands at most).
-inline constexpr uint64_t kMaxZipRecords = uint64_t{1} << 20;
 
 struct ZipDirectory {
   uint64_t file_bytes = 0;

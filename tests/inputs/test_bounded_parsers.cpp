@@ -7,6 +7,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/config_reader.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "models/hymotion/pickle_reader.h"
 #include "models/hymotion/released_format.h"
 #include "models/hymotion/torch_archive.h"
