@@ -2,7 +2,7 @@
 // one sample's cached features from a dataset (docs/data_formats.md), and the result as .npy or safetensors.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/dataset_manifest.h"
 #include "core/check.h"
 #include "engine/unit_module.h"

@@ -2,7 +2,7 @@
 // parity` (a port checked against a reference golden file: output, loss = mean(out²) and every gradient).
 #include "tools/commands.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "models/model_memory.h"

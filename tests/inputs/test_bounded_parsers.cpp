@@ -4,14 +4,14 @@
 // parse errors name the file and the byte offset or line instead of "stoll"/"stoull"/"stod".
 #include "inputs/inputs_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/config_reader.h"
 #include "core/untrusted_file.h"
 #include "formats/json_text.h"
-#include "models/hymotion/pickle_reader.h"
+#include "formats/pickle_reader.h"
 #include "models/hymotion/released_format.h"
-#include "models/hymotion/torch_archive.h"
-#include "models/hymotion/yaml_subset.h"
+#include "formats/torch_archive.h"
+#include "formats/yaml_subset.h"
 #include "models/model_memory.h"
 #include "models/model_resolve.h"
 #include "models/registry.h"

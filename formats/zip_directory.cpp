@@ -1,7 +1,7 @@
 // The zip central directory (see zip_directory.h): the end record is found in the file's last 64 KiB,
 // zip64's end record is followed where a field is saturated, and every offset and length is checked
 // against the file's size with overflow-safe arithmetic before it is used.
-#include "models/hymotion/zip_directory.h"
+#include "formats/zip_directory.h"
 
 #include "core/check.h"
 #include "core/untrusted_file.h"

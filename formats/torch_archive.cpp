@@ -2,7 +2,7 @@
 // PyTorchStreamReader/Writer (what torch.save and torch.load use); the pickle program is run by
 // pickle_reader.cpp and, for writing, emitted here with the same opcodes torch.save uses for a tensor:
 // _rebuild_tensor_v2(persistent storage, offset, size, stride, requires_grad, OrderedDict()).
-#include "models/hymotion/torch_archive.h"
+#include "formats/torch_archive.h"
 
 #include "core/check.h"
 #include "core/interrupt.h"

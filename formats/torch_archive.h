@@ -3,8 +3,8 @@
 // tensor by tensor, so neither side ever holds the whole model in memory.
 #pragma once
 
-#include "models/hymotion/pickle_reader.h"
-#include "models/hymotion/zip_directory.h"
+#include "formats/pickle_reader.h"
+#include "formats/zip_directory.h"
 
 #include <torch/torch.h>
 

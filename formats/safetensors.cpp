@@ -1,8 +1,8 @@
 // safetensors reading and writing: header validation, pread-based byte-range reads, a streaming writer
 // and the atomic whole-file helpers (see safetensors.h).
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
-#include "checkpoint/json_field.h"
+#include "formats/json_field.h"
 #include "core/check.h"
 #include "core/compat.h"
 #include "core/untrusted_file.h"

@@ -2,7 +2,7 @@
 // content first, then a recursive block parser builds JSON values; flow collections get their own
 // recursive-descent parser over one (joined) string. Both recursions stop at kMaxYamlDepth levels, so a
 // file of 100,000 '[' is an error naming the line, not a stack overflow.
-#include "models/hymotion/yaml_subset.h"
+#include "formats/yaml_subset.h"
 
 #include "core/check.h"
 #include "core/untrusted_file.h"

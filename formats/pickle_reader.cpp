@@ -1,7 +1,7 @@
 // A pickle virtual machine for torch.save archives (see pickle_reader.h): a value stack, a mark stack
 // and a memo, one case per opcode; REDUCE knows the few callables torch.save uses for tensors and
 // ordered dicts and turns every other call into an opaque value.
-#include "models/hymotion/pickle_reader.h"
+#include "formats/pickle_reader.h"
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
