@@ -6,7 +6,7 @@
 // the largest difference between the two updated masters after one identical step.
 //   bench_optimizer_kernels_cuda [ELEMENTS ...]     (default: the per-GPU shards of the anchors' runs)
 #include "optim/optimizer.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adamw.h>

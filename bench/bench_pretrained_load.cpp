@@ -5,9 +5,9 @@
 //   bench_pretrained_load write DIR NAMES.txt MODEL [fp16|bf16|fp32]   (NAMES.txt: "name<TAB>[d0, d1, ...]"
 //                                      per line, e.g. tests/data/unet_sdxl_state_dict.txt; MODEL: unet_sdxl)
 //   bench_pretrained_load load DIR                                     (prints sizes and peak RSS)
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
-#include "models/config_json.h"
+#include "formats/config_json.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "models/unet/diffusers_config.h"

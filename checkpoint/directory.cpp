@@ -1,7 +1,7 @@
 // Checkpoint folder protocol (see directory.h): naming, commit, retention, latest.
 #include "checkpoint/directory.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "checkpoint/save_phase.h"
 #include "core/check.h"
 

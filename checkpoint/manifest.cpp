@@ -3,10 +3,11 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/directory.h"
-#include "checkpoint/json_field.h"
+#include "formats/json_field.h"
 #include "checkpoint/manifest_check.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "engine/engine_config.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // checked first (output_path.h), so nothing is ever renamed over a folder, device, FIFO or link.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <torch/torch.h>
 

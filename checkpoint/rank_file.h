@@ -6,7 +6,7 @@
 #pragma once
 
 #include "checkpoint/manifest.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <cstdint>
 #include <string>

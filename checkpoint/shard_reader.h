@@ -7,7 +7,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <map>
 #include <memory>

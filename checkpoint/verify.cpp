@@ -3,7 +3,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/rank_file.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 
 #include <filesystem>

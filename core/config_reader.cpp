@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/config_writer.h"
+#include "core/untrusted_file.h"
 
 #include <toml++/toml.h>
 
@@ -20,10 +21,14 @@ namespace zest {
 namespace {
 
 // Config errors are the user's, not zest's: they carry the TOML location, not zest's source line, so
-// they throw zest::Error directly rather than through ZEST_FAIL.
+// they throw zest::Error directly rather than through ZEST_FAIL. Keys come from the file and are printed
+// escaped (a quoted TOML key may hold terminal escape sequences).
 [[noreturn]] void throw_at(const std::string& where, const std::string& key, const std::string& message) {
-  throw Error(where + ": " + key + ": " + message);
+  throw Error(where + ": " + printable(key) + ": " + message);
 }
+
+// A string value from a file, quoted and escaped for a terminal, cut when long.
+std::string quoted(const std::string& value) { return "\"" + printable(value, 80) + "\""; }
 
 constexpr const char* kOverridePrefix = "--set ";
 
@@ -42,7 +47,7 @@ std::string describe(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::table: return "a table";
     case toml::node_type::array: return "an array";
-    case toml::node_type::string: value << "a string (" << toml_string(node.as_string()->get()) << ")"; break;
+    case toml::node_type::string: value << "a string (" << quoted(node.as_string()->get()) << ")"; break;
     case toml::node_type::integer: value << "an integer (" << *node.as_integer() << ")"; break;
     case toml::node_type::floating_point: value << "a float (" << *node.as_floating_point() << ")"; break;
     case toml::node_type::boolean: value << "a boolean (" << *node.as_boolean() << ")"; break;
@@ -107,7 +112,7 @@ T convert(const toml::node& node, const std::string& file, const std::string& ke
 
 std::string quote_list(const std::vector<std::string>& values) {
   std::string out;
-  for (const std::string& value : values) out += (out.empty() ? "\"" : ", \"") + value + "\"";
+  for (const std::string& value : values) out += (out.empty() ? "" : ", ") + quoted(value);
   return out;
 }
 
@@ -205,8 +210,8 @@ void ConfigTable::apply_overrides(const std::vector<std::string>& assignments) {
       parsed = toml::parse(key + " = " + value, std::string(source));
     } catch (const toml::parse_error& e) {
       if (!is_bare_word(value))
-        throw Error(source + ": '" + value + "' is not a TOML value (" + std::string(e.description()) +
-                    "); quote strings, e.g. " + key + "='\"text\"'");
+        throw Error(printable(source) + ": '" + printable(value) + "' is not a TOML value (" +
+                    std::string(e.description()) + "); quote strings, e.g. " + key + "='\"text\"'");
       parsed = toml::parse(key + " = \"" + value + "\"", std::string(source));  // a bare word is a string
     }
     merge_into(doc_->root, parsed);
@@ -258,7 +263,7 @@ std::string ConfigTable::get_choice(const std::string& key, const std::string& f
   const std::string value = get<std::string>(key, fallback);
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
   const std::string guess = closest_match(value, allowed);
-  fail(key, toml_string(value) + " is not one of " + quote_list(allowed) +  // escaped: a value may hold controls
+  fail(key, quoted(value) + " is not one of " + quote_list(allowed) +  // escaped: a value may hold controls
                 (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)"));
 }
 
@@ -309,7 +314,7 @@ ConfigTable ConfigTable::table(const std::string& key) {
   const toml::node* node = find(key);
   if (node == nullptr) return ConfigTable(doc_, &empty_table(), dotted(key));
   if (!node->is_table())
-    throw_at(location(node), dotted(key), "expected a table ([" + dotted(key) + "]), got " + describe(*node));
+    throw_at(location(node), dotted(key), "expected a table ([" + printable(dotted(key)) + "]), got " + describe(*node));
   return ConfigTable(doc_, node->as_table(), dotted(key));
 }
 
@@ -333,7 +338,7 @@ void ConfigTable::fail(const std::string& key, const std::string& message) const
 }
 
 void ConfigTable::fail_table(const std::string& message) const {
-  throw Error(location(table_) + ": " + (path_.empty() ? "" : "[" + path_ + "]: ") + message);
+  throw Error(location(table_) + ": " + (path_.empty() ? "" : "[" + printable(path_) + "]: ") + message);
 }
 
 void ConfigTable::reject_unknown_keys(const std::map<std::string, std::string>& hints) const {

@@ -1,4 +1,4 @@
-// Confinement, regular-file checks, bounded text and JSON reads, escaped names (see untrusted_file.h).
+// Confinement, regular-file checks, bounded text reads, escaped names (see untrusted_file.h).
 #include "core/untrusted_file.h"
 
 #include "core/check.h"
@@ -63,32 +63,6 @@ std::string link_note(const std::string& path) {
   if (!fs::is_symlink(fs::symlink_status(path, ec))) return "";
   const fs::path target = fs::read_symlink(path, ec);
   return ec ? " (a symbolic link)" : " (a symbolic link to " + printable(target.string()) + ")";
-}
-
-// Byte offset of a nlohmann parse error, when it has one.
-std::string json_problem(const std::exception& error) {
-  std::string text = error.what();
-  if (text.rfind("[json.exception.", 0) == 0) {
-    const size_t end = text.find("] ");
-    if (end != std::string::npos) text.erase(0, end + 2);
-  }
-  return text;
-}
-
-template <typename Json>
-Json parse_bounded(const std::string& text, const std::string& source, int max_depth) {
-  auto limit_depth = [&](int depth, typename Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
-        depth >= max_depth)
-      throw Error(str(source, ": JSON nested deeper than ", max_depth, " levels (no file zest reads nests so deep; "
-                      "the file is corrupt or hostile)"));
-    return true;
-  };
-  try {
-    return Json::parse(text, limit_depth);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str(source, ": not valid JSON: ", printable(json_problem(e), 300)));
-  }
 }
 
 }  // namespace
@@ -179,14 +153,6 @@ std::string read_text_file(const std::string& path, const std::string& what, uin
   ZEST_CHECK(done == bytes, printable(path), ": cannot read ", what, ": ",
              done < bytes && error ? std::strerror(error) : "the file shrank while being read");
   return text;
-}
-
-nlohmann::json parse_json(const std::string& text, const std::string& source, int max_depth) {
-  return parse_bounded<nlohmann::json>(text, source, max_depth);
-}
-
-nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source, int max_depth) {
-  return parse_bounded<nlohmann::ordered_json>(text, source, max_depth);
 }
 
 std::string printable(std::string_view text, size_t max_chars) {

@@ -1,9 +1,8 @@
 // Files that come from strangers (datasets, downloaded weights, their configs): a path one file names is
 // confined to that file's folder, only regular files are opened (a FIFO or a device would block or never
-// end), text and JSON are read with size and nesting limits, and names from files are printed escaped.
+// end), text is read with a size limit, and names from files are printed escaped. (JSON text is parsed
+// with its nesting limit by formats/json_text.h; every format's limits are in formats/input_limits.h.)
 #pragma once
-
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
@@ -43,15 +42,6 @@ int open_regular_file(const std::string& path, const std::string& what);
 
 // The whole of a regular text file of at most `max_bytes` (errors name the file and the limit).
 std::string read_text_file(const std::string& path, const std::string& what, uint64_t max_bytes = 64ull << 20);
-
-// Nesting depth accepted in JSON read from files; deeper documents are refused before they are built
-// (every configuration zest reads nests at most a few levels).
-inline constexpr int kMaxJsonDepth = 64;
-
-// JSON text parsed with the depth limit; errors name `source` and the byte offset, never the parser.
-nlohmann::json parse_json(const std::string& text, const std::string& source, int max_depth = kMaxJsonDepth);
-nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source,
-                                          int max_depth = kMaxJsonDepth);
 
 // `text` made safe for a terminal: control bytes (escape sequences included), backslashes and invalid
 // bytes become \xNN, and at most `max_chars` characters are kept (then "...").

@@ -3,7 +3,7 @@
 // on open. Thread-safe: the loader's workers share one instance (reads are positioned, pread-based).
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/dataset_manifest.h"
 
 #include <torch/torch.h>

@@ -1,7 +1,7 @@
 // NaN/Inf scan of a dataset's shards (see dataset_check.h).
 #include "data/dataset_check.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
 

@@ -1,7 +1,7 @@
 // Motion normalisation statistics: float64 accumulation over the shards, and the stats file.
 #include "data/motion_stats.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
 

@@ -3,7 +3,7 @@
 // features and its target. Each sample has its own generator, so content does not depend on sharding.
 #include "data/synth.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/motion_stats.h"
 #include "data/seed.h"
 #include "core/check.h"

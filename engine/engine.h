@@ -28,7 +28,7 @@
 #include "optim/offloaded_optimizer.h"
 #include "optim/optim_config.h"
 #include "optim/optimizer.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <torch/torch.h>
 
@@ -167,7 +167,7 @@ class Engine final : private UnitEvents {
   std::unique_ptr<ParamResidency> residency_;
 
   StepRules rules_;
-  torch::Tensor scalars_;     // float64 [kStepScalarCount] on device_ (optim/step_scalars.h)
+  torch::Tensor scalars_;     // float64 [kStepScalarCount] on device_ (engine/step_scalars.h)
   std::vector<torch::Tensor> norm_pieces_;  // each parameter's part of this rank's gradient slice
   torch::Tensor param_sumsq_;  // float64 [parameters] on device_
   LossScaler loss_scaler_;

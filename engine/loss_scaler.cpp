@@ -1,7 +1,7 @@
 // The host's view of the loss-scaler fields of the step scalars (see loss_scaler.h).
 #include "engine/loss_scaler.h"
 
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 namespace zest {
 namespace {

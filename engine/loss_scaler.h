@@ -1,5 +1,5 @@
 // LossScaler: the host's view of the fp16 dynamic loss scale. The scale and its counters live in the
-// engine's StepScalars on the device (optim/step_scalars.h: advance_loss_scale halves on overflow after
+// engine's StepScalars on the device (engine/step_scalars.h: advance_loss_scale halves on overflow after
 // `hysteresis` overflows, doubles after `window` clean steps, never below `min`); reading or restoring
 // them here is for checkpoints and reports (a device sync on GPU).
 #pragma once

@@ -1,5 +1,5 @@
 // The one-thread kernel that runs decide_step on the GPU (see step_decision.h).
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <cuda_runtime.h>
 

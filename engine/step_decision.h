@@ -1,8 +1,8 @@
-// Runs decide_step (optim/step_scalars.h) where the scalars live: directly on the CPU, as a one-thread
+// Runs decide_step (engine/step_scalars.h) where the scalars live: directly on the CPU, as a one-thread
 // kernel on the current CUDA stream on a GPU, so the decision never needs the host to read a value.
 #pragma once
 
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <torch/torch.h>
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "engine/engine_config.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <torch/torch.h>
 

@@ -2,11 +2,12 @@
 // one sample's cached features from a dataset (docs/data_formats.md), and the result as .npy or safetensors.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/dataset_manifest.h"
 #include "core/check.h"
 #include "engine/unit_module.h"
 #include "examples/npy.h"
+#include "models/model_memory.h"
 #include "models/model_resolve.h"
 #include "models/state_dict.h"
 
@@ -64,7 +65,8 @@ inline LoadedModel load_model(const ModelArgs& args, const std::string& family) 
   LoadedModel loaded{resolve_model(selection), nullptr};
   ZEST_CHECK(loaded.resolved.family->name == family, loaded.resolved.source, " is a ",
              loaded.resolved.family->name, " configuration; this example needs a ", family, " one");
-  loaded.module = build_model(loaded.resolved);
+  check_model_fits_device(loaded.resolved, torch::Device(args.device), parse_dtype(args.dtype));
+  loaded.module = build_model(loaded.resolved);  // refused first when its weights exceed the host's memory
   const safetensors::Reader reader(args.weights);
   LoadOptions strict;
   strict.strict = true;

@@ -2,6 +2,7 @@
 #include "models/model_resolve.h"
 
 #include "core/check.h"
+#include "models/model_memory.h"
 #include "models/pretrained_source.h"
 
 #include <filesystem>
@@ -57,6 +58,8 @@ ConfigTable model_config_table(const ResolvedModel& model) {
 }
 
 std::shared_ptr<UnitModule> build_model(const ResolvedModel& model) {
+  auto counted = model_config_table(model);
+  check_model_fits_host(*model.family, counted);  // before the first weight is allocated
   auto table = model_config_table(model);
   return model.family->build(table);
 }

@@ -4,7 +4,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/rank_agreement.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 
 #include <cstdio>

@@ -3,9 +3,10 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
-#include "models/config_json.h"
+#include "formats/json_text.h"
+#include "formats/config_json.h"
 #include "models/hymotion/released_format.h"
-#include "models/hymotion/torch_archive.h"
+#include "formats/torch_archive.h"
 #include "models/tensor_json.h"
 #include "models/unet/diffusers_config.h"
 

@@ -2,11 +2,12 @@
 // HY-Motion's torch.save release.
 #include "models/pretrained_weights.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "models/hymotion/released_format.h"
-#include "models/hymotion/torch_archive.h"
+#include "formats/torch_archive.h"
 
 #include <algorithm>
 #include <filesystem>

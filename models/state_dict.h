@@ -2,7 +2,7 @@
 // (strict key and shape checking, dtype conversion) and saving a module under its state-dict names.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <torch/torch.h>
 

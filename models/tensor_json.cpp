@@ -1,7 +1,7 @@
 // Tensors as JSON with base64 data (see tensor_json.h).
 #include "models/tensor_json.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 
 #include <cstring>

@@ -5,7 +5,7 @@
 // g is the reduced gradient times the step's multiplier (unscale, 1/world, clip coefficient).
 #include "core/check.h"
 #include "optim/optimizer.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 namespace zest {
 namespace {

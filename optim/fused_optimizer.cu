@@ -2,7 +2,7 @@
 // AdamW, 16 bytes of fp32 state and master read and 12 written, the gradient read and the parameter
 // written once — one pass instead of the five or six an op-by-op update makes.
 #include "optim/fused_optimizer.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

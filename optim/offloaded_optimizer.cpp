@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "optim/host_update.h"
 #include "optim/pinned_memory.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 #include <ATen/Parallel.h>
 

@@ -17,7 +17,7 @@
 
 namespace zest {
 
-struct StepScalars;  // optim/step_scalars.h
+struct StepScalars;  // engine/step_scalars.h
 struct HostUpdate;   // optim/host_update.h
 
 // A contiguous range of one segment that crosses PCIe as one copy through one staging slot.

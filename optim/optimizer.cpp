@@ -3,7 +3,7 @@
 #include "optim/optimizer.h"
 
 #include "core/check.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 
 namespace zest {
 

@@ -58,7 +58,7 @@ class Optimizer {
       : config_(config), segments_(std::move(segments)), scalars_(std::move(step_scalars)) {}
   OptimConfig config_;
   std::vector<OptimSegment> segments_;
-  torch::Tensor scalars_;  // float64 [kStepScalarCount] (optim/step_scalars.h), on the engine's device
+  torch::Tensor scalars_;  // float64 [kStepScalarCount] (engine/step_scalars.h), on the engine's device
 };
 
 // Builds the configured optimizer with zeroed state for `numel` elements on the segments' device: the

@@ -2,9 +2,10 @@
 // parity` (a port checked against a reference golden file: output, loss = mean(out²) and every gradient).
 #include "tools/commands.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/config_reader.h"
+#include "models/model_memory.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 
@@ -146,6 +147,8 @@ struct ParityResult {
 // Builds the model, loads param.* strictly, runs input.* forward, loss = mean(out²), backward.
 ParityResult compute_parity(const ParityOptions& opt) {
   const ModelFamily& family = model_family(opt.family);
+  ConfigTable counted = ConfigTable::parse_file(opt.config_path);
+  check_model_fits_host(family, counted);  // before the first weight is allocated
   ConfigTable config = ConfigTable::parse_file(opt.config_path);
   const std::shared_ptr<UnitModule> model = family.build(config);
   config.reject_unknown_keys();

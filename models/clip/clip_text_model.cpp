@@ -1,7 +1,7 @@
 // CLIPTextModel / CLIPTextModelWithProjection forward and loading (see clip_text_model.h).
 #include "models/clip/clip_text_model.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "models/state_dict.h"
 

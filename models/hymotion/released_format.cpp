@@ -2,7 +2,7 @@
 #include "models/hymotion/released_format.h"
 
 #include "core/check.h"
-#include "models/hymotion/yaml_subset.h"
+#include "formats/yaml_subset.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // AutoencoderKL: encoder, latent distribution, decoder, loading (see autoencoder_kl.h).
 #include "models/vae/autoencoder_kl.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "models/state_dict.h"
 #include "models/unet/resnet.h"

@@ -3,7 +3,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 
 #include <nlohmann/json.hpp>

@@ -7,7 +7,7 @@
 #include "ckpt_test_util.h"
 #include "thread_world.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

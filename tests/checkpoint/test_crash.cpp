@@ -10,7 +10,7 @@
 #include "ckpt_test_util.h"
 #include "thread_world.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "checkpoint/save_phase.h"
 #include "checkpoint/verify.h"
 #include "comm/self_communicator.h"

@@ -4,7 +4,7 @@
 #include "thread_world.h"
 
 #include "checkpoint/config_diff.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 

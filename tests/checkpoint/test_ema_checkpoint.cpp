@@ -5,8 +5,8 @@
 #include "ckpt_test_util.h"
 #include "thread_world.h"
 
-#include "checkpoint/json_field.h"
-#include "checkpoint/safetensors.h"
+#include "formats/json_field.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include "fuzz_mutations.h"
 #include "thread_world.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "checkpoint/verify.h"
 
 #include <gtest/gtest.h>

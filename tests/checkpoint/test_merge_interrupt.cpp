@@ -6,7 +6,7 @@
 #include "thread_world.h"
 
 #include "checkpoint/merge.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/interrupt.h"
 
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 #include "thread_world.h"
 
 #include "checkpoint/output_path.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 

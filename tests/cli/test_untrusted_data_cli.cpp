@@ -5,7 +5,7 @@
 #include "cli/cli_test_util.h"
 #include "common/temp_dir.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -2,7 +2,7 @@
 // causality, config and loading errors, and parity with transformers on the tiny golden vectors.
 #include "clip/clip_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/golden_file.h"
 #include "core/check.h"
 #include "models/clip/clip_text_model.h"

@@ -2,7 +2,7 @@
 // prefix, shared by the model parity suites.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <torch/torch.h>
 

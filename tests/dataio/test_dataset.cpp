@@ -1,7 +1,7 @@
 // Datasets on disk: synth → read round trips for both formats, sample assembly (normalisation, crop,
 // pad, masks), model-width checks, and bad data (truncated shard, wrong width, missing tensor, sample
 // count mismatch) giving errors that name the file.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/dataset.h"
 #include "data/model_features.h"
 #include "data/motion_dataset.h"

@@ -1,4 +1,4 @@
-// The learning-rate schedule the engine applies (scheduled_lr in optim/step_scalars.h, the only one):
+// The learning-rate schedule the engine applies (scheduled_lr in engine/step_scalars.h, the only one):
 // every step of the warm-up ramp, the cosine or linear decay and past its end, checked against the
 // closed forms both as the reported rate and as the SGD update it moved the parameters by; a skipped
 // (non-finite) step uses no rate and does not advance the schedule.

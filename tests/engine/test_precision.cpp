@@ -3,7 +3,7 @@
 // run within stated tolerances for both reduce dtypes, and the non-finite stop for bf16/fp32.
 #include "comm/world.h"
 #include "engine/engine.h"
-#include "optim/step_scalars.h"
+#include "engine/step_scalars.h"
 #include "toy_models.h"
 
 #include <gtest/gtest.h>

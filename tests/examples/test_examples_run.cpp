@@ -1,6 +1,6 @@
 // The built example programs, run as a user would: infer_unet / infer_hymotion load a tiny model's merged
 // weights and write samples equal to sampling in-process; custom_loop trains (its loss falls).
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "data/dataset_manifest.h"
 #include "examples/npy.h"
 #include "models/hymotion/hymotion.h"

@@ -4,11 +4,11 @@
 // read a model's tensors back by name.
 #pragma once
 
-#include "checkpoint/safetensors.h"
-#include "models/config_json.h"
+#include "formats/safetensors.h"
+#include "formats/config_json.h"
 #include "models/hymotion/released_format.h"
-#include "models/hymotion/torch_archive.h"
-#include "models/hymotion/yaml_subset.h"
+#include "formats/torch_archive.h"
+#include "formats/yaml_subset.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "models/registry.h"

@@ -4,7 +4,7 @@
 
 #include "common/golden_file.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "models/hymotion/hymotion.h"

@@ -4,13 +4,17 @@
 // parse errors name the file and the byte offset or line instead of "stoll"/"stoull"/"stod".
 #include "inputs/inputs_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
+#include "core/config_reader.h"
 #include "core/untrusted_file.h"
-#include "models/hymotion/pickle_reader.h"
+#include "formats/json_text.h"
+#include "formats/pickle_reader.h"
 #include "models/hymotion/released_format.h"
-#include "models/hymotion/torch_archive.h"
-#include "models/hymotion/yaml_subset.h"
+#include "formats/torch_archive.h"
+#include "formats/yaml_subset.h"
+#include "models/model_memory.h"
 #include "models/model_resolve.h"
+#include "models/registry.h"
 #include "models/pretrained_source.h"
 
 #include <nlohmann/json.hpp>
@@ -195,6 +199,91 @@ TEST(BoundedParsers, BadTensorViewsAreRefusedByName) {
         view_error(path, 0, 0, {int64_t{1} << 40}, {1})}) {
     EXPECT_NE(message.find(path + ": tensor 'w'"), std::string::npos) << message;
     EXPECT_EQ(message.find("Exception raised from"), std::string::npos) << message;
+  }
+}
+
+// ---- zip records of a torch.save archive ----
+
+// `path` with `record` marked deflated in the zip directory and its uncompressed size set to `size`: a
+// deflate bomb's directory entry (LibTorch's zip reader accepts it and allocates `size` bytes to inflate).
+void patch_directory_size(const std::string& path, const std::string& record, uint32_t size) {
+  std::string bytes = read_text(path);
+  const std::string entry("PK\x01\x02", 4);
+  for (size_t at = bytes.find(entry); at != std::string::npos; at = bytes.find(entry, at + 4)) {
+    const size_t name_len = static_cast<unsigned char>(bytes[at + 28]) | static_cast<unsigned char>(bytes[at + 29]) << 8;
+    const std::string name = bytes.substr(at + 46, name_len);
+    if (name.size() < record.size() || name.compare(name.size() - record.size(), record.size(), record) != 0) continue;
+    bytes[at + 10] = 8;  // method: deflate
+    for (int i = 0; i < 4; ++i) bytes[at + 24 + i] = static_cast<char>((size >> (8 * i)) & 0xff);
+    write_text(path, bytes);
+    return;
+  }
+  ADD_FAILURE() << "no directory entry for " << record;
+}
+
+// A record's stated size is what LibTorch's zip reader allocates: a compressed record stating more bytes than
+// the whole archive (data.pkl or a tensor's storage) is refused by zest, naming the record, before it is read.
+TEST(BoundedParsers, ZipRecordSizesAreBoundedByTheArchive) {
+  const TempDir dir("bounded_zip");
+  const std::string path = dir.sub("latest.ckpt");
+  write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
+  patch_directory_size(path, "/data.pkl", 0x7fff0000u);
+  expect_error([&] { hymotion::TorchArchiveReader archive(path); },
+               {path + ": data.pkl: record data.pkl states 2147418112 bytes, more than the 268435456 it may hold"});
+  write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
+  patch_directory_size(path, "/data/0", 0x7fff0000u);
+  const hymotion::TorchArchiveReader archive(path);
+  const auto tensors = archive.state_dict("model_state_dict");
+  ASSERT_EQ(tensors.size(), 1u);
+  expect_error([&] { archive.read(tensors[0]); },
+               {path + ": tensor 'w': record data/0 states 2147418112 bytes, more than the whole archive's",
+                "torch.save stores records uncompressed"});
+  write_text(path, "PK" + std::string(100, '\0'));  // no directory at all
+  expect_error([&] { hymotion::TorchArchiveReader archive(path); }, {path});
+}
+
+// ---- memory for a model, checked before it is built ----
+
+// Every field within its range, the whole far beyond any machine: HY-Motion at width 65536 with 201 layers
+// (~10^13 parameters). build_model (train, bench, the inference examples) refuses it, naming the fields.
+TEST(BoundedParsers, ModelLargerThanTheMachineIsRefusedBeforeItIsBuilt) {
+  ResolvedModel huge;
+  huge.family = &model_family("hymotion");
+  huge.source = "huge.toml";
+  huge.toml_text = "input_dim = 12\nfeat_dim = 65536\noutput_dim = 12\nctxt_input_dim = 24\nvtxt_input_dim = 16\n"
+                   "num_layers = 201\nnum_heads = 4\n";
+  const auto start = std::chrono::steady_clock::now();
+  expect_error([&] { build_model(huge); },
+               {"huge.toml: this model has ", " parameters: ", "more than the host's available memory (MemAvailable)",
+                "refused before building it. Its largest size fields: feat_dim = 65536, num_layers = 201"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  // The rule itself, against a stated amount of memory.
+  EXPECT_EQ(model_memory_problem("m.toml", "a = 1", 1000, 4, 4000, "X"), "");
+  EXPECT_EQ(model_memory_problem("m.toml", "a = 1", 1000, 4, -1, "X"), "");  // unknown: not checked
+  EXPECT_NE(model_memory_problem("m.toml", "a = 1", 1000, 4, 3999, "X").find("m.toml: this model has 1000 parameters"),
+            std::string::npos);
+  EXPECT_NE(model_memory_problem("m.toml", "a = 1", int64_t{1} << 62, 4, 1 << 30, "X").find("more bytes than a 64-bit"),
+            std::string::npos);
+  const ConfigTable fields = ConfigTable::parse_string("a = 3\nb = [1, 70]\n[t]\nc = 9\nd = \"x\"\n", "f.toml");
+  EXPECT_EQ(largest_size_fields(fields), "b = 70, t.c = 9, a = 3");
+}
+
+// ---- ConfigTable messages ----
+
+// Keys and string values read from a config file are echoed escaped: a quoted key or a string holding an
+// escape sequence cannot recolour or retitle the terminal.
+TEST(BoundedParsers, ConfigMessagesEscapeKeysAndValues) {
+  ConfigTable unknown = ConfigTable::parse_string("\"evil\\u001b[31m\" = 1\n", "k.toml");
+  const std::string key_message = error_of([&] { unknown.reject_unknown_keys(); });
+  EXPECT_NE(key_message.find("evil\\x1b[31m: unknown key"), std::string::npos) << key_message;
+  ConfigTable value = ConfigTable::parse_string("a = \"\\u001b]0;title\\u0007\"\nb = \"\\u009b2J\"\n", "v.toml");
+  const std::string type_message = error_of([&] { value.get<int64_t>("a", 0); });
+  EXPECT_NE(type_message.find("a string (\"\\x1b]0;title\\x07\")"), std::string::npos) << type_message;
+  const std::string choice_message = error_of([&] { value.get_choice("b", "x", {"x", "y"}); });
+  EXPECT_NE(choice_message.find("\"\\xc2\\x9b2J\" is not one of"), std::string::npos) << choice_message;
+  for (const std::string& m : {key_message, type_message, choice_message}) {
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+    EXPECT_EQ(m.find('\x07'), std::string::npos) << m;
   }
 }
 

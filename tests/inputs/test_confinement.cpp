@@ -4,7 +4,7 @@
 // (metrics.jsonl, config.toml, safetensors files) are never written through a planted link.
 #include "inputs/inputs_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/untrusted_file.h"
 #include "data/dataset.h"
 #include "data/model_features.h"

@@ -2,7 +2,7 @@
 // cleanly, --no-resume refuses another run's checkpoints, a finished run is not saved again, unusable
 // folders and full disks are errors at once, a 1-rank checkpoint resumes on 2 ranks past half an epoch,
 // and a logged loss is the mean over the steps since the previous log line (weights unchanged).
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "cli/cli_test_util.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"

@@ -1,7 +1,7 @@
 // `zest train` end to end through the CLI on 2 ranks (zest launch): the loss falls, checkpoints and the
 // merged model are written, and a run stopped by SIGTERM mid-way and resumed ends with parameters
 // identical to an uninterrupted run.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"
 

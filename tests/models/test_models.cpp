@@ -1,6 +1,6 @@
 // Tests of the model registry (families, embedded built-in configurations) and of `zest models list`
 // and `zest models parity`, run in-process through the same CLI11 subcommand the binary registers.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/tensor_close.h"
 #include "engine/activation_checkpoint.h"
 #include "core/check.h"

@@ -2,7 +2,7 @@
 // tensor (where there is one) and what is wrong.
 #include "tests/safetensors/safetensors_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // safetensors round trips (every dtype, streaming pieces, byte ranges) and the golden files' contents.
 #include "tests/safetensors/safetensors_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 
 #include <gtest/gtest.h>

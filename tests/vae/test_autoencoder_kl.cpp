@@ -1,6 +1,6 @@
 // AutoencoderKL: structure under the reference names, the latent distribution and its seeded sample,
 // scaling, force_upcast, config and loading errors, and parity with diffusers on the tiny golden vectors.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/golden_file.h"
 #include "core/check.h"
 #include "models/state_dict.h"

@@ -2,17 +2,19 @@
 // PyTorchStreamReader/Writer (what torch.save and torch.load use); the pickle program is run by
 // pickle_reader.cpp and, for writing, emitted here with the same opcodes torch.save uses for a tensor:
 // _rebuild_tensor_v2(persistent storage, offset, size, stride, requires_grad, OrderedDict()).
-#include "models/hymotion/torch_archive.h"
+#include "formats/torch_archive.h"
 
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <caffe2/serialize/inline_container.h>
 
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 
 namespace zest::hymotion {
@@ -102,9 +104,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// data.pkl of a state dict is names and tensor descriptions: a few MB for the largest models.
-constexpr size_t kMaxProgramBytes = size_t{256} << 20;
-
 // The view a pickled tensor describes must lie inside its storage, and the storage inside its record;
 // every product and sum is overflow-checked, so a hostile size or stride gets this message, not LibTorch's.
 void check_view(const PickledTensor& p, size_t record_bytes, const std::string& what) {
@@ -148,13 +147,17 @@ TorchArchiveReader::TorchArchiveReader(std::string path) : path_(std::move(path)
   try {
     zip_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path_);
     ZEST_CHECK(zip_->hasRecord("data.pkl"), path_, ": a zip file without data.pkl, not a torch.save archive");
+    directory_ = read_zip_directory(path_);  // every record's size is checked before LibTorch allocates it
     if (zip_->hasRecord("byteorder")) {
+      bounded_record(directory_, "byteorder", 16, path_);
       auto [data, size] = zip_->getRecord("byteorder");
       const std::string order(static_cast<const char*>(data.get()), size);
       ZEST_CHECK(order == "little", path_, ": a big-endian archive (byteorder '", printable(order, 20), "') is not supported");
     }
+    bounded_record(directory_, "data.pkl", kMaxPickleProgramBytes, path_ + ": data.pkl");
     auto [data, size] = zip_->getRecord("data.pkl");
-    ZEST_CHECK(size <= kMaxProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ", kMaxProgramBytes,
+    ZEST_CHECK(size <= kMaxPickleProgramBytes, path_, ": data.pkl has ", size, " bytes, more than the ",
+               kMaxPickleProgramBytes,
                " a state dict's description takes (corrupt or hostile file)");
     program.assign(static_cast<const char*>(data.get()), size);
   } catch (const c10::Error& e) {
@@ -203,6 +206,7 @@ torch::Tensor TorchArchiveReader::read(const ArchiveTensor& t) const {
   const std::string record = "data/" + p.storage_key;
   std::shared_ptr<at::DataPtr> owner;
   size_t size = 0;
+  bounded_record(directory_, record, std::numeric_limits<uint64_t>::max(), what);
   try {
     auto [data, bytes] = zip_->getRecord(record);
     owner = std::make_shared<at::DataPtr>(std::move(data));

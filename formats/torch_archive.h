@@ -3,7 +3,8 @@
 // tensor by tensor, so neither side ever holds the whole model in memory.
 #pragma once
 
-#include "models/hymotion/pickle_reader.h"
+#include "formats/pickle_reader.h"
+#include "formats/zip_directory.h"
 
 #include <torch/torch.h>
 
@@ -44,6 +45,7 @@ class TorchArchiveReader {
  private:
   std::string path_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip_;
+  ZipDirectory directory_;  // the records' stated sizes, checked before each read
   PickleRef root_;
 };
 

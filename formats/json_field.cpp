@@ -1,5 +1,5 @@
 // Typed JSON access with path-naming errors (see json_field.h).
-#include "checkpoint/json_field.h"
+#include "formats/json_field.h"
 
 #include "core/check.h"
 

@@ -6,6 +6,8 @@
 // create is bounded, and values are released without recursion (a 10^6-deep list cannot overflow the stack).
 #pragma once
 
+#include "formats/input_limits.h"
+
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -43,10 +45,8 @@ struct PickleValue {
 using PickleRef = std::shared_ptr<PickleValue>;
 
 // Runs `program` (protocol 2-5, the opcodes torch.save and pickle emit for containers and tensors).
-// Errors name `source`, the byte offset and the opcode. At most kMaxPickleValues values are created.
-// (A value costs about 250 bytes; a state dict about 25 values per tensor.)
-inline constexpr size_t kMaxPickleValues = size_t{1} << 20;
-inline constexpr size_t kMaxTensorDims = 64;
+// Errors name `source`, the byte offset and the opcode. At most kMaxPickleValues values are created
+// (formats/input_limits.h).
 PickleRef unpickle(const std::string& program, const std::string& source, size_t max_values = kMaxPickleValues);
 
 // The value of a dict for a string key, or nullptr.

@@ -1,11 +1,12 @@
 // safetensors reading and writing: header validation, pread-based byte-range reads, a streaming writer
 // and the atomic whole-file helpers (see safetensors.h).
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 
-#include "checkpoint/json_field.h"
+#include "formats/json_field.h"
 #include "core/check.h"
 #include "core/compat.h"
 #include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,9 +30,6 @@ static_assert(std::endian::native == std::endian::little, "zest's safetensors I/
 namespace {
 
 using Json = nlohmann::json;
-
-// Same bound as the reference implementation: a larger header is certainly a corrupt length field.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 struct DtypeEntry {
   const char* name;
@@ -229,7 +227,7 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
 
     uint64_t header_bytes = 0;
     pread_exact(fd, &header_bytes, 8, 0, path_);
-    ZEST_CHECK(header_bytes <= kMaxHeaderBytes, path_, ": header length ", header_bytes,
+    ZEST_CHECK(header_bytes <= kMaxSafetensorsHeaderBytes, path_, ": header length ", header_bytes,
                " is larger than the 100 MB limit (corrupt file or not safetensors)");
     ZEST_CHECK(header_bytes <= file_bytes - 8, path_, ": header length ", header_bytes,
                " exceeds the file size (", file_bytes, " bytes); the file is truncated or not safetensors");

@@ -2,10 +2,11 @@
 // content first, then a recursive block parser builds JSON values; flow collections get their own
 // recursive-descent parser over one (joined) string. Both recursions stop at kMaxYamlDepth levels, so a
 // file of 100,000 '[' is an error naming the line, not a stack overflow.
-#include "models/hymotion/yaml_subset.h"
+#include "formats/yaml_subset.h"
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <algorithm>
 #include <charconv>
@@ -18,9 +19,6 @@ namespace zest::hymotion {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// Nesting accepted in config.yml (blocks and flow collections together); HY-Motion's nests 3 deep.
-constexpr int kMaxYamlDepth = 64;
 
 struct Line {
   int number = 0;  // 1-based, for messages

@@ -1,7 +1,7 @@
 // A pickle virtual machine for torch.save archives (see pickle_reader.h): a value stack, a mark stack
 // and a memo, one case per opcode; REDUCE knows the few callables torch.save uses for tensors and
 // ordered dicts and turns every other call into an opaque value.
-#include "models/hymotion/pickle_reader.h"
+#include "formats/pickle_reader.h"
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
@@ -34,10 +34,6 @@ bool storage_dtype(const std::string& name, torch::Dtype& dtype) {
   dtype = it->second;
   return true;
 }
-
-// The callables that unwrap another call (_rebuild_from_type_v2(func, type, args, state)) may nest this
-// deep; a program whose arguments refer to themselves is refused instead of recursing without end.
-constexpr int kMaxCallDepth = 8;
 
 class Machine {
  public:
@@ -166,7 +162,7 @@ class Machine {
 
   // ---- calls ----
   PickleRef call(const PickleRef& callable, const PickleRef& args, int depth = 0) {
-    check(depth < kMaxCallDepth, "calls nested more than ", kMaxCallDepth,
+    check(depth < kMaxPickleCallDepth, "calls nested more than ", kMaxPickleCallDepth,
           " deep (_rebuild_from_type_v2 whose arguments refer to themselves?)");
     const std::string name = callable->kind == Kind::global ? callable->text : "";
     check(args->kind == Kind::tuple, "a call's arguments are not a tuple");

@@ -1,5 +1,5 @@
 // JSON ↔ TOML for model configurations (see config_json.h).
-#include "models/config_json.h"
+#include "formats/config_json.h"
 
 #include "core/check.h"
 #include "core/config_writer.h"
