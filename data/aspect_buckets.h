@@ -8,7 +8,7 @@
 
 namespace zest {
 
-// Buckets for `resolution` whose sides are multiples of `multiple` (the VAE's downscale factor): every
+// Buckets for `resolution` whose sides are multiples of `multiple` (prepare: 8 latent pixels, 64 for SD): every
 // width from resolution/2 to 2·resolution in steps of `step` (64 for resolution ≥ 256, else resolution/4,
 // both rounded to `multiple`), each with the largest height (same step) keeping width × height ≤
 // resolution², and the transposes; sorted by aspect ratio (width / height), no duplicates. Always holds

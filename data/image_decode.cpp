@@ -30,24 +30,46 @@
 namespace zest {
 namespace {
 
-// The colour components a JPEG's frame header (SOFn) declares, or 0 when none is found: stb decodes
-// 4-component (CMYK/YCCK) files with its own conversion, which is not PIL's.
-int jpeg_components(const std::string& b) {
+// The size and colour components a file's header declares, read here before stb sees the file: stb
+// itself refuses some large images from their header with a message that does not say how large.
+struct DeclaredImage {
+  int64_t width = 0, height = 0;
+  int components = 0;  // JPEG: from the frame header (SOFn); PNG: 0 (not needed)
+  bool found = false;
+};
+
+uint32_t big_endian(const std::string& b, size_t at, int bytes) {
+  uint32_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(b[at + i]);
+  return v;
+}
+
+DeclaredImage declared_png(const std::string& b) {
+  // The signature (8), IHDR's length (4) and type (4), then width and height (4 each, big-endian).
+  if (b.size() < 24 || b.compare(12, 4, "IHDR") != 0) return {};
+  return {big_endian(b, 16, 4), big_endian(b, 20, 4), 0, true};
+}
+
+// stb decodes 4-component (CMYK/YCCK) JPEGs with its own conversion, which is not PIL's: their count matters.
+DeclaredImage declared_jpeg(const std::string& b) {
   size_t at = 2;  // after SOI
   while (at + 4 <= b.size()) {
-    if (static_cast<uint8_t>(b[at]) != 0xFF) return 0;
+    if (static_cast<uint8_t>(b[at]) != 0xFF) return {};
     const auto marker = static_cast<uint8_t>(b[at + 1]);
     if (marker == 0xFF) {  // fill byte
       ++at;
       continue;
     }
-    const size_t length = (static_cast<uint8_t>(b[at + 2]) << 8) | static_cast<uint8_t>(b[at + 3]);
+    const size_t length = big_endian(b, at + 2, 2);
     const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (frame) return at + 9 < b.size() ? static_cast<uint8_t>(b[at + 9]) : 0;
-    if (marker == 0xDA || length < 2) return 0;  // start of scan before a frame header: corrupt
+    if (frame) {
+      if (at + 10 > b.size()) return {};
+      return {big_endian(b, at + 7, 2), big_endian(b, at + 5, 2), static_cast<uint8_t>(b[at + 9]), true};
+    }
+    if (marker == 0xDA || length < 2) return {};  // start of scan before a frame header: corrupt
     at += 2 + length;
   }
-  return 0;
+  return {};
 }
 
 struct StbFree {
@@ -72,15 +94,20 @@ RgbImage decode_image_bytes(const std::string& bytes, const std::string& name, c
   ZEST_CHECK(bytes.size() <= static_cast<size_t>(INT32_MAX), file, ": ", bytes.size(), " bytes is too large an image file");
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
   const int length = static_cast<int>(bytes.size());
+  const DeclaredImage declared = format == "png" ? declared_png(bytes) : declared_jpeg(bytes);
+  ZEST_CHECK(declared.found, file, ": unreadable ", format, " header: the file is truncated or corrupt");
+  const int64_t declared_pixels = declared.width * declared.height;
+  ZEST_CHECK(declared.width > 0 && declared.height > 0, file, ": the ", format, " header declares an empty image");
+  ZEST_CHECK(declared_pixels <= limits.max_pixels && declared.width <= 65536 && declared.height <= 65536, file, ": ",
+             declared.width, "x", declared.height, " pixels is larger than an image may be (at most ", limits.max_pixels,
+             " pixels and 65536 a side); downscale it first");
   int width = 0, height = 0, components = 0;
   ZEST_CHECK(stbi_info_from_memory(data, length, &width, &height, &components), file, ": unreadable ", format,
              " header (", stbi_failure_reason(), "): the file is truncated or corrupt");
+  ZEST_CHECK(width == declared.width && height == declared.height, file, ": inconsistent ", format, " header");
   const int64_t pixels = static_cast<int64_t>(width) * height;
-  ZEST_CHECK(width > 0 && height > 0 && pixels <= limits.max_pixels, file, ": ", width, "x", height, " pixels (",
-             pixels, ") is more than the ", limits.max_pixels, " an image may have; downscale it first");
   if (format == "jpeg") {
-    const int jpeg_channels = jpeg_components(bytes);
-    ZEST_CHECK(jpeg_channels != 4, file, ": a CMYK (4-component) JPEG; convert it to RGB first (e.g. `convert IN -colorspace sRGB OUT.jpg`)");
+    ZEST_CHECK(declared.components != 4, file, ": a CMYK (4-component) JPEG; convert it to RGB first (e.g. `convert IN -colorspace sRGB OUT.jpg`)");
     // stb decodes a cut-off JPEG without complaint (the missing blocks grey); PIL refuses it, so does zest.
     ZEST_CHECK(bytes.rfind("\xFF\xD9") != std::string::npos && bytes.rfind("\xFF\xD9") > 2, file,
                ": truncated JPEG (no end-of-image marker)");

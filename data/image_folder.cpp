@@ -49,7 +49,7 @@ Walk walk(const fs::path& root) {
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     ZEST_CHECK(!ec, printable(root.string()), ": cannot list the folder: ", ec.message());
     const fs::path& p = it->path();
-    const std::string rel = fs::relative(p, root).generic_string();
+    const std::string rel = p.lexically_relative(root).generic_string();
     const bool image = is_image_name(p), text = lower(p.extension().string()) == ".txt";
     if (!image && !text) continue;
     const std::string kind = file_kind(p.string());

@@ -248,6 +248,7 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
       report.skipped.push_back({s["file"].get<std::string>(), s["reason"].get<std::string>()});
   }
   if (samples.empty()) {
+    fs::remove_all(work);  // nothing to resume: a rerun starts afresh
     std::string why = report.skipped.empty() ? "" : " (" + report.skipped.front().file + ": " + report.skipped.front().reason + ")";
     ZEST_FAIL(printable(o.images), ": none of the ", listing.images.size(), " images could be used", why);
   }
@@ -335,11 +336,13 @@ PrepareImagesReport prepare_images(const PrepareImagesOptions& o, Communicator& 
   ZEST_CHECK(!fs::exists(out) || (fs::is_directory(out) && fs::is_empty(out)), printable(o.out),
              ": already exists and is not an empty folder; choose a new --out (a dataset is written whole, never over another)");
   const Encoders e = load_encoders(o.pretrained, choose_device(o.device, comm.local_rank()));
-  ZEST_CHECK(o.resolution % (o.buckets ? 4 * e.downscale() : e.downscale()) == 0, "--resolution ", o.resolution,
-             " must be a multiple of ", o.buckets ? 4 * e.downscale() : e.downscale(), " (the VAE downscales by ",
-             e.downscale(), o.buckets ? "; the bucket steps are a quarter of the resolution" : "", ")");
+  // Bucket sides are multiples of 8 latent pixels, so that the UNet's downsamplings (3 in SD) divide them.
+  const int64_t bucket_multiple = 8 * e.downscale();
+  ZEST_CHECK(o.resolution % (o.buckets ? bucket_multiple : e.downscale()) == 0, "--resolution ", o.resolution,
+             " must be a multiple of ", o.buckets ? bucket_multiple : e.downscale(), " (the VAE downscales by ",
+             e.downscale(), o.buckets ? ", and bucket sides are multiples of 8 latent pixels" : "", ")");
   const ImageFolderListing listing = list_image_folder(o.images, o.caption_column);
-  const std::vector<Size2> buckets = o.buckets ? aspect_buckets(o.resolution, e.downscale()) : std::vector<Size2>{};
+  const std::vector<Size2> buckets = o.buckets ? aspect_buckets(o.resolution, bucket_multiple) : std::vector<Size2>{};
 
   PrepareImagesReport report;
   report.captions_from = listing.captions_from;

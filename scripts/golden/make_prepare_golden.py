@@ -94,11 +94,14 @@ def main():
     parser.add_argument("--ref-src", required=True)
     args = parser.parse_args()
     import PIL
-    import torchvision
     import transformers
     from PIL import Image
     from safetensors.torch import save_file
-    from torchvision import transforms
+    try:
+        import torchvision
+        from torchvision import transforms
+    except ImportError:  # what those transforms do on a PIL image, spelled out
+        torchvision = None
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     shutil.rmtree(OUT, ignore_errors=True)
@@ -134,9 +137,26 @@ def main():
 
         images_dir = os.path.join(OUT, "images")
         os.makedirs(images_dir)
-        resize = transforms.Resize(RESOLUTION, interpolation=transforms.InterpolationMode.BILINEAR)
-        crop = transforms.CenterCrop(RESOLUTION)
-        to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize([0.5], [0.5])])
+        if torchvision is not None:
+            resize = transforms.Resize(RESOLUTION, interpolation=transforms.InterpolationMode.BILINEAR)
+            crop = transforms.CenterCrop(RESOLUTION)
+            to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize([0.5], [0.5])])
+        else:
+            def resize(im):
+                short, long = sorted((im.width, im.height))
+                new_long = int(RESOLUTION * long / short)
+                size = (RESOLUTION, new_long) if im.width <= im.height else (new_long, RESOLUTION)
+                return im.resize(size, Image.BILINEAR)
+
+            def crop(im):
+                top = int(round((im.height - RESOLUTION) / 2.0))
+                left = int(round((im.width - RESOLUTION) / 2.0))
+                return im.crop((left, top, left + RESOLUTION, top + RESOLUTION))
+
+            def to_tensor(im):
+                import numpy as np
+                x = torch.from_numpy(np.array(im, copy=True)).permute(2, 0, 1).float().div(255)
+                return (x - 0.5) / 0.5
 
         def encode_prompt(captions):
             states = []
@@ -176,7 +196,7 @@ def main():
         with open(os.path.join(OUT, "expected.json"), "w") as f:
             json.dump({"images": names, "seed": SEED, "resolution": RESOLUTION, "center_crop": True,
                        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                    "diffusers": diffusers.__version__, "torchvision": torchvision.__version__,
+                                    "diffusers": diffusers.__version__, "torchvision": torchvision.__version__ if torchvision else "absent (PIL directly)",
                                     "PIL": PIL.__version__}}, f, indent=2)
     print("wrote", OUT)
 
