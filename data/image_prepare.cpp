@@ -121,7 +121,10 @@ TextStates encode_text(const Encoders& e, const std::vector<std::string>& captio
 // latent_dist.sample(torch.Generator().manual_seed(seed)) · scaling_factor, one image at a time so that each
 // image's noise depends on its own seed only (not on the batch it was encoded in).
 torch::Tensor encode_images(const Encoders& e, const torch::Tensor& pixels, const std::vector<uint64_t>& seeds) {
-  const vae::LatentDistribution dist = e.vae->encode(pixels.to(e.device));
+  // A batch of one is encoded as two copies: with N = 1 the VAE's CPU GroupNorm meets a tensor whose strides
+  // suggest channels-last without being contiguous in it ("Expected X.is_contiguous(memory_format)").
+  const torch::Tensor batch = pixels.size(0) == 1 ? pixels.expand({2, -1, -1, -1}).contiguous() : pixels;
+  const vae::LatentDistribution dist = e.vae->encode(batch.to(e.device));
   std::vector<torch::Tensor> latents;
   for (size_t i = 0; i < seeds.size(); ++i) {
     const auto k = static_cast<int64_t>(i);
