@@ -39,6 +39,17 @@ if(TARGET nlohmann_json::nlohmann_json)
   target_link_libraries(zest_deps INTERFACE nlohmann_json::nlohmann_json)
 endif()
 
+# stb_image (JPEG/PNG decoding for `zest data prepare images`) and stb_image_write (the tests' images): header-only,
+# so a build anywhere needs only the headers — Debian's libstb-dev puts them in /usr/include/stb;
+# scripts/make-third-party copies them into third_party/include/stb for the GPU machine. One source file
+# (data/image_decode.cpp) compiles the decoder; only it and the prepare tests see the folder, so every other
+# compile line stays as it was (and ccache's entries stay valid).
+find_path(ZEST_STB_INCLUDE_DIR stb_image.h PATHS /usr/include/stb ${ZEST_THIRD_PARTY}/include/stb NO_DEFAULT_PATH)
+if(NOT ZEST_STB_INCLUDE_DIR)
+  message(FATAL_ERROR "stb_image.h not found: install libstb-dev (scripts/setup), or run scripts/make-third-party "
+                      "and pass -DZEST_THIRD_PARTY=<repo>/third_party")
+endif()
+
 # xxhash (checksums of checkpoint shards): header-only use via XXH_INLINE_ALL, so no library is needed.
 
 # CUDA: only when the LibTorch found was built with it (Debian's ships ATen/cuda headers without CUDA

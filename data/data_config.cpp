@@ -28,6 +28,7 @@ DataConfig DataConfig::from_toml(ConfigTable& table) {
   c.batch_size = table.get("batch_size", c.batch_size);
   c.num_workers = table.get("num_workers", c.num_workers);
   c.seq_len = table.get("seq_len", c.seq_len);
+  c.caption_dropout = table.get("caption_dropout", c.caption_dropout);
   table.reject_unknown_keys(kDataHints);
 
   check(table, !c.dir.empty(), "dir", "must not be empty");
@@ -36,6 +37,8 @@ DataConfig DataConfig::from_toml(ConfigTable& table) {
         "must be between 0 and " + std::to_string(kMaxLoaderWorkers) +
             " (loader threads per rank; each builds whole batches ahead, so a few keep a step fed)");
   check(table, c.seq_len >= 0, "seq_len", "must be >= 0 (0 = the dataset's own length)");
+  check(table, c.caption_dropout >= 0.0 && c.caption_dropout <= 1.0, "caption_dropout",
+        "must be between 0 and 1 (the probability of training a sample on the empty caption)");
   return c;
 }
 
@@ -45,6 +48,7 @@ void to_toml(const DataConfig& c, ConfigWriter& out) {
   t.set("batch_size", c.batch_size, "samples per rank per micro-batch");
   t.set("num_workers", c.num_workers, "loader threads per rank");
   t.set("seq_len", c.seq_len, "frames per sample; 0 = the dataset's own length");
+  if (c.caption_dropout > 0) t.set("caption_dropout", c.caption_dropout, "probability of the empty caption");
 }
 
 }  // namespace zest

@@ -1,5 +1,5 @@
 // DataConfig: the [data] table (dataset folder, per-rank micro-batch size, loader threads, sequence
-// length), with its strict TOML reader and writer.
+// length, caption dropout), with its strict TOML reader and writer.
 #pragma once
 
 #include <string>
@@ -17,6 +17,9 @@ struct DataConfig {
   int batch_size = 1;    // samples per rank per micro-batch (global batch = batch_size · ranks · accumulation)
   int num_workers = 2;   // background loader threads per rank; 0 = load on the training thread
   int seq_len = 0;       // frames per sample for sequence models; 0 = the dataset's own length
+  // Probability that a latent sample's text condition is replaced by the empty caption's (dataset.json's
+  // empty_prompt), for classifier-free guidance; seeded per sample and epoch like every loader choice.
+  double caption_dropout = 0.0;
 
   static DataConfig from_toml(ConfigTable& table);
 };

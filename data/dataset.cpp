@@ -109,9 +109,12 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& dir, const Datase
                                             const ExpectedFeatures* expected) {
   DatasetManifest manifest = read_manifest(dir);
   if (expected != nullptr) check_features(dir, manifest, *expected);
-  if (manifest.format == DatasetFormat::motion)
+  if (manifest.format == DatasetFormat::motion) {
+    ZEST_CHECK(options.caption_dropout == 0.0, dir, ": data.caption_dropout is for latent datasets (",
+               format_name(DatasetFormat::latents), "); this one is ", format_name(manifest.format));
     return std::make_shared<MotionDataset>(dir, std::move(manifest), options);
-  return std::make_shared<LatentDataset>(dir, std::move(manifest));
+  }
+  return std::make_shared<LatentDataset>(dir, std::move(manifest), options.caption_dropout);
 }
 
 Sample collate(const std::vector<Sample>& samples) {

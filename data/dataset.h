@@ -23,6 +23,9 @@ using Sample = std::map<std::string, torch::Tensor>;
 
 struct DatasetOptions {
   int64_t seq_len = 0;  // motion: frames per sample (crop/pad); 0 = the longest clip of the dataset
+  // latents: probability that get() returns the empty caption's embedding instead of the sample's (the
+  // choice is a function of the sample seed); needs dataset.json's empty_prompt.
+  double caption_dropout = 0.0;
 };
 
 // The size of one sample as get() returns it (float32 features, bool masks): `fixed` bytes plus
@@ -55,6 +58,9 @@ class Dataset {
   // widths, shard names and counts) and of each shard's header and first and last 64 KiB of data, so it
   // costs a few reads per shard, not a pass over the data. Kept with checkpoints, compared on resume.
   std::string fingerprint() const;
+  // Samples that may share a batch have the same group (latents with aspect-ratio buckets: one group per
+  // latent size); empty when every sample may go with every other.
+  virtual std::vector<int64_t> sample_groups() const { return {}; }
 
  protected:
   Dataset(std::string dir, DatasetManifest manifest);

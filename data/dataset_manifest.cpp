@@ -81,6 +81,16 @@ std::vector<ShardEntry> parse_shards(const std::string& dir, const std::string& 
     ShardEntry shard{normal_name(given), entry["samples"].get<int64_t>()};
     ZEST_CHECK(shard.samples > 0 && shard.samples <= kMaxShardSamples, path, ": shards[", i, "] (",
                printable(shard.file), ") has ", shard.samples, " samples; must be in [1, ", kMaxShardSamples, "]");
+    ZEST_CHECK(entry.contains("height") == entry.contains("width"), path, ": shards[", i,
+               "] gives only one of \"height\" and \"width\" (a bucket's latent size needs both)");
+    for (const char* side : {"height", "width"}) {
+      if (!entry.contains(side)) continue;
+      ZEST_CHECK(entry[side].is_number_integer() && entry[side].get<int64_t>() > 0 &&
+                     entry[side].get<int64_t>() <= kMaxFeatureWidth,
+                 path, ": shards[", i, "].", side, " must be an integer in [1, ", kMaxFeatureWidth, "], got ",
+                 printable(entry[side].dump(), 40));
+      (std::string(side) == "height" ? shard.height : shard.width) = entry[side].get<int64_t>();
+    }
     const auto [first, inserted] = seen.emplace(shard.file, i);
     ZEST_CHECK(inserted, path, ": shards[", i, "] (\"", printable(given), "\") and shards[", first->second,
                "] name the same file ", printable(shard.file), "; list each shard once");
@@ -117,6 +127,11 @@ std::string DatasetManifest::stats_path(const std::string& dir, bool must_exist)
   return confined_path(dir, stats_file, {(fs::path(dir) / "dataset.json").string(), "stats"}, must_exist);
 }
 
+std::string DatasetManifest::empty_prompt_path(const std::string& dir) const {
+  ZEST_CHECK(!empty_prompt_file.empty(), dir, "/dataset.json: no \"empty_prompt\" file is named");
+  return confined_path(dir, empty_prompt_file, {(fs::path(dir) / "dataset.json").string(), "empty_prompt"});
+}
+
 DatasetManifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "dataset.json").string();
   ZEST_CHECK(fs::exists(path) || fs::is_symlink(path), path,
@@ -136,6 +151,12 @@ DatasetManifest read_manifest(const std::string& dir) {
       ZEST_CHECK(shard.file != m.stats_file, path, ": \"stats\" names the shard ", printable(shard.file),
                  "; the statistics need a file of their own");
   }
+  if (doc.contains("empty_prompt")) {
+    ZEST_CHECK(doc["empty_prompt"].is_string(), path, ": \"empty_prompt\" must be a file name");
+    const std::string given = doc["empty_prompt"].get<std::string>();
+    confined_path(dir, given, {path, "empty_prompt"}, /*must_exist=*/false);
+    m.empty_prompt_file = normal_name(given);
+  }
   if (doc.contains("source") && doc["source"].is_string()) m.source = doc["source"].get<std::string>();
   return m;
 }
@@ -147,7 +168,13 @@ void write_manifest(const std::string& dir, const DatasetManifest& m) {
   for (const auto& [name, value] : m.features) doc["features"][name] = value;
   if (!m.stats_file.empty()) doc["stats"] = m.stats_file;
   doc["shards"] = Json::array();
-  for (const ShardEntry& shard : m.shards) doc["shards"].push_back({{"file", shard.file}, {"samples", shard.samples}});
+  if (!m.empty_prompt_file.empty()) doc["empty_prompt"] = m.empty_prompt_file;
+  for (const ShardEntry& shard : m.shards) {
+    Json entry = {{"file", shard.file}, {"samples", shard.samples}};
+    if (shard.height > 0) entry["height"] = shard.height;
+    if (shard.width > 0) entry["width"] = shard.width;
+    doc["shards"].push_back(entry);
+  }
   if (!m.source.empty()) doc["source"] = m.source;
   const fs::path path = fs::path(dir) / "dataset.json";
   const fs::path tmp = fs::path(dir) / "dataset.json.tmp";

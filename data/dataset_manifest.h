@@ -17,6 +17,10 @@ const char* format_name(DatasetFormat format);  // "zest.motion.v1", "zest.laten
 struct ShardEntry {
   std::string file;     // relative to the dataset folder, in its normal spelling (inside the folder)
   int64_t samples = 0;  // sample count the shard must hold
+  // latents with aspect-ratio buckets: this shard's latent size (every sample of a shard has one size);
+  // 0 = features.height / features.width.
+  int64_t height = 0;
+  int64_t width = 0;
 };
 
 struct DatasetManifest {
@@ -26,6 +30,7 @@ struct DatasetManifest {
   // latents: channels, height, width, text_tokens, text_dim, pooled_dim (0 = none), time_ids (0 or 1).
   std::map<std::string, int64_t> features;
   std::string stats_file;  // motion: per-feature mean/std (relative to the folder); latents: ""
+  std::string empty_prompt_file;  // latents: the empty caption's text embedding (caption dropout); "" = none
   std::string source;      // free text: who wrote the dataset (e.g. "zest data synth --model ...")
 
   int64_t total_samples() const;
@@ -33,6 +38,7 @@ struct DatasetManifest {
   // the folder, or a file that is not a regular one, is an error naming dataset.json and the entry.
   std::string shard_path(const std::string& dir, size_t shard) const;
   std::string stats_path(const std::string& dir, bool must_exist = true) const;
+  std::string empty_prompt_path(const std::string& dir) const;
   // A width; error naming dataset.json when absent.
   int64_t feature(const std::string& name) const;
 };

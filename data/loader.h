@@ -49,6 +49,7 @@ class DataLoader {
   const Dataset& dataset() const { return *dataset_; }
   int64_t batch_size() const { return options_.batch_size; }
   int64_t samples_per_epoch() const { return sampler_.samples_per_rank(); }  // this rank's
+  int64_t global_epoch_size() const { return sampler_.global_epoch_size(); }   // all ranks'
 
  private:
   struct Planned {

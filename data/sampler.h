@@ -30,6 +30,12 @@ struct SamplerOptions {
   // same count; false: the epoch is padded to a multiple of the world size by repeating its first
   // samples (so a few samples are seen twice per epoch).
   bool drop_last = false;
+  // Aspect-ratio buckets (Dataset::sample_groups): samples of a batch must share a group. Then epoch e's
+  // order is made of blocks of group_batch · world samples of one group (each group's samples shuffled,
+  // cut into blocks, its last block filled up with the group's first samples; the blocks shuffled), so
+  // every rank's group_batch consecutive samples come from one group. drop_last does not apply.
+  std::vector<int64_t> groups;
+  int64_t group_batch = 1;
 };
 
 // Epoch e's global order is a Fisher–Yates shuffle of 0..size−1 driven by mt19937_64 seeded with
@@ -43,6 +49,8 @@ class DistributedSampler {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int64_t samples_per_rank() const { return per_rank_; }  // per epoch
+  // Positions of one epoch's global order: the dataset size, or with groups the padded block count.
+  int64_t global_epoch_size() const { return options_.groups.empty() ? dataset_size_ : per_rank_ * world_size_; }
 
   // This rank's sample indices of epoch `epoch`, in order (a pure function of the constructor's arguments).
   std::vector<int64_t> epoch_indices(int64_t epoch) const;
@@ -73,6 +81,9 @@ class DistributedSampler {
   // The current epoch's list, cached: rebuilt when the epoch changes.
   std::vector<int64_t> cached_;
   int64_t cached_epoch_ = -1;
+
+  std::vector<int64_t> grouped_order(int64_t epoch) const;  // the global order with groups
+  int64_t num_groups_ = 0;
 };
 
 }  // namespace zest

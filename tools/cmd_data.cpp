@@ -1,8 +1,12 @@
-// `zest data synth|check|stats`: write a synthetic dataset shaped for a model, validate a dataset
-// folder (optionally against a model), and (re)compute a motion dataset's normalisation statistics.
+// `zest data synth|check|stats|prepare images`: write a synthetic dataset shaped for a model, validate a
+// dataset folder (optionally against a model), (re)compute a motion dataset's normalisation statistics, and
+// encode a folder of captioned images into a latent dataset (data/image_prepare.h).
 #include "tools/commands.h"
 
+#include "comm/world.h"
 #include "core/interrupt.h"
+#include "core/untrusted_file.h"
+#include "data/image_prepare.h"
 #include "data/dataset.h"
 #include "data/dataset_check.h"
 #include "data/motion_dataset.h"
@@ -141,14 +145,60 @@ void add_stats(CLI::App& data) {
   });
 }
 
+void add_prepare(CLI::App& data) {
+  auto o = std::make_shared<PrepareImagesOptions>();
+  CLI::App* prepare = data.add_subcommand("prepare", "Encode raw training data into a dataset");
+  prepare->require_subcommand(1);
+  CLI::App* images = prepare->add_subcommand(
+      "images", "A folder of captioned images → VAE latents + text-encoder states (zest.latents.v1), as diffusers' "
+                "train_text_to_image scripts compute them");
+  images->add_option("--pretrained", o->pretrained, "pipeline folder (vae/ text_encoder/ tokenizer/, SDXL also text_encoder_2/ tokenizer_2/)")
+      ->required();
+  images->add_option("--images", o->images, "folder of .jpg/.jpeg/.png with metadata.jsonl or name.txt captions")->required();
+  images->add_option("--out", o->out, "dataset folder to create")->required();
+  images->add_option("--resolution", o->resolution, "pixels of the square crop (with --buckets: about resolution² pixels)")
+      ->capture_default_str();
+  auto crop = std::make_shared<std::pair<bool, bool>>();  // --center-crop, --random-crop
+  auto* center = images->add_flag("--center-crop", crop->first, "crop the middle (the default)");
+  auto* random = images->add_flag("--random-crop", crop->second, "crop at a seeded random position (diffusers' default)");
+  center->excludes(random);
+  images->add_flag("--random-flip", o->random_flip, "flip half of the images horizontally (seeded)");
+  images->add_option("--caption-column", o->caption_column, "metadata.jsonl column holding the caption")->capture_default_str();
+  images->add_flag("--buckets", o->buckets, "aspect-ratio buckets: each image to the nearest aspect ratio at about resolution² pixels");
+  images->add_option("--seed", o->seed, "seed of crops, flips and the VAE's latent samples")->capture_default_str();
+  images->add_option("--batch-size", o->batch_size, "images encoded together")->capture_default_str();
+  images->add_option("--piece-images", o->piece_images, "images per resumable piece of work (ranks take pieces in turn)")
+      ->capture_default_str();
+  images->add_option("--device", o->device, "cpu, cuda, cuda:N (default: this rank's GPU when there is one)");
+  images->callback([o, crop] {
+    o->center_crop = !crop->second;
+    const WorldGuard world;  // under mpirun / zest launch each rank encodes its share of the images
+    auto comm = world_communicator();
+    const InterruptGuard stop_cleanly;  // SIGINT/SIGTERM: finished pieces kept for a rerun, OUT untouched
+    const PrepareImagesReport r = prepare_images(*o, *comm, std::cout);
+    if (comm->rank() != 0) return;
+    std::cout << "wrote " << r.samples << " samples in " << r.manifest.shards.size() << " shard(s) to " << o->out
+              << " (captions from " << r.captions_from << ")";
+    if (r.pieces_reused > 0) std::cout << "; " << r.pieces_reused << " of " << r.pieces_total << " pieces were done by an earlier run";
+    std::cout << "\n";
+    if (!r.skipped.empty()) {
+      std::cout << "skipped " << r.skipped.size() << " file(s), listed in " << o->out << "/skipped.txt:\n";
+      for (size_t i = 0; i < r.skipped.size() && i < 10; ++i)
+        std::cout << "  " << printable(r.skipped[i].file) << ": " << printable(r.skipped[i].reason) << "\n";
+      if (r.skipped.size() > 10) std::cout << "  ...\n";
+    }
+  });
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Dataset tools: synth, check, stats");
+  CLI::App* data = app.add_subcommand("data", "Dataset tools: synth, check, stats, prepare images");
   data->require_subcommand(1);
   add_synth(*data);
   add_check(*data);
   add_stats(*data);
+  add_prepare(*data);
 }
 
 }  // namespace zest::cli

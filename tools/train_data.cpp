@@ -61,6 +61,7 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   const ExpectedFeatures expected = model_features(model);
   DatasetOptions dataset_options;
   dataset_options.seq_len = config.data.seq_len;
+  dataset_options.caption_dropout = config.data.caption_dropout;
   impl_->dataset = open_dataset(dir, dataset_options, &expected);
   impl_->is_motion = expected.format == DatasetFormat::motion;
   impl_->fingerprint = impl_->dataset->fingerprint();
@@ -72,6 +73,8 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   check_inputs_fit(config.data, impl_->dataset->sample_bytes(), budget);
   SamplerOptions sampler;
   sampler.seed = static_cast<uint64_t>(config.train.seed);
+  sampler.groups = impl_->dataset->sample_groups();  // aspect-ratio buckets: a batch holds one latent size
+  sampler.group_batch = config.data.batch_size;
   LoaderOptions loader;
   loader.batch_size = config.data.batch_size;
   loader.num_workers = config.data.num_workers;
@@ -118,7 +121,7 @@ void TrainData::load_state(const nlohmann::json& state, int saved_world_size) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("the checkpoint's data position (extra.data in manifest.json) is unreadable: ") + e.what());
   }
-  if (position.epoch < 0 || position.consumed < 0 || position.consumed >= size)
+  if (position.epoch < 0 || position.consumed < 0 || position.consumed >= impl_->loader->global_epoch_size())
     throw Error(str("the checkpoint's data position {epoch ", position.epoch, ", ", position.consumed,
                     " samples consumed} lies outside an epoch of ", size, " samples of data.dir '",
                     impl_->dataset->dir(), "' (was it made with another dataset?)"));

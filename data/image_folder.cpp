@@ -1,0 +1,182 @@
+// Listing an image folder: the walk, metadata.jsonl captions, name.txt captions, and what is skipped.
+#include "data/image_folder.h"
+
+#include "core/check.h"
+#include "core/untrusted_file.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kMaxCaptionBytes = 1 << 20;
+constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool is_image_name(const fs::path& p) {
+  const std::string ext = lower(p.extension().string());
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+std::string trimmed(const std::string& s) {
+  const char* space = " \t\r\n\v\f";
+  const size_t first = s.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(space) - first + 1);
+}
+
+struct Walk {
+  std::vector<std::string> images;  // relative names of regular image files
+  std::vector<std::string> texts;   // relative names of regular .txt files
+  std::vector<SkippedFile> skipped;
+};
+
+Walk walk(const fs::path& root) {
+  Walk w;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    ZEST_CHECK(!ec, printable(root.string()), ": cannot list the folder: ", ec.message());
+    const fs::path& p = it->path();
+    const std::string rel = p.lexically_relative(root).generic_string();
+    const bool image = is_image_name(p), text = lower(p.extension().string()) == ".txt";
+    if (!image && !text) continue;
+    const std::string kind = file_kind(p.string());
+    if (!kind.empty()) {
+      if (kind != "a folder") w.skipped.push_back({rel, "is " + kind + ", not a regular file"});
+      continue;
+    }
+    (image ? w.images : w.texts).push_back(rel);
+  }
+  std::sort(w.images.begin(), w.images.end());
+  std::sort(w.texts.begin(), w.texts.end());
+  return w;
+}
+
+std::string stem_of(const std::string& rel) { return (fs::path(rel).parent_path() / fs::path(rel).stem()).generic_string(); }
+
+void from_text_files(const fs::path& root, const Walk& w, ImageFolderListing& out) {
+  std::map<std::string, std::string> text_of_stem;
+  for (const std::string& t : w.texts) text_of_stem[stem_of(t)] = t;
+  std::set<std::string> used;
+  for (const std::string& image : w.images) {
+    const auto it = text_of_stem.find(stem_of(image));
+    if (it == text_of_stem.end()) {
+      out.skipped.push_back({image, "no caption: " + stem_of(image) + ".txt is missing (or give a metadata.jsonl)"});
+      continue;
+    }
+    used.insert(it->second);
+    try {
+      out.images.push_back({image, trimmed(read_text_file((root / it->second).string(), "caption file", kMaxCaptionBytes))});
+    } catch (const Error& e) {
+      out.skipped.push_back({image, e.what()});
+    }
+  }
+  for (const std::string& t : w.texts)
+    if (!used.count(t)) out.skipped.push_back({t, "caption file without its image (no .jpg/.jpeg/.png of that name)"});
+  out.captions_from = "name.txt files";
+}
+
+void from_metadata(const fs::path& root, const Walk& w, const std::string& column, ImageFolderListing& out) {
+  const std::string path = (root / "metadata.jsonl").string();
+  const std::string text = read_text_file(path, "metadata.jsonl", kMaxMetadataBytes);
+  std::set<std::string> present(w.images.begin(), w.images.end());
+  std::map<std::string, std::string> caption_of;
+  std::set<std::string> columns;
+  std::istringstream lines(text);
+  std::string line;
+  int64_t number = 0, with_column = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (trimmed(line).empty()) continue;
+    const std::string where = str("metadata.jsonl line ", number);
+    nlohmann::json row;
+    try {
+      row = parse_json(line, path + " line " + std::to_string(number));
+    } catch (const Error& e) {
+      out.skipped.push_back({where, e.what()});
+      continue;
+    }
+    if (!row.is_object() || !row.contains("file_name") || !row["file_name"].is_string()) {
+      out.skipped.push_back({where, "needs an object with \"file_name\": STRING"});
+      continue;
+    }
+    for (const auto& [key, value] : row.items()) columns.insert(key);
+    const std::string given = row["file_name"].get<std::string>();
+    if (!row.contains(column)) {
+      out.skipped.push_back({where, "has no \"" + printable(column) + "\" (--caption-column)"});
+      continue;
+    }
+    ++with_column;
+    const nlohmann::json& value = row[column];
+    std::string caption;
+    if (value.is_string()) {
+      caption = value.get<std::string>();
+    } else if (value.is_array() && !value.empty() && value[0].is_string()) {
+      caption = value[0].get<std::string>();  // several captions: the first (diffusers draws one at random)
+    } else {
+      out.skipped.push_back({where, "\"" + printable(column) + "\" must be a string or a list of strings"});
+      continue;
+    }
+    std::string name;
+    try {
+      name = fs::relative(confined_path(root.string(), given, {path, str("line ", number, " file_name")}, false), root)
+                 .generic_string();
+    } catch (const Error& e) {
+      out.skipped.push_back({where, e.what()});
+      continue;
+    }
+    if (!present.count(name)) {
+      out.skipped.push_back({where, "lists " + printable(given) + ", which is not an image file in the folder"});
+      continue;
+    }
+    if (!caption_of.emplace(name, caption).second)
+      out.skipped.push_back({where, "lists " + printable(given) + " a second time (the first caption is kept)"});
+  }
+  if (with_column == 0) {
+    std::string names;
+    for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + printable(c);
+    ZEST_FAIL(printable(path), ": no line has the caption column \"", printable(column), "\" (columns found: ",
+              names.empty() ? "none" : names, "); choose one with --caption-column");
+  }
+  for (const std::string& image : w.images) {
+    const auto it = caption_of.find(image);
+    if (it == caption_of.end()) {
+      out.skipped.push_back({image, "not listed in metadata.jsonl"});
+      continue;
+    }
+    out.images.push_back({image, it->second});
+  }
+  out.captions_from = "metadata.jsonl (column " + column + ")";
+}
+
+}  // namespace
+
+ImageFolderListing list_image_folder(const std::string& folder, const std::string& caption_column) {
+  const fs::path root(folder);
+  ZEST_CHECK(fs::is_directory(root), printable(folder), ": no such folder (--images needs a folder of images)");
+  const Walk w = walk(root);
+  ImageFolderListing out;
+  out.skipped = w.skipped;
+  if (fs::exists(root / "metadata.jsonl") || fs::is_symlink(root / "metadata.jsonl"))
+    from_metadata(root, w, caption_column, out);
+  else
+    from_text_files(root, w, out);
+  ZEST_CHECK(!w.images.empty(), printable(folder), ": no images (.jpg, .jpeg, .png) found in the folder or below it");
+  ZEST_CHECK(!out.images.empty(), printable(folder), ": none of the ", w.images.size(),
+             " images has a caption (", out.skipped.front().file, ": ", out.skipped.front().reason, ")");
+  return out;
+}
+
+}  // namespace zest
