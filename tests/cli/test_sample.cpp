@@ -178,3 +178,65 @@ TEST(SdSample, BadInputIsOneClearMessage) {
 
 }  // namespace
 }  // namespace zest::testing
+
+namespace zest::testing {
+namespace {
+
+void write_sample_run(const fs::path& run, const fs::path& data, const fs::path& run_dir, const std::string& sample) {
+  std::ofstream(run) << "[model]\npretrained = \"" << tiny("sd15") << "/unet\"\n"
+                     << "[data]\ndir = \"" << data.string() << "\"\nbatch_size = 2\nnum_workers = 1\n"
+                     << "[engine]\nprecision = \"fp32\"\n[optimizer]\nlr = 1e-3\n[ema]\ndecay = 0.9\n"
+                     << "[train]\nmax_steps = 2\nlog_every = 1\nrun_dir = \"" << run_dir.string() << "\"\n"
+                     << "[checkpoint]\nmerge_at_end = false\n"
+                     << "[sample]\n" << sample;
+}
+
+TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
+  const fs::path work = scratch("validation");
+  const fs::path data = work / "data", run = work / "run.toml", run_dir = work / "run";
+  write_sample_run(run, data, run_dir,
+                   "every_steps = 2\nprompts = [\"a red fox\", \"a lighthouse\"]\nsteps = 2\nsize = \"16x8\"\n"
+                   "num_images = 3\nscheduler = \"euler\"\n");
+  const auto synth = run_cli({zest_exe(), "data", "synth", "--config", run.string(), "--out", data.string(), "--samples", "8"});
+  ASSERT_EQ(synth.code(), 0) << synth.describe();
+  CliOptions slow;
+  slow.timeout_s = 120.0;
+  const auto train = run_cli({zest_exe(), "train", run.string()}, slow);
+  ASSERT_EQ(train.code(), 0) << train.describe();
+  for (const char* name : {"step_00000002_prompt_0.png", "step_00000002_prompt_1.png"}) {
+    ASSERT_TRUE(fs::exists(run_dir / "samples" / name)) << train.describe();
+    EXPECT_EQ(read_png(run_dir / "samples" / name).sizes(), (std::vector<int64_t>{16, 32, 3}));  // 2 × 2 cells of 16x8
+  }
+  EXPECT_FALSE(fs::exists(run_dir / "samples" / ".unet_for_samples.safetensors"));
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  int listed = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("validation_samples")) continue;
+    ++listed;
+    EXPECT_EQ(j.at("step"), 2);
+    EXPECT_EQ(j.at("ema"), true);  // the run keeps an EMA: that is what is drawn
+    ASSERT_EQ(j.at("validation_samples").size(), 2u);
+    EXPECT_EQ(j.at("validation_samples")[1].at("file"), "samples/step_00000002_prompt_1.png");
+    EXPECT_EQ(j.at("validation_samples")[1].at("prompt"), "a lighthouse");
+  }
+  EXPECT_EQ(listed, 1);
+}
+
+TEST(ValidationSamples, BadKeysAreOneClearMessage) {
+  const fs::path work = scratch("validation_bad");
+  auto check = [&](const std::string& sample, const std::string& part) {
+    write_sample_run(work / "run.toml", work / "data", work / "run", sample);
+    const auto r = run_cli({zest_exe(), "config", "check", (work / "run.toml").string()});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_EQ(one_clear_error_line(r.err), "") << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  check("every_steps = 5\n", "sample.prompts: needs at least one prompt");
+  check("every_steps = 5\nprompts = [\"x\"]\nsize = \"big\"\n", "sample.size: 'big': expected WIDTHxHEIGHT");
+  check("every_steps = 5\nprompts = [\"x\"]\nscheduler = \"pndm\"\n", "sample.scheduler: 'pndm'");
+  check("validation_prompt = \"x\"\n", "zest calls it prompts");
+}
+
+}  // namespace
+}  // namespace zest::testing
