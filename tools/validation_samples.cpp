@@ -71,7 +71,8 @@ void to_toml(const SampleConfig& c, ConfigWriter& out) {
   t.set("every_steps", c.every_steps, "optimizer steps between samples (0: none)");
   t.set("prompts", c.prompts, "one grid per prompt");
   t.set("negative_prompt", c.negative_prompt, "classifier-free guidance's unconditional prompt");
-  t.set("pretrained", c.pretrained, "pipeline folder (\"\": the model's pretrained one)");
+  // Left out when unset: an empty path is not a valid value (the model's pretrained folder is then used).
+  if (!c.pretrained.empty()) t.set("pretrained", c.pretrained, "pipeline folder (default: the model's pretrained one)");
   t.set("steps", c.steps, "denoising steps");
   t.set("guidance", c.guidance, "classifier-free guidance scale");
   t.set("seed", c.seed, "seed of the starting noise (the same every time: grids compare across steps)");
