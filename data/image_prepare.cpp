@@ -3,7 +3,7 @@
 #include "data/image_prepare.h"
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "comm/communicator.h"
 #include "core/check.h"
 #include "core/interrupt.h"

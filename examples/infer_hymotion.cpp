@@ -4,9 +4,11 @@
 //   infer_hymotion --model hymotion_1b --weights model.safetensors --text datasets/hymotion --sample 3
 //                  --frames 180 --out motion.npy
 // The output is motion features [B, frames, 201], denormalised with the dataset's mean/std when --text is
-// a dataset folder (or --stats names the file), else as the model produces them (normalised).
+// a dataset folder (or --stats names the file), else as the model produces them (normalised); beside it
+// a skeleton animation per sample (motion.gif, or motion_<i>.gif), drawn from the 22 joint positions.
 #include "examples/inference_util.h"
 #include "models/hymotion/hymotion.h"
+#include "tools/motion_gif.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
@@ -150,6 +152,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "denormalised with %s\n", stats_path.c_str());
     }
     zest::examples::write_result(out_path, "motion", motion);
+    // Beside it, each sample as a skeleton animation (tools/motion_gif.h): NAME.gif, or NAME_<i>.gif for several.
+    const std::string stem = out_path.substr(0, out_path.rfind('.'));
+    for (int64_t i = 0; i < num_samples; ++i) {
+      const std::string gif = num_samples == 1 ? stem + ".gif" : stem + "_" + std::to_string(i) + ".gif";
+      zest::write_motion_gif(gif, motion[i]);
+      std::fprintf(stderr, "wrote %s\n", gif.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "infer_hymotion: error: %s\n", e.what());
     return 1;

@@ -17,6 +17,7 @@ void add_ckpt_command(CLI::App& app);      // zest ckpt inspect  (cmd_ckpt.cpp)
 void add_launch_command(CLI::App& app);    // zest launch        (cmd_launch.cpp)
 void add_data_command(CLI::App& app);      // zest data synth|stats (cmd_data.cpp)
 void add_bench_command(CLI::App& app);     // zest bench         (cmd_bench.cpp)
+void add_sample_command(CLI::App& app);    // zest sample        (cmd_sample.cpp)
 
 // Exit status set by a subcommand's callback (0 unless it failed without throwing).
 int& exit_code();

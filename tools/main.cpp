@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   zest::cli::add_launch_command(app);
   zest::cli::add_data_command(app);
   zest::cli::add_bench_command(app);
+  zest::cli::add_sample_command(app);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     // torch.distributed.launch without --use_env: `zest --local_rank=N train ...`.

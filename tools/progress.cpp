@@ -71,7 +71,15 @@ void ProgressReporter::write_jsonl(const StepRecord& r) {
                             {"items_per_s", r.items_per_s},
                             {"step_ms", r.step_ms},
                             {"peak_mem_bytes", r.peak_mem_bytes}};
-  const std::string line = j.dump() + "\n";
+  append_line(j.dump() + "\n");
+}
+
+void ProgressReporter::record_line(const std::string& json_object) {
+  if (is_active_) append_line(json_object + "\n");
+}
+
+void ProgressReporter::append_line(const std::string& line) {
+  if (metrics_fd_ < 0) return;
   // One unbuffered write per record: a crash loses no logged step, and a full disk is found at this
   // step, not at exit. A short write is cut off again, so the file never ends in half a line.
   const off_t before = ::lseek(metrics_fd_, 0, SEEK_END);

@@ -38,11 +38,13 @@ class ProgressReporter {
 
   void record(const StepRecord& r);        // one metrics line and a progress line (or the bar)
   void message(const std::string& text);   // a line that does not break the bar
+  void record_line(const std::string& json_object);  // another metrics.jsonl record (e.g. validation samples)
   void finish();                           // ends the bar, closes metrics.jsonl (checked)
   // A failed write leaves metrics.jsonl as it was before it (no half line at its end).
 
  private:
   void write_jsonl(const StepRecord& r);
+  void append_line(const std::string& line);  // checked; a failed write leaves no half line
   void print_line(const StepRecord& r, bool is_bar);
   void emit(const std::string& text);      // to stdout, checked (see the header comment)
 

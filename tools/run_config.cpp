@@ -101,6 +101,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable ema = root.table("ema");
   ConfigTable train = root.table("train");
   ConfigTable checkpoint = root.table("checkpoint");
+  ConfigTable sample = root.table("sample");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -112,6 +113,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.ema = EmaConfig::from_toml(ema, has_ema);
   c.train = TrainConfig::from_toml(train);
   c.checkpoint = CheckpointConfig::from_toml(checkpoint);
+  c.sample = SampleConfig::from_toml(sample);
   check_across_tables(root, c);
   return c;
 }
@@ -149,6 +151,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.ema, out);
   to_toml(c.train, out);
   to_toml(c.checkpoint, out);
+  to_toml(c.sample, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

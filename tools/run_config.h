@@ -1,5 +1,5 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [ema], [train], [checkpoint]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint], [sample]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
@@ -9,6 +9,7 @@
 #include "models/model_selection.h"
 #include "optim/ema.h"
 #include "optim/optim_config.h"
+#include "tools/validation_samples.h"
 
 #include <cstdint>
 #include <string>
@@ -41,6 +42,7 @@ struct RunConfig {
   EmaConfig ema;
   TrainConfig train;
   CheckpointConfig checkpoint;
+  SampleConfig sample;  // [sample]: validation samples (tools/validation_samples.h)
 };
 
 // Reads a run file (an error naming it when it is missing or not a regular file; every error is one

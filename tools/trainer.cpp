@@ -21,6 +21,7 @@
 #include "tools/run_folder.h"
 #include "tools/stop_signal.h"
 #include "tools/train_data.h"
+#include "tools/validation_samples.h"
 
 #include <nlohmann/json.hpp>
 
@@ -152,6 +153,7 @@ class TrainRun {
   std::unique_ptr<TrainData> data_;
   checkpoint::SaveRequest request_;
   std::unique_ptr<ProgressReporter> progress_;
+  std::unique_ptr<ValidationSamples> samples_;  // [sample]
   checkpoint::Saver saver_;
   torch::Generator generator_ = at::detail::createCPUGenerator(0);
   int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
@@ -192,6 +194,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
+  samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir);
   if (!resume_from_.empty()) resume();
 }
 
@@ -265,6 +268,7 @@ TrainOutcome TrainRun::train() {
       window = new_window(engine_->device());
     }
     if (save_due) save_now();
+    if (samples_->due(done)) samples_->run(*engine_, *comm_, done, *progress_);
     if (stop) {
       progress_->message(str("stop signal received: stopped after step ", done, " with a checkpoint"));
       outcome.preempted = true;

@@ -95,7 +95,9 @@ torch::Tensor VaeAttentionImpl::forward(const torch::Tensor& x) const {
   const torch::Tensor scores = torch::matmul(q, k.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(channels)));
   const torch::Tensor weights = torch::softmax(scores.to(torch::kFloat), -1).to(v.scalar_type());
   const torch::Tensor out = to_out->ptr(0)->as<unet::LinearImpl>()->forward(torch::matmul(weights, v));
-  return out.transpose(1, 2).reshape({batch, channels, height, width}).to(x.scalar_type()) + x;
+  // contiguous: the transposed view is channels-last in memory, and the next group norm needs one layout
+  // (for non-square pictures the sum with x kept a mixed stride pattern the CPU kernel refuses).
+  return out.transpose(1, 2).reshape({batch, channels, height, width}).contiguous().to(x.scalar_type()) + x;
 }
 
 VaeMidBlockImpl::VaeMidBlockImpl(const VaeConfig& config, const torch::TensorOptions& options) {

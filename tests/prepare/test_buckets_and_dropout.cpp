@@ -1,7 +1,7 @@
 // The loader side of prepared image datasets: the grouped sampler (aspect-ratio buckets: every rank's
 // batch from one bucket, every sample in every epoch, resumable positions) and caption dropout to the
 // empty prompt's embedding (seeded, at the configured rate); [data] caption_dropout's bounds.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/config_reader.h"

@@ -2,7 +2,7 @@
 // (scripts/golden/make_prepare_golden.py: diffusers' AutoencoderKL, transformers' CLIP text encoders and
 // tokenizers saved with save_pretrained, and train_text_to_image_sdxl.py's preprocessing and encoding of
 // three images). Skipped until that folder is generated.
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "common/temp_dir.h"
 #include "data/dataset.h"
 #include "examples/zest_run.h"

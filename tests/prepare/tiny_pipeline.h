@@ -4,7 +4,7 @@
 // the first 2000), shaped so that unet_tiny trains on what it encodes; and small PNG images.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "clip/clip_test_util.h"
 #include "models/clip/clip_text_model.h"
 #include "models/vae/autoencoder_kl.h"

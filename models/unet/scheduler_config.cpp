@@ -1,0 +1,117 @@
+// SchedulerConfig from scheduler_config.json (see scheduler_config.h).
+#include "models/unet/scheduler_config.h"
+
+#include "core/check.h"
+
+#include <fstream>
+
+namespace zest::unet {
+namespace {
+
+bool present(const nlohmann::json& config, const char* key) { return config.contains(key) && !config[key].is_null(); }
+
+std::string read_choice(const nlohmann::json& config, const char* key, const std::string& path,
+                        std::initializer_list<const char*> choices, const std::string& fallback) {
+  if (!present(config, key)) return fallback;
+  std::string list;
+  for (const char* c : choices) {
+    if (config[key] == c) return c;
+    list += std::string(list.empty() ? "" : ", ") + "\"" + c + "\"";
+  }
+  ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; zest supports ", list);
+}
+
+bool read_bool(const nlohmann::json& config, const char* key, const std::string& path, bool fallback) {
+  if (!present(config, key)) return fallback;
+  if (!config[key].is_boolean()) ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected true or false");
+  return config[key].get<bool>();
+}
+
+double read_number(const nlohmann::json& config, const char* key, const std::string& path, double fallback) {
+  if (!present(config, key)) return fallback;
+  if (!config[key].is_number() || config[key].get<double>() <= 0) {
+    ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected a positive number");
+  }
+  return config[key].get<double>();
+}
+
+int64_t read_int(const nlohmann::json& config, const char* key, const std::string& path, int64_t fallback,
+                 int64_t min) {
+  if (!present(config, key)) return fallback;
+  if (!config[key].is_number_integer() || config[key].get<int64_t>() < min) {
+    ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected an integer >= ", min);
+  }
+  return config[key].get<int64_t>();
+}
+
+// Options whose non-default value zest does not implement: refused rather than silently sampled wrong.
+void refuse_unsupported(const nlohmann::json& config, const std::string& path) {
+  for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
+                          "use_flow_sigmas", "thresholding", "rescale_betas_zero_snr", "use_dynamic_shifting"}) {
+    if (read_bool(config, key, path, false)) ZEST_FAIL(path, ": \"", key, "\" is true; zest's schedulers support only false");
+  }
+  if (present(config, "trained_betas")) ZEST_FAIL(path, ": \"trained_betas\" is set; zest supports only null");
+  read_choice(config, "prediction_type", path, {"epsilon"}, "epsilon");
+  read_choice(config, "interpolation_type", path, {"linear"}, "linear");
+  read_choice(config, "timestep_type", path, {"discrete"}, "discrete");
+  read_choice(config, "algorithm_type", path, {"dpmsolver++"}, "dpmsolver++");
+  if (present(config, "variance_type")) ZEST_FAIL(path, ": \"variance_type\" is set; zest supports only null");
+  if (present(config, "lambda_min_clipped") && !(config["lambda_min_clipped"].is_string() ||
+                                                 config["lambda_min_clipped"].get<double>() < -1e30)) {
+    ZEST_FAIL(path, ": \"lambda_min_clipped\" is ", config["lambda_min_clipped"].dump(), "; zest supports only -inf");
+  }
+}
+
+}  // namespace
+
+SchedulerConfig SchedulerConfig::stable_diffusion() {
+  SchedulerConfig c;
+  c.class_name = "PNDMScheduler";
+  c.steps_offset = 1;
+  c.set_alpha_to_one = false;
+  c.clip_sample = false;
+  return c;
+}
+
+SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& config, const std::string& path) {
+  if (!config.is_object()) ZEST_FAIL(path, ": expected a JSON object of scheduler fields");
+  refuse_unsupported(config, path);
+  SchedulerConfig c;
+  if (present(config, "_class_name") && config["_class_name"].is_string()) c.class_name = config["_class_name"];
+  c.num_train_timesteps = read_int(config, "num_train_timesteps", path, c.num_train_timesteps, 2);
+  c.beta_start = read_number(config, "beta_start", path, 0.0001);  // diffusers' class defaults
+  c.beta_end = read_number(config, "beta_end", path, 0.02);
+  c.beta_schedule = read_choice(config, "beta_schedule", path, {"scaled_linear", "linear"}, "linear");
+  if (present(config, "timestep_spacing")) {
+    c.timestep_spacing = read_choice(config, "timestep_spacing", path, {"leading", "linspace", "trailing"}, "");
+  }
+  if (present(config, "steps_offset")) c.steps_offset = read_int(config, "steps_offset", path, 0, 0);
+  if (present(config, "set_alpha_to_one")) c.set_alpha_to_one = read_bool(config, "set_alpha_to_one", path, true);
+  if (present(config, "clip_sample")) c.clip_sample = read_bool(config, "clip_sample", path, true);
+  c.clip_sample_range = read_number(config, "clip_sample_range", path, 1.0);
+  c.final_sigmas_type = read_choice(config, "final_sigmas_type", path, {"zero", "sigma_min"}, "zero");
+  c.solver_order = read_int(config, "solver_order", path, 2, 1);
+  if (c.solver_order > 2) ZEST_FAIL(path, ": \"solver_order\" is ", c.solver_order, "; zest supports 1 and 2");
+  c.solver_type = read_choice(config, "solver_type", path, {"midpoint", "heun"}, "midpoint");
+  c.lower_order_final = read_bool(config, "lower_order_final", path, true);
+  c.euler_at_final = read_bool(config, "euler_at_final", path, false);
+  return c;
+}
+
+SchedulerConfig SchedulerConfig::from_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  ZEST_CHECK(in.good(), path.string(), ": cannot open the scheduler configuration");
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) ZEST_FAIL(path.string(), ": not valid JSON");
+  return from_json(config, path.string());
+}
+
+NoiseSchedule SchedulerConfig::noise_schedule() const {
+  if (beta_schedule == "scaled_linear") return NoiseSchedule::scaled_linear(num_train_timesteps, beta_start, beta_end);
+  NoiseSchedule s;
+  s.betas = torch::linspace(beta_start, beta_end, num_train_timesteps, torch::TensorOptions().dtype(torch::kFloat32));
+  s.alphas_cumprod = torch::cumprod(1.0 - s.betas, 0);
+  return s;
+}
+
+}  // namespace zest::unet

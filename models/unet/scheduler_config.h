@@ -1,0 +1,47 @@
+// The inference schedulers' configuration as diffusers reads a pipeline folder's
+// scheduler/scheduler_config.json into another scheduler class (`from_config`): the fields zest's DDIM,
+// Euler and DPM-Solver++ use, each left unset when the file does not give it (then the class's default).
+#pragma once
+
+#include "models/unet/ddpm.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace zest::unet {
+
+struct SchedulerConfig {
+  std::string class_name;  // "_class_name" ("" when absent), e.g. "PNDMScheduler" (SD1.5), "EulerDiscreteScheduler" (SDXL)
+  int64_t num_train_timesteps = 1000;
+  double beta_start = 0.00085;
+  double beta_end = 0.012;
+  std::string beta_schedule = "scaled_linear";  // or "linear"
+  std::optional<std::string> timestep_spacing;  // "leading" | "linspace" | "trailing"; unset: the class's default
+  std::optional<int64_t> steps_offset;          // unset: 0 (every class's default)
+  std::optional<bool> set_alpha_to_one;         // DDIM; unset: true (DDIMScheduler's default)
+  std::optional<bool> clip_sample;              // DDIM; unset: true
+  double clip_sample_range = 1.0;               // DDIM
+  std::string final_sigmas_type = "zero";       // Euler, DPM-Solver++: "zero" | "sigma_min"
+  int64_t solver_order = 2;                     // DPM-Solver++: 1 or 2
+  std::string solver_type = "midpoint";         // DPM-Solver++: "midpoint" | "heun"
+  bool lower_order_final = true;                // DPM-Solver++
+  bool euler_at_final = false;                  // DPM-Solver++
+
+  // The SD1.5 pipeline's values, for a folder without scheduler/scheduler_config.json.
+  static SchedulerConfig stable_diffusion();
+
+  // Reads a scheduler_config.json object. Options that would change the arithmetic beyond what zest
+  // implements (v-prediction, Karras sigmas, thresholding, trained betas, ...) are errors naming `path`
+  // and the field; bookkeeping and other classes' fields are ignored, as from_config ignores them.
+  static SchedulerConfig from_json(const nlohmann::json& config, const std::string& path);
+  static SchedulerConfig from_file(const std::filesystem::path& path);
+
+  // β and ᾱ of the training schedule (float32, as diffusers builds them).
+  NoiseSchedule noise_schedule() const;
+};
+
+}  // namespace zest::unet

@@ -1,0 +1,242 @@
+// `zest sample` (tools/cmd_sample.cpp, tools/sd_pipeline.h) on the tiny pipeline folders of
+// tests/data/sd_tiny/: a PNG of the requested size (grids for n > 1), the CLI's pixels equal to the
+// library's, SDXL's path, the reference pipelines' pixels (golden, made by
+// scripts/golden/make_sd_pipeline_golden.py; skipped while absent), and bad input as one clear message.
+#include "cli_test_util.h"
+#include "sd_pipeline_test_util.h"
+
+#include "checkpoint/safetensors.h"
+#include "core/check.h"
+#include "data/png_write.h"
+#include "tools/sd_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
+namespace zest::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tiny(const std::string& which) { return std::string(ZEST_TEST_DATA) + "/sd_tiny/" + which; }
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "zest_sample" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The PNG's pixels [H, W, 3].
+torch::Tensor read_png(const fs::path& path) {
+  int w = 0, h = 0, c = 0;
+  uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, 3);
+  if (pixels == nullptr) {
+    ADD_FAILURE() << path << ": not a readable PNG";
+    return {};
+  }
+  auto out = torch::from_blob(pixels, {h, w, 3}, torch::kUInt8).clone();
+  stbi_image_free(pixels);
+  return out;
+}
+
+CliResult sample(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{zest_exe(), "sample"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return run_cli(argv);
+}
+
+// ZEST_REGENERATE_SD_TINY=1 writes the committed folders anew (after a change to the generator).
+TEST(SdSample, TheCommittedTinyPipelinesAreWhatTheGeneratorWrites) {
+  for (const bool sdxl : {false, true}) {
+    if (std::getenv("ZEST_REGENERATE_SD_TINY") != nullptr) zest::test::make_tiny_pipeline(tiny(sdxl ? "sdxl" : "sd15"), sdxl);
+    const fs::path made = scratch(sdxl ? "made_sdxl" : "made_sd15");
+    zest::test::make_tiny_pipeline(made, sdxl);
+    const fs::path committed = tiny(sdxl ? "sdxl" : "sd15");
+    for (const auto& entry : fs::recursive_directory_iterator(made)) {
+      if (!entry.is_regular_file()) continue;
+      const fs::path relative = fs::relative(entry.path(), made);
+      ASSERT_TRUE(fs::exists(committed / relative)) << relative;
+      EXPECT_EQ(clip::test::read_text(entry.path()), clip::test::read_text(committed / relative)) << relative;
+    }
+  }
+}
+
+TEST(SdSample, WritesAPngOfTheRequestedSizeAndGridsForSeveral) {
+  const fs::path out = scratch("size");
+  const auto one = sample({"--pretrained", tiny("sd15"), "--prompt", "a red fox in the snow", "--steps", "3",
+                           "--size", "20x12", "-o", (out / "one.png").string()});
+  ASSERT_EQ(one.code(), 0) << one.describe();
+  EXPECT_EQ(read_png(out / "one.png").sizes(), (std::vector<int64_t>{12, 20, 3}));
+  EXPECT_NE(one.out.find("wrote "), std::string::npos) << one.out;
+  const auto three = sample({"--pretrained", tiny("sd15"), "--prompt", "a red fox", "--steps", "2", "--size", "16x16",
+                             "-n", "3", "--scheduler", "euler", "-o", (out / "grid.png").string()});
+  ASSERT_EQ(three.code(), 0) << three.describe();
+  EXPECT_EQ(read_png(out / "grid.png").sizes(), (std::vector<int64_t>{32, 32, 3}));  // 2 × 2 cells, one black
+  EXPECT_FALSE(fs::exists(out / "grid.png.tmp"));
+}
+
+SampleRequest small_request(unet::SchedulerKind kind) {
+  SampleRequest r;
+  r.prompt = "a watercolor lighthouse, 1920s";
+  r.steps = 4;
+  r.width = r.height = 16;
+  r.count = 2;
+  r.seed = 7;
+  r.scheduler = kind;
+  return r;
+}
+
+TEST(SdSample, TheCliWritesTheLibrarysPixels) {
+  SdPipeline sd = load_sd_pipeline(tiny("sd15"), {}, torch::kCPU, torch::kFloat32);
+  const auto expected = image_grid(generate_images(sd, small_request(unet::SchedulerKind::dpmpp)));
+  const fs::path out = scratch("same") / "x.png";
+  const auto r = sample({"--pretrained", tiny("sd15"), "--prompt", "a watercolor lighthouse, 1920s", "--steps", "4",
+                         "--size", "16x16", "-n", "2", "--seed", "7", "--scheduler", "dpmpp", "--device", "cpu", "-o",
+                         out.string()});
+  ASSERT_EQ(r.code(), 0) << r.describe();
+  EXPECT_TRUE(torch::equal(read_png(out), expected));
+  // Another seed draws other noise, so other pixels.
+  auto other = small_request(unet::SchedulerKind::dpmpp);
+  other.seed = 8;
+  EXPECT_FALSE(torch::equal(image_grid(generate_images(sd, other)), expected));
+}
+
+TEST(SdSample, SdxlUsesBothEncodersAndTheTimeIds) {
+  SdPipeline xl = load_sd_pipeline(tiny("sdxl"), {}, torch::kCPU, torch::kFloat32);
+  ASSERT_TRUE(xl.is_sdxl());
+  EXPECT_EQ(unet::default_scheduler_kind(xl.scheduler), unet::SchedulerKind::euler);  // its scheduler_config.json
+  auto r = small_request(unet::SchedulerKind::euler);
+  const auto with_zeros = generate_images(xl, r);  // no negative prompt: zero embeddings (force_zeros_for_empty_prompt)
+  EXPECT_EQ(with_zeros.sizes(), (std::vector<int64_t>{2, 16, 16, 3}));
+  r.negative_prompt = "";
+  EXPECT_FALSE(torch::equal(generate_images(xl, r), with_zeros));  // "" is encoded, not zeros
+  const fs::path out = scratch("xl") / "x.png";
+  const auto cli = sample({"--pretrained", tiny("sdxl"), "--prompt", "x", "--steps", "2", "--size", "8x16",
+                           "--negative-prompt", "blurry", "-o", out.string()});
+  ASSERT_EQ(cli.code(), 0) << cli.describe();
+  EXPECT_EQ(read_png(out).sizes(), (std::vector<int64_t>{16, 8, 3}));
+}
+
+// The reference pipelines' decoded pixels on the same folders, prompts, seeds and schedulers.
+TEST(SdSample, EqualsTheReferencePipelinesPixels) {
+  const std::string golden = tiny("golden_pixels.safetensors");
+  if (!fs::exists(golden)) GTEST_SKIP() << golden << " not generated yet (scripts/golden/make_sd_pipeline_golden.py)";
+  const safetensors::Reader reader(golden);
+  for (const auto& info : reader.tensors()) {
+    // Names: <pipeline>_<scheduler>, e.g. sd15_ddim; the request is small_request's with that scheduler.
+    const std::string name = info.name;
+    const size_t cut = name.find('_');
+    SdPipeline p = load_sd_pipeline(tiny(name.substr(0, cut)), {}, torch::kCPU, torch::kFloat32);
+    const auto ours = generate_images(p, small_request(unet::parse_scheduler_kind(name.substr(cut + 1))));
+    const auto theirs = reader.read(name);
+    ASSERT_EQ(ours.sizes(), theirs.sizes()) << name;
+    const auto diff = (ours.to(torch::kInt) - theirs.to(torch::kInt)).abs();
+    EXPECT_LE(diff.max().item<int>(), 2) << name;  // rounding of values within float32 noise of a .5 boundary
+    EXPECT_LE(diff.to(torch::kFloat).mean().item<double>(), 0.05) << name;
+  }
+}
+
+void expect_one_clear_error(const std::vector<std::string>& argv, const std::string& part, const fs::path& out) {
+  const auto r = sample(argv);
+  EXPECT_EQ(r.code(), 1) << r.describe();
+  EXPECT_EQ(one_clear_error_line(r.err), "") << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out)) << "an output was written despite the error";
+}
+
+TEST(SdSample, BadInputIsOneClearMessage) {
+  const fs::path dir = scratch("bad");
+  const std::string out = (dir / "out.png").string();
+  for (const char* part : {"vae", "tokenizer"}) {
+    const fs::path broken = dir / (std::string("without_") + part);
+    fs::copy(tiny("sd15"), broken, fs::copy_options::recursive);
+    fs::remove_all(broken / part);
+    expect_one_clear_error({"--pretrained", broken.string(), "--prompt", "x", "-o", out},
+                           std::string("has no ") + part + "/ (a Stable Diffusion pipeline folder holds", out);
+  }
+  const std::vector<std::string> base{"--pretrained", tiny("sd15"), "--prompt", "x", "--steps", "1", "-o", out};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return extra;
+  };
+  expect_one_clear_error(with({"--size", "512"}), "--size '512': expected WIDTHxHEIGHT", out);
+  expect_one_clear_error(with({"--size", "18x16"}), "must be multiples of 4", out);
+  expect_one_clear_error(with({"--scheduler", "pndm"}), "unknown scheduler 'pndm'; expected ddim, euler or dpmpp", out);
+  expect_one_clear_error({"--pretrained", tiny("sd15"), "--prompt", "x", "-o", (dir / "out.jpg").string()},
+                         "must end in .png", dir / "out.jpg");
+  expect_one_clear_error(with({"--ema"}), "--ema needs --checkpoint", out);
+}
+
+}  // namespace
+}  // namespace zest::testing
+
+namespace zest::testing {
+namespace {
+
+void write_sample_run(const fs::path& run, const fs::path& data, const fs::path& run_dir, const std::string& sample) {
+  std::ofstream(run) << "[model]\npretrained = \"" << tiny("sd15") << "/unet\"\n"
+                     << "[data]\ndir = \"" << data.string() << "\"\nbatch_size = 2\nnum_workers = 1\n"
+                     << "[engine]\nprecision = \"fp32\"\n[optimizer]\nlr = 1e-3\n[ema]\ndecay = 0.9\n"
+                     << "[train]\nmax_steps = 2\nlog_every = 1\nrun_dir = \"" << run_dir.string() << "\"\n"
+                     << "[checkpoint]\nmerge_at_end = false\n"
+                     << "[sample]\n" << sample;
+}
+
+TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
+  const fs::path work = scratch("validation");
+  const fs::path data = work / "data", run = work / "run.toml", run_dir = work / "run";
+  write_sample_run(run, data, run_dir,
+                   "every_steps = 2\nprompts = [\"a red fox\", \"a lighthouse\"]\nsteps = 2\nsize = \"16x8\"\n"
+                   "num_images = 3\nscheduler = \"euler\"\n");
+  const auto synth = run_cli({zest_exe(), "data", "synth", "--config", run.string(), "--out", data.string(), "--samples", "8"});
+  ASSERT_EQ(synth.code(), 0) << synth.describe();
+  CliOptions slow;
+  slow.timeout_s = 120.0;
+  const auto train = run_cli({zest_exe(), "train", run.string()}, slow);
+  ASSERT_EQ(train.code(), 0) << train.describe();
+  for (const char* name : {"step_00000002_prompt_0.png", "step_00000002_prompt_1.png"}) {
+    ASSERT_TRUE(fs::exists(run_dir / "samples" / name)) << train.describe();
+    EXPECT_EQ(read_png(run_dir / "samples" / name).sizes(), (std::vector<int64_t>{16, 32, 3}));  // 2 × 2 cells of 16x8
+  }
+  EXPECT_FALSE(fs::exists(run_dir / "samples" / ".unet_for_samples.safetensors"));
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  int listed = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("validation_samples")) continue;
+    ++listed;
+    EXPECT_EQ(j.at("step"), 2);
+    EXPECT_EQ(j.at("ema"), true);  // the run keeps an EMA: that is what is drawn
+    ASSERT_EQ(j.at("validation_samples").size(), 2u);
+    EXPECT_EQ(j.at("validation_samples")[1].at("file"), "samples/step_00000002_prompt_1.png");
+    EXPECT_EQ(j.at("validation_samples")[1].at("prompt"), "a lighthouse");
+  }
+  EXPECT_EQ(listed, 1);
+}
+
+TEST(ValidationSamples, BadKeysAreOneClearMessage) {
+  const fs::path work = scratch("validation_bad");
+  auto check = [&](const std::string& sample, const std::string& part) {
+    write_sample_run(work / "run.toml", work / "data", work / "run", sample);
+    const auto r = run_cli({zest_exe(), "config", "check", (work / "run.toml").string()});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_EQ(one_clear_error_line(r.err), "") << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  check("every_steps = 5\n", "sample.prompts: needs at least one prompt");
+  check("every_steps = 5\nprompts = [\"x\"]\nsize = \"big\"\n", "sample.size: 'big': expected WIDTHxHEIGHT");
+  check("every_steps = 5\nprompts = [\"x\"]\nscheduler = \"pndm\"\n", "sample.scheduler: 'pndm'");
+  check("validation_prompt = \"x\"\n", "zest calls it prompts");
+}
+
+}  // namespace
+}  // namespace zest::testing

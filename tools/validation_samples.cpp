@@ -1,0 +1,154 @@
+// [sample]: reading and checking the table, and drawing the validation grids (see validation_samples.h).
+#include "tools/validation_samples.h"
+
+#include "checkpoint/merge.h"
+#include "comm/communicator.h"
+#include "core/check.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
+#include "data/png_write.h"
+#include "engine/engine.h"
+#include "models/model_selection.h"
+#include "tools/sd_pipeline.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string grid_name(int64_t step, size_t prompt) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step_%08lld_prompt_%zu.png", static_cast<long long>(step), prompt);
+  return name;
+}
+
+}  // namespace
+
+SampleConfig SampleConfig::from_toml(ConfigTable& t) {
+  SampleConfig c;
+  c.every_steps = t.get("every_steps", c.every_steps);
+  c.prompts = t.get("prompts", c.prompts);
+  c.negative_prompt = t.get("negative_prompt", c.negative_prompt);
+  c.pretrained = t.get_path("pretrained", c.pretrained);
+  c.steps = t.get("steps", c.steps);
+  c.guidance = t.get("guidance", c.guidance);
+  c.seed = t.get("seed", c.seed);
+  c.size = t.get("size", c.size);
+  c.num_images = t.get("num_images", c.num_images);
+  c.scheduler = t.get("scheduler", c.scheduler);
+  t.reject_unknown_keys({{"validation_prompt", "zest calls it prompts (a list)"},
+                         {"validation_steps", "zest calls it every_steps"},
+                         {"num_validation_images", "zest calls it num_images"},
+                         {"guidance_scale", "zest calls it guidance"},
+                         {"num_inference_steps", "zest calls it steps"}});
+  if (c.every_steps < 0) t.fail("every_steps", "must be >= 0 (0: no validation samples)");
+  if (c.every_steps > 0 && c.prompts.empty()) t.fail("prompts", "needs at least one prompt when every_steps > 0");
+  for (const auto& p : c.prompts) {
+    if (p.empty()) t.fail("prompts", "an empty prompt; give the text to draw");
+  }
+  if (c.steps < 1 || c.steps > 1000) t.fail("steps", "must be in [1, 1000]");
+  if (!(c.guidance >= 1.0)) t.fail("guidance", "must be >= 1 (1: no classifier-free guidance)");
+  if (c.seed < 0) t.fail("seed", "must be >= 0");
+  if (c.num_images < 1 || c.num_images > 64) t.fail("num_images", "must be in [1, 64]");
+  try {
+    parse_image_size(c.size);
+  } catch (const Error&) {
+    t.fail("size", "'" + c.size + "': expected WIDTHxHEIGHT in pixels, e.g. \"512x512\"");
+  }
+  if (!c.scheduler.empty() && c.scheduler != "ddim" && c.scheduler != "euler" && c.scheduler != "dpmpp") {
+    t.fail("scheduler", "'" + c.scheduler + "': expected \"ddim\", \"euler\" or \"dpmpp\" (or leave it out: the pipeline's own)");
+  }
+  return c;
+}
+
+void to_toml(const SampleConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("sample", "validation samples during training (PNG grids in RUN_DIR/samples/)");
+  t.set("every_steps", c.every_steps, "optimizer steps between samples (0: none)");
+  t.set("prompts", c.prompts, "one grid per prompt");
+  t.set("negative_prompt", c.negative_prompt, "classifier-free guidance's unconditional prompt");
+  // Left out when unset: an empty path is not a valid value (the model's pretrained folder is then used).
+  if (!c.pretrained.empty()) t.set("pretrained", c.pretrained, "pipeline folder (default: the model's pretrained one)");
+  t.set("steps", c.steps, "denoising steps");
+  t.set("guidance", c.guidance, "classifier-free guidance scale");
+  t.set("seed", c.seed, "seed of the starting noise (the same every time: grids compare across steps)");
+  t.set("size", c.size, "WIDTHxHEIGHT in pixels");
+  t.set("num_images", c.num_images, "pictures per prompt");
+  t.set("scheduler", c.scheduler, "ddim | euler | dpmpp (\"\": the pipeline's own)");
+}
+
+std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelection& model) {
+  if (!config.pretrained.empty()) return config.pretrained;
+  if (model.pretrained.empty() || !fs::is_directory(model.pretrained)) return "";
+  const fs::path folder = fs::path(model.pretrained).lexically_normal();
+  if (fs::is_directory(folder / "vae")) return folder.string();
+  const fs::path above = folder.has_filename() ? folder.parent_path() : folder.parent_path().parent_path();
+  return fs::is_directory(above / "vae") ? above.string() : "";
+}
+
+ValidationSamples::ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family,
+                                     std::string run_dir)
+    : config_(std::move(config)), run_dir_(std::move(run_dir)) {
+  if (config_.every_steps == 0) return;
+  ZEST_CHECK(family == "unet", "[sample] draws pictures with a Stable Diffusion pipeline; this run trains a ", family,
+             " model (remove [sample] or set sample.every_steps = 0)");
+  pipeline_folder_ = sample_pipeline_folder(config_, model);
+  ZEST_CHECK(!pipeline_folder_.empty(), "[sample] needs a pipeline folder (vae/ text_encoder/ tokenizer/): set "
+             "sample.pretrained, or start the model from one with model.pretrained");
+  for (const char* part : {"vae", "text_encoder", "tokenizer", "unet"}) {
+    ZEST_CHECK(fs::is_directory(fs::path(pipeline_folder_) / part), "sample.pretrained: ", pipeline_folder_,
+               " has no ", part, "/ (a Stable Diffusion pipeline folder holds unet/ vae/ text_encoder/ tokenizer/)");
+  }
+}
+
+ValidationSamples::~ValidationSamples() = default;
+
+std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& comm, int64_t step,
+                                                ProgressReporter& progress) {
+  const fs::path folder = fs::path(run_dir_) / "samples";
+  const std::string weights = (folder / ".unet_for_samples.safetensors").string();
+  checkpoint::MergeOptions merge;
+  merge.ema = engine.ema() != nullptr;  // what people ship, as diffusers' scripts sample the EMA
+  if (comm.rank() == 0) fs::create_directories(folder);
+  comm.barrier();
+  checkpoint::merge_online(engine, weights, merge);  // every rank gathers; rank 0 writes
+  std::vector<std::string> files;
+  if (comm.rank() != 0) return files;
+  const auto device = engine.device();
+  const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
+  if (!pipeline_) {
+    pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {weights, "", false}, device, dtype));
+  } else {
+    load_unet_values(*pipeline_, weights);
+  }
+  fs::remove(weights);
+  SampleRequest request;
+  std::tie(request.width, request.height) = parse_image_size(config_.size);
+  request.negative_prompt = config_.negative_prompt;
+  if (config_.negative_prompt.empty()) request.negative_prompt.reset();
+  request.steps = config_.steps;
+  request.guidance_scale = config_.guidance;
+  request.seed = static_cast<uint64_t>(config_.seed);
+  request.count = config_.num_images;
+  if (!config_.scheduler.empty()) request.scheduler = unet::parse_scheduler_kind(config_.scheduler);
+  nlohmann::json listed = nlohmann::json::array();
+  for (size_t i = 0; i < config_.prompts.size(); ++i) {
+    request.prompt = config_.prompts[i];
+    const auto images = generate_images(*pipeline_, request);
+    const fs::path path = folder / grid_name(step, i);
+    write_png(path.string(), image_grid(images));
+    files.push_back(path.string());
+    listed.push_back({{"prompt", request.prompt}, {"file", (fs::path("samples") / path.filename()).string()}});
+  }
+  const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
+  progress.record_line(record.dump());
+  progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
+                   " grid" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
+  return files;
+}
+
+}  // namespace zest
