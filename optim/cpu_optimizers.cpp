@@ -1,112 +1,63 @@
-// AdamW and SGD (momentum) on the CPU, per segment with ATen ops, with exactly PyTorch's update rules:
-// AdamW: p ← p·(1 − lr·wd); m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
-//        p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)   (ε outside the square root).
-// SGD:   g ← g + wd·p; b ← μ·b + g (b = g on the first step); g ← g + μ·b (Nesterov) or b; p ← p − lr·g.
-// g is the reduced gradient times the step's multiplier (unscale, 1/world, clip coefficient).
+// The optimizer on the CPU: the configured rule's host pass (optim/host_update.h) over every decay run of
+// every segment, split over the intra-op threads (each element's update is independent, so the split
+// does not change the result). The offloaded optimizer runs the same pass, so both agree bitwise.
 #include "core/check.h"
+#include "optim/host_update.h"
 #include "optim/optimizer.h"
 #include "optim/step_scalars.h"
+
+#include <ATen/Parallel.h>
 
 namespace zest {
 namespace {
 
-// The step's numbers: the scalars tensor is on the CPU here, so it is read directly.
-const StepScalars& scalars_of(const torch::Tensor& scalars) {
-  return *reinterpret_cast<const StepScalars*>(scalars.data_ptr<double>());
-}
-
-// Gradient of a segment as a fresh fp32 tensor times the multiplier (never modifies the engine's).
-torch::Tensor scaled_fp32_grad(const torch::Tensor& grad, double multiplier) {
-  auto g = grad.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
-  if (multiplier != 1.0) g.mul_(multiplier);
-  return g;
-}
-
-class CpuAdamW final : public Optimizer {
+class CpuOptimizer final : public Optimizer {
  public:
-  CpuAdamW(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
-      : Optimizer(config, std::move(segments), std::move(scalars)),
-        exp_avg_(torch::zeros({numel}, torch::kFloat32)),
-        exp_avg_sq_(torch::zeros({numel}, torch::kFloat32)) {}
-
-  void step() override {
-    torch::NoGradGuard no_grad;
-    const StepScalars& s = scalars_of(scalars_);
-    if (s.skip != 0.0) return;
-    const double step_size = s.lr / s.bias_correction1;
-    const double decay = 1.0 - s.lr * config_.weight_decay;
+  CpuOptimizer(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {
     for (const auto& seg : segments_) {
-      const int64_t n = seg.master.numel();
-      auto m = exp_avg_.narrow(0, seg.offset, n);
-      auto v = exp_avg_sq_.narrow(0, seg.offset, n);
-      const auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
-      if (decay != 1.0) {
-        for (const auto& r : seg.decay_ranges) seg.master.narrow(0, r.begin, r.end - r.begin).mul_(decay);
-      }
-      m.lerp_(g, 1.0 - config_.beta1);
-      v.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
-      const auto denom = (v.sqrt() / s.bias_correction2_sqrt).add_(config_.eps);
-      seg.master.addcdiv_(m, denom, -step_size);
-      seg.param.copy_(seg.master);
+      ZEST_CHECK(seg.master.is_contiguous() && seg.grad.is_contiguous() && seg.param.is_contiguous(),
+                 "CPU optimizer: segments must be contiguous");
+      // Other dtypes are refused here, not mid-step.
+      ZEST_CHECK(is_host_update_dtype(seg.grad.scalar_type()) && is_host_update_dtype(seg.param.scalar_type()),
+                 "CPU optimizer: gradient ", seg.grad.scalar_type(), " and parameter ", seg.param.scalar_type(),
+                 " dtypes must each be fp32, bf16 or fp16");
     }
   }
-  int64_t state_bytes_per_element() const override { return 8; }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override {
-    return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+
+  void step() override {
+    // The scalars tensor is on the CPU here, so it is read directly.
+    const StepScalars& s = *reinterpret_cast<const StepScalars*>(scalars_.data_ptr<double>());
+    if (s.skip != 0.0) return;
+    const StepValues step = step_values(s);
+    constexpr int64_t kGrain = 1 << 15;
+    for (const auto& seg : segments_) {
+      for (const auto& [range, decay] : decay_runs(seg)) {
+        at::parallel_for(range.begin, range.end, kGrain, [&](int64_t begin, int64_t end) {
+          host_update(config_.name, hyper_, step, decay, range_of(seg, begin, end));
+        });
+      }
+    }
   }
 
  private:
-  torch::Tensor exp_avg_;     // [numel] fp32
-  torch::Tensor exp_avg_sq_;  // [numel] fp32
-};
-
-class CpuSgd final : public Optimizer {
- public:
-  CpuSgd(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
-      : Optimizer(config, std::move(segments), std::move(scalars)),
-        momentum_(torch::zeros({numel}, torch::kFloat32)) {}
-
-  void step() override {
-    torch::NoGradGuard no_grad;
-    const StepScalars& s = scalars_of(scalars_);
-    if (s.skip != 0.0) return;
-    const bool first = s.applied_steps == 1.0;  // this update is the first one applied
-    for (const auto& seg : segments_) {
-      auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
-      for (const auto& r : seg.decay_ranges) {
-        g.narrow(0, r.begin, r.end - r.begin).add_(seg.master.narrow(0, r.begin, r.end - r.begin), config_.weight_decay);
-      }
-      if (config_.momentum != 0.0) {
-        auto buf = momentum_.narrow(0, seg.offset, seg.master.numel());
-        first ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
-        if (config_.nesterov) {
-          g.add_(buf, config_.momentum);
-        } else {
-          g = buf;
-        }
-      }
-      seg.master.add_(g, -s.lr);
-      seg.param.copy_(seg.master);
-    }
+  HostRange range_of(const OptimSegment& seg, int64_t begin, int64_t end) const {
+    const int64_t at = seg.offset + begin;  // in the flat state buffers
+    return {seg.master.data_ptr<float>() + begin,
+            {state_at(0, at), state_at(1, at)},
+            static_cast<const char*>(seg.grad.data_ptr()) + begin * seg.grad.element_size(),
+            seg.grad.scalar_type(),
+            static_cast<char*>(seg.param.data_ptr()) + begin * seg.param.element_size(),
+            seg.param.scalar_type(),
+            end - begin};
   }
-  int64_t state_bytes_per_element() const override { return config_.momentum != 0.0 ? 4 : 0; }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override {
-    return {{"momentum", momentum_}};
-  }
-
- private:
-  torch::Tensor momentum_;  // [numel] fp32
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_cpu_optimizer(const OptimConfig& config, std::vector<OptimSegment> segments,
                                               int64_t numel, torch::Tensor step_scalars) {
-  switch (config.name) {
-    case OptimizerKind::adamw: return std::make_unique<CpuAdamW>(config, std::move(segments), numel, std::move(step_scalars));
-    case OptimizerKind::sgd: return std::make_unique<CpuSgd>(config, std::move(segments), numel, std::move(step_scalars));
-  }
-  ZEST_FAIL("unknown optimizer kind");
+  return std::make_unique<CpuOptimizer>(config, std::move(segments), numel, std::move(step_scalars));
 }
 
 }  // namespace zest
