@@ -3,6 +3,7 @@
 
 #include "optim/optim_config.h"
 
+#include <iterator>
 #include <type_traits>
 
 namespace zest {
