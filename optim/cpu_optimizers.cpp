@@ -1,6 +1,11 @@
-// The optimizer on the CPU: the configured rule's host pass (optim/host_update.h) over every decay run of
-// every segment, split over the intra-op threads (each element's update is independent, so the split
-// does not change the result). The offloaded optimizer runs the same pass, so both agree bitwise.
+// The optimizer on the CPU. AdamW and SGD keep their ATen-op forms, PyTorch's update rules op by op as
+// torch.optim runs them (zest's CPU results have always been these, and the equivalence and EMA tests
+// hold them within 1e-6 of LibTorch's optimizers):
+// AdamW: p ← p·(1 − lr·wd); m ← lerp(m, g, 1−β1); v ← β2·v + (1−β2)·g²; p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
+// SGD:   g ← g + wd·p; b ← μ·b + g (b = g on the first step); g ← g + μ·b (Nesterov) or b; p ← p − lr·g.
+// Every other rule runs its per-element update (optim/optimizers.h) through the host pass
+// (optim/host_update.h) over every decay run, split over the intra-op threads (each element is
+// independent, so the split does not change the result); the offloaded optimizer runs that same pass.
 #include "core/check.h"
 #include "optim/host_update.h"
 #include "optim/optimizer.h"
@@ -10,6 +15,76 @@
 
 namespace zest {
 namespace {
+
+// The step's numbers: the scalars tensor is on the CPU here, so it is read directly.
+const StepScalars& scalars_of(const torch::Tensor& scalars) {
+  return *reinterpret_cast<const StepScalars*>(scalars.data_ptr<double>());
+}
+
+// Gradient of a segment as a fresh fp32 tensor times the multiplier (never modifies the engine's).
+torch::Tensor scaled_fp32_grad(const torch::Tensor& grad, double multiplier) {
+  auto g = grad.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+  if (multiplier != 1.0) g.mul_(multiplier);
+  return g;
+}
+
+class CpuAdamW final : public Optimizer {
+ public:
+  CpuAdamW(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    const StepScalars& s = scalars_of(scalars_);
+    if (s.skip != 0.0) return;
+    const double step_size = s.lr / s.bias_correction1;
+    const double decay = 1.0 - s.lr * config_.weight_decay;
+    for (const auto& seg : segments_) {
+      const int64_t n = seg.master.numel();
+      auto m = states_[0].narrow(0, seg.offset, n);  // exp_avg
+      auto v = states_[1].narrow(0, seg.offset, n);  // exp_avg_sq
+      const auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
+      if (decay != 1.0) {
+        for (const auto& r : seg.decay_ranges) seg.master.narrow(0, r.begin, r.end - r.begin).mul_(decay);
+      }
+      m.lerp_(g, 1.0 - config_.beta1);
+      v.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
+      const auto denom = (v.sqrt() / s.bias_correction2_sqrt).add_(config_.eps);
+      seg.master.addcdiv_(m, denom, -step_size);
+      seg.param.copy_(seg.master);
+    }
+  }
+};
+
+class CpuSgd final : public Optimizer {
+ public:
+  CpuSgd(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    const StepScalars& s = scalars_of(scalars_);
+    if (s.skip != 0.0) return;
+    const bool first = s.applied_steps == 1.0;  // this update is the first one applied
+    for (const auto& seg : segments_) {
+      auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
+      for (const auto& r : seg.decay_ranges) {
+        g.narrow(0, r.begin, r.end - r.begin).add_(seg.master.narrow(0, r.begin, r.end - r.begin), config_.weight_decay);
+      }
+      if (config_.momentum != 0.0) {
+        auto buf = states_[0].narrow(0, seg.offset, seg.master.numel());  // momentum
+        first ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
+        if (config_.nesterov) {
+          g.add_(buf, config_.momentum);
+        } else {
+          g = buf;
+        }
+      }
+      seg.master.add_(g, -s.lr);
+      seg.param.copy_(seg.master);
+    }
+  }
+};
 
 class CpuOptimizer final : public Optimizer {
  public:
@@ -26,8 +101,7 @@ class CpuOptimizer final : public Optimizer {
   }
 
   void step() override {
-    // The scalars tensor is on the CPU here, so it is read directly.
-    const StepScalars& s = *reinterpret_cast<const StepScalars*>(scalars_.data_ptr<double>());
+    const StepScalars& s = scalars_of(scalars_);
     if (s.skip != 0.0) return;
     const StepValues step = step_values(s);
     constexpr int64_t kGrain = 1 << 15;
@@ -57,7 +131,11 @@ class CpuOptimizer final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_cpu_optimizer(const OptimConfig& config, std::vector<OptimSegment> segments,
                                               int64_t numel, torch::Tensor step_scalars) {
-  return std::make_unique<CpuOptimizer>(config, std::move(segments), numel, std::move(step_scalars));
+  switch (config.name) {
+    case OptimizerKind::adamw: return std::make_unique<CpuAdamW>(config, std::move(segments), numel, std::move(step_scalars));
+    case OptimizerKind::sgd: return std::make_unique<CpuSgd>(config, std::move(segments), numel, std::move(step_scalars));
+    default: return std::make_unique<CpuOptimizer>(config, std::move(segments), numel, std::move(step_scalars));
+  }
 }
 
 }  // namespace zest
