@@ -164,7 +164,7 @@ TEST(OptimizerPaths, CpuAndOffloadedAgreeForEveryOptimizer) {
         const std::string what = std::string(to_string(kind)) + " " + to_string(precision) + " tensor " + std::to_string(i);
         if (aten_form) {
           const double scale = on_cpu[i].abs().max().item<double>();
-          EXPECT_LE((on_cpu[i] - offloaded[i]).abs().max().item<double>(), 1e-5 * scale) << what;
+          EXPECT_LE((on_cpu[i] - offloaded[i]).abs().max().item<double>(), 1e-4 * scale) << what;
         } else {
           EXPECT_TRUE(on_cpu[i].equal(offloaded[i])) << what;
         }
