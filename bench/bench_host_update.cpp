@@ -50,7 +50,12 @@ int main(int argc, char** argv) {
   constexpr int64_t kChunk = 1 << 16;
   std::vector<float> master(o.numel, 0.5f), m(o.numel, 0.0f), v(o.numel, 0.0f), grad(o.numel, 1e-3f);
   std::vector<uint16_t> param(o.numel);  // bf16 bits
-  zest::HostUpdate u{1e-4f, 1.0f, 0.01f, 0.9f, 0.999f, 1e-8f, 1e-3f, 0.03f, 0.0f, false, false};
+  zest::OptimHyper hyper;  // AdamW's defaults, weight decay 0.01
+  hyper.weight_decay = 0.01f;
+  zest::StepValues step;
+  step.lr = 1e-4f;
+  step.step_size = 1e-3f;
+  step.bias_correction2_sqrt = 0.03f;
   double best_s = 1e30;
   for (int r = 0; r < o.repeats; ++r) {
     std::atomic<int64_t> next{0};
@@ -61,8 +66,9 @@ int main(int argc, char** argv) {
         workers.emplace_back([&] {
           for (int64_t b = next.fetch_add(kChunk); b < o.numel; b = next.fetch_add(kChunk)) {
             const int64_t n = std::min(kChunk, o.numel - b);
-            zest::adamw_update(u, true, {master.data() + b, m.data() + b, v.data() + b, grad.data() + b,
-                                         c10::ScalarType::Float, param.data() + b, c10::ScalarType::BFloat16, n});
+            zest::host_update(zest::OptimizerKind::adamw, hyper, step, true,
+                              {master.data() + b, {m.data() + b, v.data() + b}, grad.data() + b,
+                               c10::ScalarType::Float, param.data() + b, c10::ScalarType::BFloat16, n});
           }
         });
       }

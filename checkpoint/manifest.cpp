@@ -137,8 +137,7 @@ UnitLayout unit_from_json(const JsonField& j, int world_size) {
 }
 
 void optimizer_from_json(const JsonField& j, Manifest& m) {
-  constexpr OptimizerKind kinds[] = {OptimizerKind::adamw, OptimizerKind::sgd};
-  m.optimizer.name = enum_from(j.at("name"), kinds);
+  m.optimizer.name = enum_from(j.at("name"), kOptimizerKinds);
   m.optimizer.lr = j.at("lr").number();
   const auto betas = j.at("betas").items();
   if (betas.size() != 2) j.at("betas").fail(str("has ", betas.size(), " values, expected two [beta1, beta2]"));

@@ -3,6 +3,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/check.h"
+#include "optim/optimizer_spec.h"
 
 #include <filesystem>
 #include <set>
@@ -88,11 +89,8 @@ void check_unit(const UnitLayout& unit, int world_size, std::set<std::string>& u
 
 std::vector<std::string> expected_kinds(OptimizerKind optimizer, bool ema) {
   std::vector<std::string> kinds = {kMasterKind};
-  if (optimizer == OptimizerKind::sgd) {
-    kinds.emplace_back("momentum");
-  } else {
-    kinds.insert(kinds.end(), {"exp_avg", "exp_avg_sq"});
-  }
+  const auto& states = optimizer_spec(optimizer).states;  // the optimizer's state tensors, in its order
+  kinds.insert(kinds.end(), states.begin(), states.end());
   if (ema) kinds.emplace_back(kEmaKind);
   return kinds;
 }

@@ -19,10 +19,8 @@ struct ExpectedFeatures {
   std::string model;                        // for messages, e.g. "model hymotion_tiny (hymotion)"
 };
 
-// HY-Motion: motion_dim = input_dim, text_dim = ctxt_input_dim, pooled_dim = vtxt_input_dim.
-// UNet: channels = in_channels, text_dim = cross_attention_dim, and for SDXL-style "text_time" models
-// pooled_dim = projection_class_embeddings_input_dim − 6·addition_time_embed_dim and time_ids = 1
-// (else 0 and 0). Height and width are open (the UNet is size-agnostic); defaults: sample_size.
+// The family's own rule (ModelFamily::dataset_features in models/hymotion/hymotion_family.cpp and
+// models/unet/unet_family.cpp) applied to the model's configuration.
 ExpectedFeatures model_features(const ResolvedModel& model);
 // The same for a built-in configuration by flavor name ("hymotion_tiny", "unet_sdxl", ...).
 ExpectedFeatures builtin_model_features(const std::string& flavor);

@@ -21,7 +21,7 @@ std::vector<ModelFamily> make_families() {
   std::set<std::string> names;
   for (const ModelFamily& family : families) {
     const bool complete = !family.name.empty() && family.build && family.count_parameters &&
-                          family.forward && family.training_loss;
+                          family.forward && family.training_loss && family.dataset_features;
     ZEST_CHECK(complete, "model family '", family.name, "' is registered incompletely");
     ZEST_CHECK(names.insert(family.name).second, "model family '", family.name, "' is registered twice");
   }

@@ -25,6 +25,14 @@ struct SyntheticShapes {
   int64_t text_tokens = 0;
 };
 
+// What a family's models train on (docs/data_formats.md): the dataset kind and the feature widths a
+// configuration fixes (dataset.json must hold the same) or leaves open (defaults for `zest data synth`).
+struct DatasetFeatures {
+  std::string format;                       // "motion" (clips) or "latents" (image latents)
+  std::map<std::string, int64_t> features;  // e.g. motion_dim = input_dim
+  std::map<std::string, int64_t> defaults;  // open widths: text_tokens, height/width, min/max_frames
+};
+
 struct ModelFamily {
   std::string name;  // "hymotion", "unet"
   // Builds a model from a model-configuration table whose keys are the reference configuration's field
@@ -43,6 +51,9 @@ struct ModelFamily {
   // (docs/models.md 5); the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
   std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>
       training_loss;
+  // The dataset features of a model-configuration table (read with the family's own parser, so the
+  // defaults and validation are the model's); `source` names the configuration in messages.
+  std::function<DatasetFeatures(ConfigTable& config, const std::string& source)> dataset_features;
   // A random batch of the loader's keys and the model's real shapes on `device` (benchmarks).
   std::function<TensorMap(UnitModule& model, const SyntheticShapes& shapes, int64_t batch_size,
                           const torch::Device& device, torch::Generator& generator)>

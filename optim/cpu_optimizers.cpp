@@ -1,11 +1,17 @@
-// AdamW and SGD (momentum) on the CPU, per segment with ATen ops, with exactly PyTorch's update rules:
-// AdamW: p ← p·(1 − lr·wd); m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
-//        p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)   (ε outside the square root).
+// The optimizer on the CPU. AdamW and SGD keep their ATen-op forms, PyTorch's update rules op by op as
+// torch.optim runs them (zest's CPU results have always been these, and the equivalence and EMA tests
+// hold them within 1e-6 of LibTorch's optimizers):
+// AdamW: p ← p·(1 − lr·wd); m ← lerp(m, g, 1−β1); v ← β2·v + (1−β2)·g²; p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
 // SGD:   g ← g + wd·p; b ← μ·b + g (b = g on the first step); g ← g + μ·b (Nesterov) or b; p ← p − lr·g.
-// g is the reduced gradient times the step's multiplier (unscale, 1/world, clip coefficient).
+// Every other rule runs its per-element update (optim/optimizers.h) through the host pass
+// (optim/host_update.h) over every decay run, split over the intra-op threads (each element is
+// independent, so the split does not change the result); the offloaded optimizer runs that same pass.
 #include "core/check.h"
+#include "optim/host_update.h"
 #include "optim/optimizer.h"
 #include "engine/step_scalars.h"
+
+#include <ATen/Parallel.h>
 
 namespace zest {
 namespace {
@@ -25,9 +31,7 @@ torch::Tensor scaled_fp32_grad(const torch::Tensor& grad, double multiplier) {
 class CpuAdamW final : public Optimizer {
  public:
   CpuAdamW(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
-      : Optimizer(config, std::move(segments), std::move(scalars)),
-        exp_avg_(torch::zeros({numel}, torch::kFloat32)),
-        exp_avg_sq_(torch::zeros({numel}, torch::kFloat32)) {}
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
 
   void step() override {
     torch::NoGradGuard no_grad;
@@ -37,8 +41,8 @@ class CpuAdamW final : public Optimizer {
     const double decay = 1.0 - s.lr * config_.weight_decay;
     for (const auto& seg : segments_) {
       const int64_t n = seg.master.numel();
-      auto m = exp_avg_.narrow(0, seg.offset, n);
-      auto v = exp_avg_sq_.narrow(0, seg.offset, n);
+      auto m = states_[0].narrow(0, seg.offset, n);  // exp_avg
+      auto v = states_[1].narrow(0, seg.offset, n);  // exp_avg_sq
       const auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
       if (decay != 1.0) {
         for (const auto& r : seg.decay_ranges) seg.master.narrow(0, r.begin, r.end - r.begin).mul_(decay);
@@ -50,21 +54,12 @@ class CpuAdamW final : public Optimizer {
       seg.param.copy_(seg.master);
     }
   }
-  int64_t state_bytes_per_element() const override { return 8; }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override {
-    return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
-  }
-
- private:
-  torch::Tensor exp_avg_;     // [numel] fp32
-  torch::Tensor exp_avg_sq_;  // [numel] fp32
 };
 
 class CpuSgd final : public Optimizer {
  public:
   CpuSgd(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
-      : Optimizer(config, std::move(segments), std::move(scalars)),
-        momentum_(torch::zeros({numel}, torch::kFloat32)) {}
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
 
   void step() override {
     torch::NoGradGuard no_grad;
@@ -77,7 +72,7 @@ class CpuSgd final : public Optimizer {
         g.narrow(0, r.begin, r.end - r.begin).add_(seg.master.narrow(0, r.begin, r.end - r.begin), config_.weight_decay);
       }
       if (config_.momentum != 0.0) {
-        auto buf = momentum_.narrow(0, seg.offset, seg.master.numel());
+        auto buf = states_[0].narrow(0, seg.offset, seg.master.numel());  // momentum
         first ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
         if (config_.nesterov) {
           g.add_(buf, config_.momentum);
@@ -89,13 +84,47 @@ class CpuSgd final : public Optimizer {
       seg.param.copy_(seg.master);
     }
   }
-  int64_t state_bytes_per_element() const override { return config_.momentum != 0.0 ? 4 : 0; }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override {
-    return {{"momentum", momentum_}};
+};
+
+class CpuOptimizer final : public Optimizer {
+ public:
+  CpuOptimizer(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
+      : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {
+    for (const auto& seg : segments_) {
+      ZEST_CHECK(seg.master.is_contiguous() && seg.grad.is_contiguous() && seg.param.is_contiguous(),
+                 "CPU optimizer: segments must be contiguous");
+      // Other dtypes are refused here, not mid-step.
+      ZEST_CHECK(is_host_update_dtype(seg.grad.scalar_type()) && is_host_update_dtype(seg.param.scalar_type()),
+                 "CPU optimizer: gradient ", seg.grad.scalar_type(), " and parameter ", seg.param.scalar_type(),
+                 " dtypes must each be fp32, bf16 or fp16");
+    }
+  }
+
+  void step() override {
+    const StepScalars& s = scalars_of(scalars_);
+    if (s.skip != 0.0) return;
+    const StepValues step = step_values(s);
+    constexpr int64_t kGrain = 1 << 15;
+    for (const auto& seg : segments_) {
+      for (const auto& [range, decay] : decay_runs(seg)) {
+        at::parallel_for(range.begin, range.end, kGrain, [&](int64_t begin, int64_t end) {
+          host_update(config_.name, hyper_, step, decay, range_of(seg, begin, end));
+        });
+      }
+    }
   }
 
  private:
-  torch::Tensor momentum_;  // [numel] fp32
+  HostRange range_of(const OptimSegment& seg, int64_t begin, int64_t end) const {
+    const int64_t at = seg.offset + begin;  // in the flat state buffers
+    return {seg.master.data_ptr<float>() + begin,
+            {state_at(0, at), state_at(1, at)},
+            static_cast<const char*>(seg.grad.data_ptr()) + begin * seg.grad.element_size(),
+            seg.grad.scalar_type(),
+            static_cast<char*>(seg.param.data_ptr()) + begin * seg.param.element_size(),
+            seg.param.scalar_type(),
+            end - begin};
+  }
 };
 
 }  // namespace
@@ -105,8 +134,8 @@ std::unique_ptr<Optimizer> make_cpu_optimizer(const OptimConfig& config, std::ve
   switch (config.name) {
     case OptimizerKind::adamw: return std::make_unique<CpuAdamW>(config, std::move(segments), numel, std::move(step_scalars));
     case OptimizerKind::sgd: return std::make_unique<CpuSgd>(config, std::move(segments), numel, std::move(step_scalars));
+    default: return std::make_unique<CpuOptimizer>(config, std::move(segments), numel, std::move(step_scalars));
   }
-  ZEST_FAIL("unknown optimizer kind");
 }
 
 }  // namespace zest

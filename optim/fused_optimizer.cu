@@ -1,6 +1,6 @@
-// Fused AdamW / SGD kernels over the chunk table (see fused_optimizer.h). Memory-bound: per element of
-// AdamW, 16 bytes of fp32 state and master read and 12 written, the gradient read and the parameter
-// written once — one pass instead of the five or six an op-by-op update makes.
+// The fused kernel of each update rule over the chunk table (see fused_optimizer.h). Memory-bound: per
+// element of AdamW, 12 bytes of fp32 state and master read and 12 written, the gradient read and the
+// parameter written once — one pass instead of the five or six an op-by-op update makes.
 #include "optim/fused_optimizer.h"
 #include "engine/step_scalars.h"
 
@@ -42,55 +42,26 @@ __device__ __forceinline__ void store_from_float<__half>(void* base, int64_t i, 
   static_cast<__half*>(base)[i] = __float2half_rn(value);
 }
 
-// PyTorch's AdamW: p·(1−lr·wd); m ← m + (1−β1)(g−m); v ← β2·v + (1−β2)·g²; p −= lr/bc1 · m/(√v/√bc2 + ε).
-template <typename G, typename P>
-__global__ void adamw_kernel(const FusedChunk* chunks, float* master, float* exp_avg, float* exp_avg_sq,
-                             const double* scalars, FusedHyper h) {
-  const StepScalars& s = *reinterpret_cast<const StepScalars*>(scalars);
-  if (s.skip != 0.0) return;
+// One block per chunk; the rule's update per element (optim/adamw.h, sgd.h, lion.h).
+template <typename Rule, typename G, typename P>
+__global__ void update_kernel(const FusedChunk* chunks, float* master, float* s0, float* s1, const double* scalars,
+                              OptimHyper h) {
+  constexpr int kStates = static_cast<int>(sizeof(Rule::kStates) / sizeof(Rule::kStates[0]));
+  const StepScalars& scalars_of_step = *reinterpret_cast<const StepScalars*>(scalars);
+  if (scalars_of_step.skip != 0.0) return;
   const FusedChunk chunk = chunks[blockIdx.x];
-  const float multiplier = static_cast<float>(s.grad_multiplier);
-  const float lr = static_cast<float>(s.lr);
-  const float step_size = static_cast<float>(s.lr / s.bias_correction1);
-  const float bc2_sqrt = static_cast<float>(s.bias_correction2_sqrt);
-  const float decay = 1.0f - lr * h.weight_decay * chunk.decay;
-  for (int64_t i = threadIdx.x; i < chunk.numel; i += blockDim.x) {
-    const int64_t k = chunk.state_offset + i;
-    const float g = load_as_float<G>(chunk.grad, i) * multiplier;
-    float m = exp_avg[k];
-    float v = exp_avg_sq[k];
-    m += (1.0f - h.beta1) * (g - m);
-    v = h.beta2 * v + (1.0f - h.beta2) * g * g;
-    const float denom = sqrtf(v) / bc2_sqrt + h.eps;
-    const float p = master[k] * decay - step_size * m / denom;
-    exp_avg[k] = m;
-    exp_avg_sq[k] = v;
-    master[k] = p;
-    store_from_float<P>(chunk.param, i, p);
-  }
-}
-
-// PyTorch's SGD: g + wd·p; b ← μ·b + g (b = g on the first update); g + μ·b (Nesterov) or b; p −= lr·g.
-template <typename G, typename P>
-__global__ void sgd_kernel(const FusedChunk* chunks, float* master, float* momentum_buffer, const double* scalars,
-                           FusedHyper h) {
-  const StepScalars& s = *reinterpret_cast<const StepScalars*>(scalars);
-  if (s.skip != 0.0) return;
-  const FusedChunk chunk = chunks[blockIdx.x];
-  const float multiplier = static_cast<float>(s.grad_multiplier);
-  const float lr = static_cast<float>(s.lr);
-  const bool first = s.applied_steps == 1.0;
+  const StepValues s = step_values(scalars_of_step);
   const float wd = h.weight_decay * chunk.decay;
   for (int64_t i = threadIdx.x; i < chunk.numel; i += blockDim.x) {
     const int64_t k = chunk.state_offset + i;
-    float p = master[k];
-    float g = load_as_float<G>(chunk.grad, i) * multiplier + wd * p;
-    if (h.momentum != 0.0f) {
-      const float b = first ? g : h.momentum * momentum_buffer[k] + g;
-      momentum_buffer[k] = b;
-      g = h.nesterov ? g + h.momentum * b : b;
-    }
-    p -= lr * g;
+    const float p0 = master[k];
+    const float g = load_as_float<G>(chunk.grad, i) * s.multiplier;
+    float state[kMaxStates];
+    if constexpr (kStates > 0) state[0] = s0[k];
+    if constexpr (kStates > 1) state[1] = s1[k];
+    const float p = Rule::update(h, s, wd, g, p0, state);
+    if constexpr (kStates > 0) s0[k] = state[0];
+    if constexpr (kStates > 1) s1[k] = state[1];
     master[k] = p;
     store_from_float<P>(chunk.param, i, p);
   }
@@ -121,28 +92,18 @@ void dispatch(FusedDtype grad, FusedDtype param, Fn&& fn) {
 
 }  // namespace
 
-void launch_fused_adamw(const FusedChunk* chunks, int64_t num_chunks, float* master, float* exp_avg,
-                        float* exp_avg_sq, const double* scalars, const FusedHyper& hyper, FusedDtype grad_dtype,
-                        FusedDtype param_dtype, void* cuda_stream) {
+void launch_fused_update(OptimizerKind kind, const FusedChunk* chunks, int64_t num_chunks, float* master,
+                         float* const (&state)[kMaxStates], const double* scalars, const OptimHyper& hyper,
+                         FusedDtype grad_dtype, FusedDtype param_dtype, void* cuda_stream) {
   if (num_chunks == 0) return;
   auto stream = static_cast<cudaStream_t>(cuda_stream);
-  dispatch(grad_dtype, param_dtype, [&]<typename G, typename P>() {
-    adamw_kernel<G, P><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(chunks, master, exp_avg,
-                                                                                   exp_avg_sq, scalars, hyper);
+  with_rule(kind, [&]<typename Rule>(Rule) {
+    dispatch(grad_dtype, param_dtype, [&]<typename G, typename P>() {
+      update_kernel<Rule, G, P><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
+          chunks, master, state[0], state[1], scalars, hyper);
+    });
   });
-  check_launch("fused AdamW");
-}
-
-void launch_fused_sgd(const FusedChunk* chunks, int64_t num_chunks, float* master, float* momentum_buffer,
-                      const double* scalars, const FusedHyper& hyper, FusedDtype grad_dtype, FusedDtype param_dtype,
-                      void* cuda_stream) {
-  if (num_chunks == 0) return;
-  auto stream = static_cast<cudaStream_t>(cuda_stream);
-  dispatch(grad_dtype, param_dtype, [&]<typename G, typename P>() {
-    sgd_kernel<G, P><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(chunks, master, momentum_buffer,
-                                                                                 scalars, hyper);
-  });
-  check_launch("fused SGD");
+  check_launch("fused optimizer");
 }
 
 }  // namespace zest

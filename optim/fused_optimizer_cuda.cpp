@@ -1,6 +1,6 @@
 // The CUDA optimizer: builds the chunk table of the rank's segments once (the buffers are persistent, so
 // the pointers never change), keeps it on the device, and runs one fused kernel per step on the current
-// stream (see fused_optimizer.h).
+// stream with the configured rule (see fused_optimizer.h).
 #include "core/check.h"
 #include "optim/fused_optimizer.h"
 #include "optim/optimizer.h"
@@ -50,11 +50,7 @@ class FusedCudaOptimizer final : public Optimizer {
  public:
   FusedCudaOptimizer(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel,
                      torch::Tensor scalars)
-      : Optimizer(config, std::move(segments), std::move(scalars)) {
-    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(scalars_.device());
-    is_adamw_ = config_.name == OptimizerKind::adamw;
-    first_ = torch::zeros({numel}, options);
-    if (is_adamw_) second_ = torch::zeros({numel}, options);
+      : Optimizer(config, std::move(segments), scalars, numel, torch::TensorOptions().device(scalars.device())) {
     ZEST_CHECK(segments_.empty() || segments_.front().offset == 0, "fused optimizer: segments must start at 0");
     master_ = segments_.empty() ? torch::Tensor() : base_of(segments_.front().master, numel);
     const auto chunks = chunk_table(segments_);
@@ -64,12 +60,6 @@ class FusedCudaOptimizer final : public Optimizer {
       grad_dtype_ = fused_dtype(segments_.front().grad.scalar_type(), "gradient");
       param_dtype_ = fused_dtype(segments_.front().param.scalar_type(), "parameter");
     }
-    hyper_.beta1 = static_cast<float>(config_.beta1);
-    hyper_.beta2 = static_cast<float>(config_.beta2);
-    hyper_.eps = static_cast<float>(config_.eps);
-    hyper_.weight_decay = static_cast<float>(config_.weight_decay);
-    hyper_.momentum = static_cast<float>(config_.momentum);
-    hyper_.nesterov = config_.nesterov;
   }
 
   void step() override {
@@ -77,18 +67,9 @@ class FusedCudaOptimizer final : public Optimizer {
     const auto* chunks = static_cast<const FusedChunk*>(chunks_.data_ptr());
     const auto* scalars = scalars_.data_ptr<double>();
     void* stream = c10::cuda::getCurrentCUDAStream(scalars_.device().index()).stream();
-    if (is_adamw_) {
-      launch_fused_adamw(chunks, num_chunks_, master_.data_ptr<float>(), first_.data_ptr<float>(),
-                         second_.data_ptr<float>(), scalars, hyper_, grad_dtype_, param_dtype_, stream);
-    } else {
-      launch_fused_sgd(chunks, num_chunks_, master_.data_ptr<float>(), first_.data_ptr<float>(), scalars, hyper_,
-                       grad_dtype_, param_dtype_, stream);
-    }
-  }
-  int64_t state_bytes_per_element() const override { return is_adamw_ ? 8 : (config_.momentum != 0.0 ? 4 : 0); }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override {
-    if (is_adamw_) return {{"exp_avg", first_}, {"exp_avg_sq", second_}};
-    return {{"momentum", first_}};
+    float* const state[kMaxStates] = {state_at(0, 0), state_at(1, 0)};
+    launch_fused_update(config_.name, chunks, num_chunks_, master_.data_ptr<float>(), state, scalars, hyper_,
+                        grad_dtype_, param_dtype_, stream);
   }
 
  private:
@@ -98,15 +79,11 @@ class FusedCudaOptimizer final : public Optimizer {
     return torch::from_blob(first_view.data_ptr(), {numel}, first_view.options());
   }
 
-  bool is_adamw_ = true;
-  torch::Tensor first_;   // [numel] fp32: exp_avg (AdamW) or momentum (SGD)
-  torch::Tensor second_;  // [numel] fp32: exp_avg_sq (AdamW)
   torch::Tensor master_;  // [numel] fp32, the master shard (a view: the engine owns it)
   torch::Tensor chunks_;  // FusedChunk[num_chunks_] as bytes, on the device
   int64_t num_chunks_ = 0;
   FusedDtype grad_dtype_ = FusedDtype::fp32;
   FusedDtype param_dtype_ = FusedDtype::fp32;
-  FusedHyper hyper_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // OffloadedOptimizer (see offloaded_optimizer.h): the pieces' trip through the staging ring, and the host
-// update — one pass over each piece's elements with PyTorch's update rules (those of
-// optim/cpu_optimizers.cpp), in chunks spread over as many threads as the rank's intra-op threads.
+// update — one pass of the configured rule over each piece's elements (the host pass the CPU optimizer
+// runs too), in chunks spread over as many threads as the rank's intra-op threads.
 #include "optim/offloaded_optimizer.h"
 
 #include "core/check.h"
@@ -20,8 +20,8 @@ namespace zest {
 
 OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<OptimSegment> device_segments,
                                        int64_t numel, torch::Tensor step_scalars, int64_t staging_bytes)
-    : Optimizer(config, std::move(device_segments), std::move(step_scalars)),
-      is_adamw_(config.name == OptimizerKind::adamw) {
+    // The state never crosses PCIe: pageable host memory.
+    : Optimizer(config, std::move(device_segments), std::move(step_scalars), numel, torch::TensorOptions()) {
   const torch::Device device = scalars_.device();  // the staging buffers cross PCIe: page-locked for a GPU
   if (!segments_.empty()) {
     grad_dtype_ = segments_.front().grad.scalar_type();
@@ -44,13 +44,6 @@ OffloadedOptimizer::OffloadedOptimizer(const OptimConfig& config, std::vector<Op
   const int slots = static_cast<int>(std::clamp<size_t>(pieces_.size(), 1, kStagingSlots));
   ring_ = std::make_unique<StagingRing>(slots, piece_numel, grad_dtype_, param_dtype_, device);
   host_scalars_ = zeroed_host_tensor(kStepScalarCount, torch::kFloat64, device);
-  first_ = torch::zeros({numel}, torch::kFloat32);  // never crosses PCIe: pageable
-  if (is_adamw_) second_ = torch::zeros({numel}, torch::kFloat32);
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> OffloadedOptimizer::state_tensors() const {
-  if (is_adamw_) return {{"exp_avg", first_}, {"exp_avg_sq", second_}};
-  return {{"momentum", first_}};  // the names the on-device optimizers use: checkpoints move between them
 }
 
 void OffloadedOptimizer::download(size_t piece) {
@@ -70,34 +63,18 @@ void OffloadedOptimizer::step() {
   // The one wait for the device: the decision, while the first pieces go down.
   host_scalars_.copy_(scalars_);
   const StepScalars& s = *reinterpret_cast<const StepScalars*>(host_scalars_.data_ptr<double>());
-  if (s.skip == 0.0) stream_update(update_of(s));
+  if (s.skip == 0.0) stream_update(step_values(s));
   downloads_issued_ = 0;
   // The gathers and the next forward read the parameters after their upload; the gradients are zeroed
   // after their download.
   ring_->join();
 }
 
-HostUpdate OffloadedOptimizer::update_of(const StepScalars& s) const {
-  HostUpdate u{};
-  u.lr = static_cast<float>(s.lr);
-  u.multiplier = static_cast<float>(s.grad_multiplier);
-  u.weight_decay = static_cast<float>(config_.weight_decay);
-  u.beta1 = static_cast<float>(config_.beta1);
-  u.beta2 = static_cast<float>(config_.beta2);
-  u.eps = static_cast<float>(config_.eps);
-  u.step_size = static_cast<float>(s.lr / s.bias_correction1);
-  u.bias_correction2_sqrt = static_cast<float>(s.bias_correction2_sqrt);
-  u.momentum = static_cast<float>(config_.momentum);
-  u.nesterov = config_.nesterov;
-  u.first_sgd_step = s.applied_steps == 1.0;
-  return u;
-}
-
 // The calling thread moves the pieces through the ring — publishes a piece to the workers once its
 // gradients are on the host and its slot's parameter half is free, uploads it once its chunks are done,
 // and downloads the piece that slot takes next — while worker threads update the published pieces'
 // chunks in order.
-void OffloadedOptimizer::stream_update(const HostUpdate& u) {
+void OffloadedOptimizer::stream_update(const StepValues& step) {
   const size_t n = pieces_.size();
   const size_t slots = static_cast<size_t>(ring_->slots());
   constexpr size_t kStop = std::numeric_limits<size_t>::max();
@@ -111,7 +88,7 @@ void OffloadedOptimizer::stream_update(const HostUpdate& u) {
       size_t ready = published.load();
       for (; ready != kStop && ready <= piece; ready = published.load()) published.wait(ready);
       if (ready == kStop) return;
-      update_chunk(chunks_[c], u);
+      update_chunk(chunks_[c], step);
       chunks_left[piece].fetch_sub(1);
     }
   };
@@ -147,26 +124,20 @@ void OffloadedOptimizer::stream_update(const HostUpdate& u) {
   }
 }
 
-void OffloadedOptimizer::update_chunk(const HostChunk& chunk, const HostUpdate& u) {
+void OffloadedOptimizer::update_chunk(const HostChunk& chunk, const StepValues& step) {
   const HostPiece& piece = pieces_[chunk.piece];
   const OptimSegment& seg = segments_[piece.segment];
   const int slot = slot_of(chunk.piece);
   const int64_t in_slot = chunk.begin - piece.begin;
   const int64_t at = seg.offset + chunk.begin;  // in the flat state buffers
-  const bool has_first = is_adamw_ || config_.momentum != 0.0;
   const HostRange range{seg.master.data_ptr<float>() + chunk.begin,
-                        has_first ? first_.data_ptr<float>() + at : nullptr,
-                        is_adamw_ ? second_.data_ptr<float>() + at : nullptr,
+                        {state_at(0, at), state_at(1, at)},
                         ring_->grad_at(slot, in_slot),
                         grad_dtype_,
                         ring_->param_at(slot, in_slot),
                         param_dtype_,
                         chunk.end - chunk.begin};
-  if (is_adamw_) {
-    adamw_update(u, chunk.decay, range);
-  } else {
-    sgd_update(u, chunk.decay, range);
-  }
+  host_update(config_.name, hyper_, step, chunk.decay, range);
 }
 
 // Each segment cut into pieces of at most `piece_numel`; each piece into chunks of uniform weight decay,

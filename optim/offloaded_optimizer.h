@@ -2,8 +2,8 @@
 // engine's, in host memory) and the optimizer state live in host memory; the reduced gradient shard
 // stays on the device. step() waits for the step's decision (norm, clip, skip: computed on the device as
 // without offload), then streams the shard through a small ring of page-locked buffers (StagingRing):
-// piece by piece, the gradients go down, worker threads update the master with a fused, vectorised
-// AdamW/SGD pass, and the new compute-dtype values go back up, all three overlapped. The host holds the
+// piece by piece, the gradients go down, worker threads update the master with the configured rule's
+// fused, vectorised host pass (optim/host_update.h), and the new compute-dtype values go back up, all three overlapped. The host holds the
 // master and optimizer state and a fixed few hundred MB of staging, not copies of the shard.
 #pragma once
 
@@ -17,8 +17,6 @@
 
 namespace zest {
 
-struct StepScalars;  // engine/step_scalars.h
-struct HostUpdate;   // optim/host_update.h
 
 // A contiguous range of one segment that crosses PCIe as one copy through one staging slot.
 struct HostPiece {
@@ -44,8 +42,6 @@ class OffloadedOptimizer final : public Optimizer {
   // (the engine calls it once the reductions are ordered, before the norm; step() calls it otherwise).
   void start_downloads();
   void step() override;
-  int64_t state_bytes_per_element() const override { return is_adamw_ ? 8 : (config_.momentum != 0.0 ? 4 : 0); }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override;
   // The last step's scalars on the host (valid after step()); the EMA reads its gating from here.
   const torch::Tensor& host_scalars() const { return host_scalars_; }
   // Host bytes of the staging ring the gradient and parameter pieces cross PCIe through.
@@ -53,18 +49,14 @@ class OffloadedOptimizer final : public Optimizer {
 
  private:
   void plan_pieces(int64_t piece_numel);
-  HostUpdate update_of(const StepScalars& s) const;
-  void stream_update(const HostUpdate& u);
-  void update_chunk(const HostChunk& chunk, const HostUpdate& u);
+  void stream_update(const StepValues& step);
+  void update_chunk(const HostChunk& chunk, const StepValues& step);
   int slot_of(size_t piece) const { return static_cast<int>(piece % static_cast<size_t>(ring_->slots())); }
   void download(size_t piece);
 
-  bool is_adamw_ = true;
   torch::Dtype grad_dtype_ = torch::kFloat32;
   torch::Dtype param_dtype_ = torch::kFloat32;
   torch::Tensor host_scalars_;  // float64 [kStepScalarCount], pinned
-  torch::Tensor first_;         // exp_avg (AdamW) or momentum (SGD), fp32 [numel]
-  torch::Tensor second_;        // exp_avg_sq (AdamW), fp32 [numel]
   std::vector<HostPiece> pieces_;  // every segment's, in segment (forward) order
   std::vector<HostChunk> chunks_;  // every piece's, in piece order
   std::vector<int64_t> chunks_per_piece_;

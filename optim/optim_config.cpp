@@ -4,13 +4,14 @@
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "optim/optimizer_spec.h"
 
 #include <cmath>
 #include <map>
 
 namespace zest {
 
-const char* to_string(OptimizerKind k) { return k == OptimizerKind::adamw ? "adamw" : "sgd"; }
+const char* to_string(OptimizerKind k) { return optimizer_spec(k).name.c_str(); }
 
 const char* to_string(ScheduleKind k) {
   switch (k) {
@@ -37,7 +38,6 @@ bool no_decay_matches(const std::vector<std::string>& patterns, const std::strin
 
 namespace {
 
-constexpr OptimizerKind kOptimizers[] = {OptimizerKind::adamw, OptimizerKind::sgd};
 constexpr ScheduleKind kSchedules[] = {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::linear};
 
 // DeepSpeed's layout ({"type": ..., "params": {...}}) and names, with the zest spelling.
@@ -58,19 +58,29 @@ void check(ConfigTable& table, bool ok, const std::string& key, const std::strin
   if (!ok) table.fail(key, message);
 }
 
-// Keys of one optimizer given to the other are refused: silently ignoring them hides a mistake.
-void reject_foreign_keys(ConfigTable& table, OptimizerKind name, const std::vector<std::string>& keys,
-                         const char* owner) {
-  for (const std::string& key : keys)
+// Keys only other optimizers read are refused: silently ignoring them hides a mistake.
+void reject_foreign_keys(ConfigTable& table, OptimizerKind name) {
+  const OptimizerSpec& chosen = optimizer_spec(name);
+  std::map<std::string, std::vector<std::string>> owners;  // key -> the optimizers reading it
+  for (const OptimizerSpec& spec : optimizer_specs())
+    for (const HyperKey& key : spec.keys) owners[key.key].push_back(spec.name);
+  for (const auto& [key, names] : owners) {
+    if (chosen.reads(key)) continue;
+    std::string who = "\"" + names[0] + "\"";
+    for (size_t i = 1; i < names.size(); ++i) who += (i + 1 == names.size() ? " or \"" : ", \"") + names[i] + "\"";
     check(table, !table.has(key), key,
-          std::string("is only used by optimizer \"") + owner + "\" (name is \"" + to_string(name) + "\")");
+          "is only used by optimizer " + who + " (name is \"" + chosen.name + "\")");
+  }
 }
 
 }  // namespace
 
 OptimConfig OptimConfig::from_toml(ConfigTable& table) {
   OptimConfig c;
-  c.name = table.get_enum("name", c.name, kOptimizers);
+  c.name = table.get_enum("name", c.name, kOptimizerKinds);
+  const OptimizerSpec& spec = optimizer_spec(c.name);
+  c.beta1 = spec.default_beta1;
+  c.beta2 = spec.default_beta2;
   c.lr = table.get("lr", c.lr);
   const std::vector<double> betas = table.get("betas", std::vector<double>{c.beta1, c.beta2});
   c.eps = table.get("eps", c.eps);
@@ -80,8 +90,7 @@ OptimConfig OptimConfig::from_toml(ConfigTable& table) {
   c.no_decay = table.get("no_decay", c.no_decay);
   table.reject_unknown_keys(kOptimizerHints);
 
-  if (c.name == OptimizerKind::adamw) reject_foreign_keys(table, c.name, {"momentum", "nesterov"}, "sgd");
-  if (c.name == OptimizerKind::sgd) reject_foreign_keys(table, c.name, {"betas", "eps"}, "adamw");
+  reject_foreign_keys(table, c.name);
   check(table, std::isfinite(c.lr) && c.lr > 0, "lr", "must be > 0");
   check(table, betas.size() == 2, "betas",
         "must have exactly 2 values [beta1, beta2] (got " + std::to_string(betas.size()) + ")");
@@ -117,17 +126,21 @@ SchedulerConfig SchedulerConfig::from_toml(ConfigTable& table) {
 
 void to_toml(const OptimConfig& c, ConfigWriter& out) {
   ConfigWriter& t = out.table("optimizer", "optimizer of the fp32 master shards");
-  t.set("name", to_string(c.name), "adamw|sgd");
+  std::string names;
+  for (const OptimizerSpec& spec : optimizer_specs()) names += (names.empty() ? "" : "|") + spec.name;
+  t.set("name", to_string(c.name), names);
   t.set("lr", c.lr, "peak learning rate");
-  if (c.name == OptimizerKind::adamw) {
-    t.set("betas", std::vector<double>{c.beta1, c.beta2}, "Adam moment decay rates [beta1, beta2]");
-    t.set("eps", c.eps, "Adam denominator epsilon");
-  }
-  t.set("weight_decay", c.weight_decay, "decoupled weight decay (AdamW) / L2 (SGD)");
-  if (c.name == OptimizerKind::sgd) {
-    t.set("momentum", c.momentum, "SGD momentum");
-    t.set("nesterov", c.nesterov, "Nesterov momentum");
-  }
+  // The optimizer's own keys (its rule's kKeys), with the rule's docs.
+  const OptimizerSpec& spec = optimizer_spec(c.name);
+  auto set_if_read = [&](const char* key, const auto& value) {
+    for (const HyperKey& k : spec.keys)
+      if (std::string(k.key) == key) t.set(key, value, k.doc);
+  };
+  set_if_read("betas", std::vector<double>{c.beta1, c.beta2});
+  set_if_read("eps", c.eps);
+  t.set("weight_decay", c.weight_decay, "decoupled weight decay (AdamW, Lion) / L2 (SGD)");
+  set_if_read("momentum", c.momentum);
+  set_if_read("nesterov", c.nesterov);
   t.set("no_decay", c.no_decay, "name patterns excluded from weight decay");
 }
 

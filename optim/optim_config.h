@@ -2,6 +2,8 @@
 // (strict; cross-table rules such as min_lr <= lr live in tools/run_config.cpp) and printing.
 #pragma once
 
+#include "optim/optimizers.h"
+
 #include <string>
 #include <vector>
 
@@ -10,7 +12,6 @@ namespace zest {
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
 
-enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine, linear };
 const char* to_string(OptimizerKind k);
 const char* to_string(ScheduleKind k);
@@ -18,18 +19,19 @@ const char* to_string(ScheduleKind k);
 struct OptimConfig {
   OptimizerKind name = OptimizerKind::adamw;
   double lr = 1e-4;
-  double beta1 = 0.9;            // TOML: betas = [beta1, beta2]
-  double beta2 = 0.999;
+  double beta1 = 0.9;            // TOML: betas = [beta1, beta2]; the defaults are the optimizer's
+  double beta2 = 0.999;          // (optim/adamw.h, lion.h)
   double eps = 1e-8;
   double weight_decay = 0.01;
   double momentum = 0.9;         // sgd only
   bool nesterov = false;         // sgd only
+  // Each optimizer reads lr, weight_decay, no_decay and its own keys (its rule's kKeys).
   // Parameters excluded from weight decay: a pattern matches a state-dict name when it is a substring of
   // one of its dot-separated components ("bias" → "to_out.0.bias", "norm" → "norm1.weight",
   // "q_norm.weight"). Default: biases and norm weights.
   std::vector<std::string> no_decay = {"bias", "norm"};
 
-  // Reads [optimizer]; settings of the other optimizer (momentum with adamw, betas with sgd) are errors.
+  // Reads [optimizer]; keys of another optimizer only (momentum with adamw, betas with sgd) are errors.
   static OptimConfig from_toml(ConfigTable& table);
 };
 

@@ -1,5 +1,5 @@
-// Optimizer base: the step counter kept in the step scalars, and the factory choosing the CPU or the
-// fused CUDA implementation by the segments' device.
+// Optimizer base: the rule's state tensors, the step counter kept in the step scalars, and the factory
+// choosing the CPU or the fused CUDA implementation by the segments' device.
 #include "optim/optimizer.h"
 
 #include "core/check.h"
@@ -29,6 +29,24 @@ std::vector<DecayRun> decay_runs(const OptimSegment& segment) {
   return runs;
 }
 
+Optimizer::Optimizer(const OptimConfig& config, std::vector<OptimSegment> segments, torch::Tensor step_scalars,
+                     int64_t numel, const torch::TensorOptions& state_options)
+    : config_(config), hyper_(optim_hyper(config)), segments_(std::move(segments)), scalars_(std::move(step_scalars)) {
+  for (size_t i = 0; i < optimizer_spec(config_.name).states.size(); ++i)
+    states_.push_back(torch::zeros({numel}, state_options.dtype(torch::kFloat32)));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Optimizer::state_tensors() const {
+  const auto& names = optimizer_spec(config_.name).states;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (size_t i = 0; i < names.size(); ++i) named.emplace_back(names[i], states_[i]);
+  return named;
+}
+
+float* Optimizer::state_at(size_t i, int64_t at) const {
+  return i < states_.size() ? states_[i].data_ptr<float>() + at : nullptr;
+}
+
 int64_t Optimizer::step_count() const {
   return static_cast<int64_t>(scalars_[kAppliedStepsIndex].item<double>());
 }
@@ -48,11 +66,6 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector
   }
 #endif
   return make_cpu_optimizer(config, std::move(segments), numel, std::move(step_scalars));
-}
-
-int64_t optimizer_state_bytes_per_element(const OptimConfig& config) {
-  if (config.name == OptimizerKind::adamw) return 8;
-  return config.momentum != 0.0 ? 4 : 0;
 }
 
 }  // namespace zest

@@ -8,6 +8,7 @@
 
 #include "core/element_span.h"
 #include "optim/optim_config.h"
+#include "optim/optimizer_spec.h"
 
 #include <torch/torch.h>
 
@@ -36,16 +37,19 @@ struct DecayRun {
 // The segment's elements, in order, as alternating runs (decay_ranges and the gaps around them).
 std::vector<DecayRun> decay_runs(const OptimSegment& segment);
 
+// The paths that run the configured update rule (optim/optimizers.h) over the segments: on the CPU,
+// fused on CUDA, or offloaded to the host. The state tensors are the rule's, named by it.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // One update of every segment with this step's scalars; a skipped step (non-finite gradients)
   // changes nothing. Also writes the updated values, cast, into each segment's `param`.
   virtual void step() = 0;
-  // Bytes of optimizer state per parameter element (AdamW: 8, SGD with momentum: 4).
-  virtual int64_t state_bytes_per_element() const = 0;
-  // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum"), each [numel] fp32, for checkpoints.
-  virtual std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const = 0;
+  // Bytes of optimizer state per parameter element (AdamW: 8, SGD with momentum: 4, Lion: 4).
+  int64_t state_bytes_per_element() const { return optimizer_state_bytes_per_element(config_); }
+  // State tensors by the rule's names ("exp_avg", "exp_avg_sq" / "momentum"), each [numel] fp32, for
+  // checkpoints; every path uses the same names, so checkpoints move between them.
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
   // Updates applied (Adam's bias-correction t): kept in the step scalars, so reading it is a device
   // sync on GPU (checkpoints only).
   int64_t step_count() const;
@@ -54,18 +58,21 @@ class Optimizer {
   const std::vector<OptimSegment>& segments() const { return segments_; }
 
  protected:
-  Optimizer(const OptimConfig& config, std::vector<OptimSegment> segments, torch::Tensor step_scalars)
-      : config_(config), segments_(std::move(segments)), scalars_(std::move(step_scalars)) {}
+  // Zeroed state of the rule for `numel` elements, each fp32 with `state_options`' device and memory.
+  Optimizer(const OptimConfig& config, std::vector<OptimSegment> segments, torch::Tensor step_scalars,
+            int64_t numel, const torch::TensorOptions& state_options);
+  // Pointer to state tensor i at element `at`, or null past the rule's states (HostRange / kernel slots).
+  float* state_at(size_t i, int64_t at) const;
   OptimConfig config_;
+  OptimHyper hyper_;  // config_ in fp32, as the update computes
   std::vector<OptimSegment> segments_;
   torch::Tensor scalars_;  // float64 [kStepScalarCount] (engine/step_scalars.h), on the engine's device
+  std::vector<torch::Tensor> states_;  // the rule's, in optimizer_spec(config_.name).states order
 };
 
 // Builds the configured optimizer with zeroed state for `numel` elements on the segments' device: the
-// CPU implementation (ATen ops per segment) or, on CUDA, the fused kernels (one pass per step).
+// CPU implementation (the host pass per segment) or, on CUDA, the fused kernel (one pass per step).
 std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<OptimSegment> segments,
                                           int64_t numel, torch::Tensor step_scalars);
-// State bytes per element for a configuration without building it (memory estimates).
-int64_t optimizer_state_bytes_per_element(const OptimConfig& config);
 
 }  // namespace zest

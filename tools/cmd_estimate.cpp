@@ -39,6 +39,19 @@ Precision parse_precision(const std::string& text, const char* flag) {
   throw Error(str(flag, " must be bf16, fp16 or fp32, got '", text, "'"));
 }
 
+// The optimizers' names come from their descriptions (optim/optimizers.h).
+std::string optimizer_names(const char* separator) {
+  std::string names;
+  for (const OptimizerSpec& spec : optimizer_specs()) names += (names.empty() ? "" : separator) + spec.name;
+  return names;
+}
+
+OptimizerKind parse_optimizer(const std::string& text) {
+  for (const OptimizerSpec& spec : optimizer_specs())
+    if (spec.name == text) return spec.kind;
+  throw Error("--optimizer must be one of " + optimizer_names(", ") + ", got '" + text + "'");
+}
+
 std::string format_count(int64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -75,9 +88,7 @@ void run_estimate(const EstimateArgs& args) {
   in.ema = args.ema;
   in.reduce_dtype = args.reduce_dtype.empty() ? in.precision : parse_precision(args.reduce_dtype, "--reduce-dtype");
   OptimConfig optim;
-  if (args.optimizer != "adamw" && args.optimizer != "sgd")
-    throw Error("--optimizer must be adamw or sgd, got '" + args.optimizer + "'");
-  optim.name = args.optimizer == "adamw" ? OptimizerKind::adamw : OptimizerKind::sgd;
+  optim.name = parse_optimizer(args.optimizer);
   if (!args.config_path.empty()) {
     const RunConfig run = parse_run_config(args.config_path);
     const ResolvedModel model = resolve_run_model(run);
@@ -131,7 +142,7 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option("--world", args->world, "number of ranks N")->required();
   cmd->add_option("--precision", args->precision, "compute dtype: bf16 | fp16 | fp32")->capture_default_str();
   cmd->add_option("--reduce-dtype", args->reduce_dtype, "dtype of sharded gradients (default: the precision)");
-  cmd->add_option("--optimizer", args->optimizer, "adamw | sgd")->capture_default_str();
+  cmd->add_option("--optimizer", args->optimizer, optimizer_names(" | "))->capture_default_str();
   cmd->add_flag("--ema", args->ema, "add an fp32 EMA of the weights (on by itself when the run file has [ema])");
   cmd->callback([args] { run_estimate(*args); });
 }

@@ -3,7 +3,7 @@
 #include "tools/sd_pipeline.h"
 
 #include "checkpoint/merge.h"
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"

@@ -1,4 +1,5 @@
-// Registry hook of HY-Motion: builds, counts and runs the model from reference-named config and inputs.
+// Registry hook of HY-Motion: builds, counts and runs the model from reference-named config and inputs,
+// and says what dataset it trains on.
 #include "models/hymotion/hymotion.h"
 
 #include "core/check.h"
@@ -65,6 +66,21 @@ TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int6
           {"vtxt_input", torch::randn({batch, 1, c.vtxt_input_dim}, generator, floats)}};
 }
 
+// motion_dim = input_dim, text_dim = ctxt_input_dim, pooled_dim = vtxt_input_dim.
+DatasetFeatures dataset_features(ConfigTable& table, const std::string&) {
+  const auto c = HyMotionConfig::from_toml(table);
+  DatasetFeatures e;
+  e.format = "motion";
+  e.features = {{"motion_dim", c.input_dim}, {"text_dim", c.ctxt_input_dim}, {"pooled_dim", c.vtxt_input_dim}};
+  // The released models: Qwen3 tokens padded to 128, clips of up to 360 frames (12 s at 30 fps).
+  // Small test configurations get small defaults so that they train on a CPU in seconds.
+  const bool full_size = c.ctxt_input_dim >= 1024;
+  e.defaults = {{"text_tokens", full_size ? 128 : 8},
+                {"min_frames", full_size ? 60 : 12},
+                {"max_frames", full_size ? 360 : 40}};
+  return e;
+}
+
 }  // namespace
 
 ModelFamily family() {
@@ -77,6 +93,7 @@ ModelFamily family() {
   f.forward = forward_named;
   f.training_loss = training_loss;
   f.synthetic_batch = synthetic_batch;
+  f.dataset_features = dataset_features;
   return f;
 }
 

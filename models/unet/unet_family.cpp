@@ -66,6 +66,31 @@ TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int6
   return b;
 }
 
+// channels = in_channels, text_dim = cross_attention_dim, and for SDXL-style "text_time" models
+// pooled_dim = projection_class_embeddings_input_dim − 6·addition_time_embed_dim and time_ids = 1 (else
+// 0 and 0). Height and width are open (the UNet is size-agnostic); their defaults: sample_size.
+DatasetFeatures dataset_features(ConfigTable& table, const std::string& source) {
+  const auto c = UNetConfig::from_toml(table);
+  // sample_size is inert to the model (UNetConfig reads and drops it): read it directly.
+  const int64_t sample_size = table.is_array("sample_size")
+                                  ? table.get<std::vector<int64_t>>("sample_size", {64})[0]
+                                  : table.get<int64_t>("sample_size", 64);
+  ZEST_CHECK(!c.cross_attention_dim.empty(), source, ": cross_attention_dim is missing");
+  for (int64_t dim : c.cross_attention_dim)
+    ZEST_CHECK(dim == c.cross_attention_dim[0], source,
+               ": per-block cross_attention_dim values differ; zest's latent datasets have one text width");
+  DatasetFeatures e;
+  e.format = "latents";
+  const int64_t pooled =
+      c.text_time_embedding ? c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim : 0;
+  e.features = {{"channels", c.in_channels},
+                {"text_dim", c.cross_attention_dim[0]},
+                {"pooled_dim", pooled},
+                {"time_ids", c.text_time_embedding ? 1 : 0}};
+  e.defaults = {{"text_tokens", 77}, {"height", sample_size}, {"width", sample_size}};
+  return e;
+}
+
 }  // namespace
 
 ModelFamily family() {
@@ -78,6 +103,7 @@ ModelFamily family() {
   f.forward = forward_named;
   f.training_loss = training_loss;
   f.synthetic_batch = synthetic_batch;
+  f.dataset_features = dataset_features;
   return f;
 }
 

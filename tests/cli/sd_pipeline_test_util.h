@@ -5,7 +5,7 @@
 // reference pipelines on; make_tiny_pipeline writes the same files again.
 #pragma once
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "clip/clip_test_util.h"
 #include "models/clip/clip_text_model.h"
 #include "models/model_resolve.h"

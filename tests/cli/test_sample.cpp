@@ -5,7 +5,7 @@
 #include "cli_test_util.h"
 #include "sd_pipeline_test_util.h"
 
-#include "checkpoint/safetensors.h"
+#include "formats/safetensors.h"
 #include "core/check.h"
 #include "data/png_write.h"
 #include "tools/sd_pipeline.h"

@@ -181,6 +181,36 @@ TEST(OptimConfigToml, DefaultsAndGoodValues) {
   EXPECT_TRUE(sgd.nesterov);
 }
 
+// Lion (optim/lion.h): its own default betas, weight decay, and only the keys its rule declares.
+TEST(OptimConfigToml, Lion) {
+  const OptimConfig d = optimizer("name = \"lion\"\n");
+  EXPECT_EQ(d.name, OptimizerKind::lion);
+  EXPECT_DOUBLE_EQ(d.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(d.beta2, 0.99);
+  const OptimConfig c = optimizer("name = \"lion\"\nlr = 3e-5\nbetas = [0.95, 0.98]\nweight_decay = 0.5\n");
+  EXPECT_DOUBLE_EQ(c.lr, 3e-5);
+  EXPECT_DOUBLE_EQ(c.beta1, 0.95);
+  EXPECT_DOUBLE_EQ(c.beta2, 0.98);
+  EXPECT_DOUBLE_EQ(c.weight_decay, 0.5);
+  EXPECT_DOUBLE_EQ(optimizer("").beta2, 0.999);  // AdamW keeps its own default
+  expect_error([] { optimizer("name = \"lion\"\neps = 1e-6\n"); },
+               {"optimizer.eps: is only used by optimizer \"adamw\" (name is \"lion\")"});
+  expect_error([] { optimizer("name = \"lion\"\nmomentum = 0.9\n"); },
+               {"optimizer.momentum: is only used by optimizer \"sgd\" (name is \"lion\")"});
+  // Printed and read back: the same settings, and only Lion's keys.
+  ConfigWriter out;
+  to_toml(c, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("name = \"lion\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("eps ="), std::string::npos) << text;
+  EXPECT_EQ(text.find("momentum ="), std::string::npos) << text;
+  const OptimConfig back = read_section<OptimConfig>(text, "optimizer");
+  EXPECT_EQ(back.name, OptimizerKind::lion);
+  EXPECT_DOUBLE_EQ(back.beta1, 0.95);
+  EXPECT_DOUBLE_EQ(back.beta2, 0.98);
+  EXPECT_DOUBLE_EQ(back.weight_decay, 0.5);
+}
+
 TEST(OptimConfigToml, Errors) {
   expect_error([] { optimizer("betas = [0.9]\n"); },
                {"cfg.toml:2:9: optimizer.betas: must have exactly 2 values [beta1, beta2] (got 1)"});
@@ -190,8 +220,11 @@ TEST(OptimConfigToml, Errors) {
   expect_error([] { optimizer("momentum = 0.9\n"); },
                {"cfg.toml:2:12: optimizer.momentum: is only used by optimizer \"sgd\" (name is \"adamw\")"});
   expect_error([] { optimizer("name = \"sgd\"\nbetas = [0.9, 0.99]\n"); },
-               {"optimizer.betas: is only used by optimizer \"adamw\" (name is \"sgd\")"});
-  expect_error([] { optimizer("name = \"adam\"\n"); }, {"\"adam\" is not one of \"adamw\", \"sgd\" (did you mean \"adamw\"?)"});
+               {"optimizer.betas: is only used by optimizer \"adamw\" or \"lion\" (name is \"sgd\")"});
+  expect_error([] { optimizer("name = \"sgd\"\neps = 1e-6\n"); },
+               {"optimizer.eps: is only used by optimizer \"adamw\" (name is \"sgd\")"});
+  expect_error([] { optimizer("name = \"adam\"\n"); },
+               {"\"adam\" is not one of \"adamw\", \"sgd\", \"lion\" (did you mean \"adamw\"?)"});
   expect_error([] { optimizer("no_decay = [\"bias\", 3]\n"); },
                {"optimizer.no_decay[1]: expected a string, got an integer (3)"});
   expect_error([] { optimizer("name = \"sgd\"\nmomentum = 0\nnesterov = true\n"); },
