@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "models/hymotion/flow_matching.h"
+#include "models/hymotion/hymotion_activations.h"
 
 #include <set>
 
@@ -77,6 +78,9 @@ ModelFamily family() {
   f.forward = forward_named;
   f.training_loss = training_loss;
   f.synthetic_batch = synthetic_batch;
+  f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
+    return activation_profile(HyMotionConfig::from_toml(table), shapes);
+  };
   return f;
 }
 
