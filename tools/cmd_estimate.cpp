@@ -3,20 +3,21 @@
 #include "tools/commands.h"
 
 #include "core/check.h"
+#include "data/dataset.h"
+#include "data/model_features.h"
 #include "engine/memory_model.h"
 #include "models/model_resolve.h"
 #include "optim/optimizer.h"
 #include "tools/activation_check.h"
 #include "tools/run_config.h"
-#include "data/dataset.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <iostream>
+#include <optional>
 
 namespace zest::cli {
 namespace {
@@ -68,12 +69,24 @@ int64_t parse_params(const std::string& text) {
   return static_cast<int64_t>(value);
 }
 
+// "360 frames, 128 text tokens" or "64x64 latents, 77 text tokens"; a 0 (the family's default) is "default".
+std::string describe_shapes(const ActivationShapes& shapes, bool motion) {
+  const auto number = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("default"); };
+  const std::string tokens = number(shapes.text_tokens) + " text tokens";
+  if (motion) return number(shapes.length) + " frames, " + tokens;
+  return number(shapes.length) + "x" + number(shapes.width > 0 ? shapes.width : shapes.length) + " latents, " + tokens;
+}
+
 // The activations of the run file's micro-batch, for the data's shapes (its dataset's first sample, or
 // the family's defaults when data.dir holds none yet), under its policy and with every unit checkpointed.
 void print_activations(const RunConfig& run, const ResolvedModel& model, const MemoryModelInputs& state) {
   const torch::Device device(run.engine.resolved_device() == DeviceKind::cuda ? torch::kCUDA : torch::kCPU);
   ActivationShapes shapes = default_activation_shapes(run.engine.precision, device);
-  std::string shapes_from = "the family's default shapes (data.dir '" + run.data.dir + "' holds no dataset)";
+  // Without a dataset, data.seq_len stands for the frames (motion) or the latent side (images), as in
+  // `zest bench`; the rest are the family's defaults.
+  shapes.length = run.data.seq_len;
+  std::string shapes_from = "data.seq_len and the family's default shapes (data.dir '" + run.data.dir +
+                            "' holds no dataset)";
   if (!run.data.dir.empty() && std::filesystem::is_regular_file(std::filesystem::path(run.data.dir) / "dataset.json")) {
     DatasetOptions options;
     options.seq_len = run.data.seq_len;
@@ -88,8 +101,7 @@ void print_activations(const RunConfig& run, const ResolvedModel& model, const M
   if (plan.profile.units.empty()) return;
   std::printf("activations per rank and micro-batch (data.batch_size = %d, %s, %s, %s attention), from %s:\n",
               run.data.batch_size, to_string(run.engine.precision),
-              shapes.width > 0 ? str(shapes.length, "x", shapes.width, " latents, ", shapes.text_tokens, " text tokens").c_str()
-                               : str(shapes.length, " frames, ", shapes.text_tokens, " text tokens").c_str(),
+              describe_shapes(shapes, model_features(model).format == DatasetFormat::motion).c_str(),
               shapes.attention_keeps_probabilities ? "math-path" : "fused GPU", shapes_from.c_str());
   const auto line = [&](CheckpointPolicy policy) {
     MemoryModelInputs in = state;
