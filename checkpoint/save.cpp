@@ -10,6 +10,7 @@
 #include "core/check.h"
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -72,9 +73,24 @@ Saver::~Saver() {
   if (pending_) pending_->join();
 }
 
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 std::string Saver::save(Engine& engine, const SaveRequest& request) {
   Communicator& comm = engine.comm();
+  const auto started = std::chrono::steady_clock::now();
+  SaveFigures figures;
+  if (pending_) {
+    figures.waited_for_previous = !pending_->written.load();
+    figures.previous_step = pending_->manifest.step;
+  }
   wait(comm);
+  figures.waited_ms = ms_since(started);
   ZEST_CHECK(!request.dir.empty(), "checkpoint save: no folder given (checkpoint.dir)");
   auto pending = std::make_unique<Pending>();
   pending->root = request.dir;
@@ -97,20 +113,32 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
 
   const RankFileIdentity identity{comm.rank(), comm.size(), step};
   const std::string file = (std::filesystem::path(tmp) / rank_file_name(comm.rank())).string();
-  auto snapshot = std::make_shared<RankSnapshot>(snapshot_engine(engine, request.async));
+  // Asynchronous: the slices are copied into the reused host staging (on a GPU, queued on a side stream:
+  // the host returns at once and the writer waits for the copy). Synchronous: views, written now.
+  SideStream::Mark copied;
+  auto snapshot = std::make_shared<RankSnapshot>(request.async ? staging_.stage(engine, copied)
+                                                               : snapshot_engine(engine, /*copy=*/false));
   Pending* p = pending.get();
-  auto write = [p, snapshot, file, identity] {
-    p->error = capture_error([&] { p->record = write_rank_file(*snapshot, file, identity); });
+  auto write = [p, snapshot, file, identity, copied] {
+    p->error = capture_error([&] {
+      copied.wait_host();
+      p->record = write_rank_file(*snapshot, file, identity);
+    });
     p->written.store(true);
   };
   pending_ = std::move(pending);
   if (request.async) {
     p->worker = std::thread(write);
+    figures.staging_bytes = staging_.bytes();
+    figures.stall_ms = ms_since(started);
+    last_ = figures;
     return p->path;
   }
   write();
   const std::string path = p->path;  // commit() releases the pending record
   commit(comm);
+  figures.stall_ms = ms_since(started);
+  last_ = figures;
   return path;
 }
 

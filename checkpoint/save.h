@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_config.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/snapshot_staging.h"
 #include "engine/engine.h"
 
 #include <memory>
@@ -37,6 +38,15 @@ struct SaveRequest {
   static SaveRequest from_config(const CheckpointConfig& config);
 };
 
+// How long the last save() kept its caller from training, and the host staging it copied into.
+struct SaveFigures {
+  double stall_ms = 0.0;        // the whole call: waiting for the previous save, snapshot, and (sync) write
+  double waited_ms = 0.0;       // of which: waiting for the previous save's background write
+  bool waited_for_previous = false;  // the previous save was still writing when this one was due
+  int64_t previous_step = -1;   // its step, when it was
+  int64_t staging_bytes = 0;    // the reused host staging (asynchronous saves; 0 otherwise)
+};
+
 class Saver {
  public:
   Saver();
@@ -53,11 +63,20 @@ class Saver {
   // Collective: waits for the pending save's writes and commits it.
   void wait(Communicator& comm);
   bool has_pending() const { return pending_ != nullptr; }
+  // Asynchronous saves of a GPU engine copy its shard on a side stream: before the next optimizer update
+  // (which overwrites the shard), the current stream must wait for that copy. Cheap; nothing otherwise.
+  void order_before_update() { staging_.order_before_update(); }
+  // Allocates the host staging of asynchronous saves now, rather than within the first save.
+  void reserve_staging(Engine& engine) { staging_.reserve(engine); }
+  const SaveFigures& last_save() const { return last_; }
+  int64_t staging_bytes() const { return staging_.bytes(); }
 
  private:
   struct Pending;
   void commit(Communicator& comm);
   std::unique_ptr<Pending> pending_;
+  SnapshotStaging staging_;  // reused by every asynchronous save
+  SaveFigures last_;
 };
 
 // Synchronous save (a Saver of one call). Collective; returns the committed step folder.

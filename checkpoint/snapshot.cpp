@@ -16,7 +16,7 @@ int64_t RankSnapshot::nbytes() const {
   return total;
 }
 
-RankSnapshot snapshot_engine(Engine& engine, bool copy) {
+RankSnapshot snapshot_engine(Engine& engine, bool copy, bool to_host) {
   RankSnapshot snap;
   snap.rank = engine.comm().rank();
   std::vector<torch::Tensor> flats = {engine.master_shard()};  // all share the master shard's layout
@@ -43,8 +43,9 @@ RankSnapshot snapshot_engine(Engine& engine, bool copy) {
       ZEST_CHECK(mine.begin >= owned.begin && mine.end() <= owned.end(), "unit ", unit.name(), ": rank ",
                  snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
       auto slice = flat.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel);
-      // Device tensors always come to the host: the writer reads raw bytes.
-      per_unit.push_back(copy || !slice.is_cpu() ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);
+      // Device tensors come to the host (the writer reads raw bytes) unless the caller stages them itself.
+      const bool to_copy = copy || (!slice.is_cpu() && to_host);
+      per_unit.push_back(to_copy ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);
     }
     snap.slices.push_back(std::move(per_unit));
   }

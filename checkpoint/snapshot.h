@@ -24,9 +24,10 @@ struct RankSnapshot {
   int64_t nbytes() const;
 };
 
-// The engine's slices. copy = false: views into the live buffers (write before the next step);
-// copy = true: host copies that later training does not touch (asynchronous saves).
-RankSnapshot snapshot_engine(Engine& engine, bool copy);
+// The engine's slices. copy = false: views into the live buffers (write before the next step), device
+// slices copied to the host unless `to_host` is false (then views on the device: SnapshotStaging copies
+// them); copy = true: host copies that later training does not touch.
+RankSnapshot snapshot_engine(Engine& engine, bool copy, bool to_host = true);
 
 // Writes `snapshot` to `path` (tensors "<kind>.<unit>", kinds outermost; header metadata from
 // `identity`, whose rank must be the snapshot's), fsyncs it, and returns its size and checksum. A failed

@@ -117,7 +117,7 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& dir, const Datase
   return std::make_shared<LatentDataset>(dir, std::move(manifest), options.caption_dropout);
 }
 
-Sample collate(const std::vector<Sample>& samples) {
+Sample collate(const std::vector<Sample>& samples, bool pinned) {
   ZEST_CHECK(!samples.empty(), "collate: no samples");
   Sample batch;
   for (const auto& [name, first] : samples.front()) {
@@ -130,7 +130,16 @@ Sample collate(const std::vector<Sample>& samples) {
                  " in one sample and ", first.sizes(), " in another");
       parts.push_back(it->second);
     }
-    batch[name] = torch::stack(parts);
+    if (!pinned) {
+      batch[name] = torch::stack(parts);
+      continue;
+    }
+    // Stacked straight into page-locked memory: the copy to the GPU is then an asynchronous DMA.
+    std::vector<int64_t> shape{static_cast<int64_t>(samples.size())};
+    for (const int64_t d : first.sizes()) shape.push_back(d);
+    auto out = torch::empty(shape, first.options().pinned_memory(true));
+    torch::stack_out(out, parts, 0);
+    batch[name] = out;
   }
   return batch;
 }

@@ -92,8 +92,9 @@ class Dataset {
 std::shared_ptr<const Dataset> open_dataset(const std::string& dir, const DatasetOptions& options = {},
                                             const ExpectedFeatures* expected = nullptr);
 
-// Stacks samples into a batch (every sample must have the same keys and shapes).
-Sample collate(const std::vector<Sample>& samples);
+// Stacks samples into a batch (every sample must have the same keys and shapes); `pinned`: into
+// page-locked host memory (needs a CUDA build, for batches bound for a GPU).
+Sample collate(const std::vector<Sample>& samples, bool pinned = false);
 
 // The floating dtypes a shard may store features in (read as float32).
 const std::vector<torch::Dtype>& float_dtypes();

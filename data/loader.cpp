@@ -45,7 +45,7 @@ DataLoader::Built DataLoader::build(const Planned& planned) const {
     std::vector<Sample> samples;
     samples.reserve(planned.indices.size());
     for (; i < planned.indices.size(); ++i) samples.push_back(dataset_->get(planned.indices[i], planned.seeds[i]));
-    built.batch = collate(samples);
+    built.batch = collate(samples, options_.pin_memory);
   } catch (const std::exception& e) {
     // LibTorch's errors carry a C++ stack trace in what(); the message alone is what a user needs.
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
@@ -127,14 +127,17 @@ Sample DataLoader::next() {
   return std::move(built.batch);
 }
 
-SamplerPosition DataLoader::state() const {
+SamplerPosition DataLoader::state(int64_t held_back) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  ZEST_CHECK(held_back >= 0 && held_back <= delivered_, "DataLoader: ", held_back, " batches held back of ",
+             delivered_, " returned");
   const int64_t per_epoch = sampler_.samples_per_rank();
-  const int64_t consumed = start_.epoch * per_epoch + start_.index + delivered_ * options_.batch_size;
+  const int64_t consumed =
+      start_.epoch * per_epoch + start_.index + (delivered_ - held_back) * options_.batch_size;
   return {consumed / per_epoch, consumed % per_epoch};
 }
 
-GlobalPosition DataLoader::global_state() const { return sampler_.to_global(state()); }
+GlobalPosition DataLoader::global_state(int64_t held_back) const { return sampler_.to_global(state(held_back)); }
 
 void DataLoader::load_global_state(const GlobalPosition& position) { load_state(sampler_.from_global(position)); }
 

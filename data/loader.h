@@ -22,6 +22,7 @@ struct LoaderOptions {
   int num_workers = 2;       // background threads; 0 = build each batch in next()
   int prefetch_batches = 0;  // batches built ahead at most; 0 = 2 per worker
   uint64_t seed = 0;         // per-sample randomness (crop windows): sample seed = f(seed, epoch, index)
+  bool pin_memory = false;   // batches stacked into page-locked memory (for a GPU; needs a CUDA build)
 };
 
 // The sample stream is the sampler's, without end: a batch takes the next batch_size samples and may
@@ -37,13 +38,14 @@ class DataLoader {
   // rethrown here, naming the sample and its shard file.
   Sample next();
 
-  // Position of the batch next() returns next (not of what the workers have prefetched).
-  SamplerPosition state() const;
+  // Position of the batch next() returns next (not of what the workers have prefetched); `held_back`
+  // batches already returned but not yet used (a device prefetch holds them) count as not returned.
+  SamplerPosition state(int64_t held_back = 0) const;
   // Continues from `position` (a state() of a loader over the same dataset, world and options).
   void load_state(const SamplerPosition& position);
   // The same position as a world-independent GlobalPosition, and continuing from one saved at any
   // world size (see DistributedSampler::from_global).
-  GlobalPosition global_state() const;
+  GlobalPosition global_state(int64_t held_back = 0) const;
   void load_global_state(const GlobalPosition& position);
 
   const Dataset& dataset() const { return *dataset_; }

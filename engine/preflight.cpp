@@ -12,6 +12,7 @@ namespace zest {
 
 #ifdef ZEST_WITH_CUDA
 int64_t cuda_free_bytes(int device_index);  // engine/preflight_cuda.cpp
+int64_t cuda_total_bytes(int device_index);
 #endif
 
 namespace {
@@ -117,15 +118,29 @@ std::string host_preflight_problem(const PreflightInputs& in, int ranks_on_host,
   return message + "; it does not fit this host at any world size";
 }
 
-int64_t host_available_bytes() {
+namespace {
+
+int64_t meminfo_bytes(const std::string& wanted) {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   int64_t kib = 0;
   std::string unit;
   while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == wanted) return kib * 1024;
   }
   return -1;
+}
+
+}  // namespace
+
+int64_t host_available_bytes() { return meminfo_bytes("MemAvailable:"); }
+
+DeviceMemoryInfo device_memory_info(const torch::Device& device) {
+#ifdef ZEST_WITH_CUDA
+  if (device.is_cuda()) return {cuda_free_bytes(device.index()), cuda_total_bytes(device.index())};
+#endif
+  if (device.is_cpu()) return {meminfo_bytes("MemAvailable:"), meminfo_bytes("MemTotal:")};
+  return {};
 }
 
 int64_t device_free_bytes(const torch::Device& device) {

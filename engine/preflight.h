@@ -39,6 +39,13 @@ int64_t preflight_host_bytes(const PreflightInputs& in);
 std::string host_preflight_problem(const PreflightInputs& in, int ranks_on_host, int64_t available_bytes);
 // Free bytes of `device` now (CUDA: cudaMemGetInfo), or -1 when not known (the CPU: the check is skipped).
 int64_t device_free_bytes(const torch::Device& device);
+// Free and total bytes of `device` (CUDA: cudaMemGetInfo; the CPU: MemAvailable and MemTotal), -1 when
+// not known; for messages.
+struct DeviceMemoryInfo {
+  int64_t free_bytes = -1;
+  int64_t total_bytes = -1;
+};
+DeviceMemoryInfo device_memory_info(const torch::Device& device);
 // MemAvailable of /proc/meminfo in bytes, or -1 when not known (the host check is then skipped).
 int64_t host_available_bytes();
 // Throws zest::Error with preflight_problem's (or host_preflight_problem's) text when the run does not

@@ -161,6 +161,9 @@ void StepGraphs::capture(Shape& shape, const LossFn& loss_of) {
     }
     engine_.step();
     shape.graph->end_capture();
+  } catch (const c10::OutOfMemoryError&) {  // reported as any out-of-memory in a step is
+    shape.graph->abort_capture();
+    throw;
   } catch (const std::exception& e) {
     shape.graph->abort_capture();
     const std::string what = e.what();
@@ -168,6 +171,8 @@ void StepGraphs::capture(Shape& shape, const LossFn& loss_of) {
               "); set engine.cuda_graphs = \"off\" to run every step eagerly");
   }
   engine_.end_step_capture();
+  if (captures_ == 0) say(engine_, "CUDA graphs: steps are captured (after " + std::to_string(kWarmupSteps) +
+                                       " eager ones per batch shape) and replayed");
   ++captures_;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/config_reader.h"
+#include "engine/activation_memory.h"
 #include "engine/unit_module.h"
 
 #include <torch/torch.h>
@@ -58,6 +59,9 @@ struct ModelFamily {
   std::function<TensorMap(UnitModule& model, const SyntheticShapes& shapes, int64_t batch_size,
                           const torch::Device& device, torch::Generator& generator)>
       synthetic_batch;
+  // Activations a training step keeps per sample, unit by unit, for the data's shapes (pre-flight check,
+  // `zest estimate`): computed from the configuration, without building the model.
+  std::function<ActivationProfile(ConfigTable& config, const ActivationShapes& shapes)> activation_profile;
 };
 
 // Every registered family, and lookup by name (error lists the known names).

@@ -10,6 +10,11 @@ torch::Tensor zeroed_host_tensor(int64_t numel, torch::Dtype dtype, const torch:
   ZEST_CHECK(!for_device.is_cuda(), "page-locked memory for ", for_device, " needs a CUDA build");
   return torch::zeros({numel}, torch::TensorOptions().dtype(dtype));
 }
+
+torch::Tensor host_tensor(int64_t numel, torch::Dtype dtype, const torch::Device& for_device) {
+  ZEST_CHECK(!for_device.is_cuda(), "page-locked memory for ", for_device, " needs a CUDA build");
+  return torch::empty({numel}, torch::TensorOptions().dtype(dtype));
+}
 #endif
 
 }  // namespace zest

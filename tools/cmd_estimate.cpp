@@ -3,16 +3,21 @@
 #include "tools/commands.h"
 
 #include "core/check.h"
+#include "data/dataset.h"
+#include "data/model_features.h"
 #include "engine/memory_model.h"
 #include "models/model_resolve.h"
 #include "optim/optimizer.h"
+#include "tools/activation_check.h"
 #include "tools/run_config.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace zest::cli {
 namespace {
@@ -77,6 +82,52 @@ int64_t parse_params(const std::string& text) {
   return static_cast<int64_t>(value);
 }
 
+// "360 frames, 128 text tokens" or "64x64 latents, 77 text tokens"; a 0 (the family's default) is "default".
+std::string describe_shapes(const ActivationShapes& shapes, bool motion) {
+  const auto number = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("default"); };
+  const std::string tokens = number(shapes.text_tokens) + " text tokens";
+  if (motion) return number(shapes.length) + " frames, " + tokens;
+  return number(shapes.length) + "x" + number(shapes.width > 0 ? shapes.width : shapes.length) + " latents, " + tokens;
+}
+
+// The activations of the run file's micro-batch, for the data's shapes (its dataset's first sample, or
+// the family's defaults when data.dir holds none yet), under its policy and with every unit checkpointed.
+void print_activations(const RunConfig& run, const ResolvedModel& model, const MemoryModelInputs& state) {
+  const torch::Device device(run.engine.resolved_device() == DeviceKind::cuda ? torch::kCUDA : torch::kCPU);
+  ActivationShapes shapes = default_activation_shapes(run.engine.precision, device);
+  // Without a dataset, data.seq_len stands for the frames (motion) or the latent side (images), as in
+  // `zest bench`; the rest are the family's defaults.
+  shapes.length = run.data.seq_len;
+  std::string shapes_from = "data.seq_len and the family's default shapes (data.dir '" + run.data.dir +
+                            "' holds no dataset)";
+  if (!run.data.dir.empty() && std::filesystem::is_regular_file(std::filesystem::path(run.data.dir) / "dataset.json")) {
+    DatasetOptions options;
+    options.seq_len = run.data.seq_len;
+    try {
+      shapes = activation_shapes_of(open_dataset(run.data.dir, options)->get(0, 0), run.engine.precision, device);
+      shapes_from = "the shapes of " + run.data.dir;
+    } catch (const std::exception& e) {
+      shapes_from = "the family's default shapes (data.dir '" + run.data.dir + "' cannot be read: " + e.what() + ")";
+    }
+  }
+  const ActivationPlan plan = activation_plan(run, model, shapes);
+  if (plan.profile.units.empty()) return;
+  std::printf("activations per rank and micro-batch (data.batch_size = %d, %s, %s, %s attention), from %s:\n",
+              run.data.batch_size, to_string(run.engine.precision),
+              describe_shapes(shapes, model_features(model).format == DatasetFormat::motion).c_str(),
+              shapes.attention_keeps_probabilities ? "math-path" : "fused GPU", shapes_from.c_str());
+  const auto line = [&](CheckpointPolicy policy) {
+    MemoryModelInputs in = state;
+    in.stage = run.engine.stage;
+    const int64_t activations = plan.bytes_with(plan.batch_size, policy);
+    std::printf("  activation_checkpointing = \"%s\": %.3f GB; with the model state of stage %d: %.3f GB\n",
+                to_string(policy), activations / 1e9, in.stage,
+                (activations + estimate_model_state_bytes(in).on_device()) / 1e9);
+  };
+  line(plan.policy);
+  if (plan.policy != CheckpointPolicy::all) line(CheckpointPolicy::all);
+}
+
 void run_estimate(const EstimateArgs& args) {
   if (args.world < 1 || args.world > kMaxWorld)
     throw Error("--world must be between 1 and " + std::to_string(kMaxWorld) + " ranks, got " + std::to_string(args.world));
@@ -89,9 +140,11 @@ void run_estimate(const EstimateArgs& args) {
   in.reduce_dtype = args.reduce_dtype.empty() ? in.precision : parse_precision(args.reduce_dtype, "--reduce-dtype");
   OptimConfig optim;
   optim.name = parse_optimizer(args.optimizer);
+  std::optional<RunConfig> run_file;
+  std::optional<ResolvedModel> run_model;
   if (!args.config_path.empty()) {
-    const RunConfig run = parse_run_config(args.config_path);
-    const ResolvedModel model = resolve_run_model(run);
+    const RunConfig& run = run_file.emplace(parse_run_config(args.config_path));
+    const ResolvedModel& model = run_model.emplace(resolve_run_model(run));
     params = count_model_parameters(model);
     source = model.description;
     in.ema = in.ema || run.ema.enabled;
@@ -129,6 +182,7 @@ void run_estimate(const EstimateArgs& args) {
   std::printf("(GB = 1e9 bytes as in the ZeRO paper; activations, gradient buckets in flight and stage 3's "
               "gathered buckets come on top. Offload ([engine.offload] optimizer = \"cpu\", stages 1-3): master, "
               "optimizer state and EMA in host memory, plus a page-locked staging ring, [engine.offload] staging_mb)\n");
+  if (run_file) print_activations(*run_file, *run_model, in);
 }
 
 }  // namespace

@@ -28,6 +28,16 @@ int64_t peak_memory_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+int64_t resident_memory_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return peak_memory_bytes();
+  long long pages_total = 0, pages_resident = 0;
+  const int read = std::fscanf(statm, "%lld %lld", &pages_total, &pages_resident);
+  std::fclose(statm);
+  if (read != 2) return peak_memory_bytes();
+  return static_cast<int64_t>(pages_resident) * ::sysconf(_SC_PAGESIZE);
+}
+
 ProgressReporter::ProgressReporter(bool is_active, int64_t total_steps, const std::string& metrics_path,
                                    const std::string& items_name)
     : is_active_(is_active),
@@ -70,8 +80,20 @@ void ProgressReporter::write_jsonl(const StepRecord& r) {
                             {"samples_per_s", r.samples_per_s},
                             {"items_per_s", r.items_per_s},
                             {"step_ms", r.step_ms},
-                            {"peak_mem_bytes", r.peak_mem_bytes}};
-  append_line(j.dump() + "\n");
+                            {"data_wait_ms", r.data_wait_ms},
+                            {"host_rss_bytes", r.host_rss_bytes},
+                            {"host_peak_rss_bytes", r.host_peak_rss_bytes}};
+  nlohmann::json record = j;
+  if (r.gpu_peak_allocated_bytes >= 0) {
+    record["gpu_peak_allocated_bytes"] = r.gpu_peak_allocated_bytes;
+    record["gpu_peak_reserved_bytes"] = r.gpu_peak_reserved_bytes;
+  }
+  if (r.saved) {
+    record["checkpoint_stall_ms"] = r.checkpoint_stall_ms;
+    record["checkpoint_wait_ms"] = r.checkpoint_wait_ms;
+    record["checkpoint_staging_bytes"] = r.checkpoint_staging_bytes;
+  }
+  append_line(record.dump() + "\n");
 }
 
 void ProgressReporter::record_line(const std::string& json_object) {
@@ -103,13 +125,20 @@ void ProgressReporter::print_line(const StepRecord& r, bool is_bar) {
   const double elapsed = now_seconds() - started_s_;
   const int64_t done = r.step - first_step_;
   const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps_ - r.step) : 0.0;
-  char text[512];
+  constexpr double kGiB = 1073741824.0;
+  char gpu[96] = "";
+  if (r.gpu_peak_allocated_bytes >= 0)
+    std::snprintf(gpu, sizeof(gpu), " | gpu peak %.2f GiB alloc, %.2f GiB reserved", r.gpu_peak_allocated_bytes / kGiB,
+                  r.gpu_peak_reserved_bytes / kGiB);
+  char saved[96] = "";
+  if (r.saved) std::snprintf(saved, sizeof(saved), " | ckpt stall %.0f ms", r.checkpoint_stall_ms);
+  char text[640];
   std::snprintf(text, sizeof(text),
                 "step %lld/%lld | loss %.4f | lr %.3g | scale %g | gnorm %.3g%s | %.1f samples/s | %.3g %s/s | "
-                "%.0f ms | mem %.2f GiB | eta %.0fs",
+                "%.0f ms | data wait %.1f ms%s | host rss %.2f GiB%s | eta %.0fs",
                 static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr, r.loss_scale,
                 r.grad_norm, r.skipped ? " (skipped)" : "", r.samples_per_s, r.items_per_s, items_name_.c_str(),
-                r.step_ms, r.peak_mem_bytes / 1073741824.0, eta);
+                r.step_ms, r.data_wait_ms, gpu, r.host_rss_bytes / kGiB, saved, eta);
   if (!is_bar) {
     emit(std::string(text) + "\n");
     return;

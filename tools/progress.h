@@ -23,7 +23,19 @@ struct StepRecord {
   double step_ms = 0.0;         // mean wall time per step (slowest rank)
   double samples_per_s = 0.0;   // global samples per second
   double items_per_s = 0.0;     // frames (HY-Motion) or latent pixels (UNet) per second
-  int64_t peak_mem_bytes = 0;   // max over ranks
+  // Memory, max over ranks: the GPU caching allocator's peak allocated and reserved bytes since the
+  // previous record (-1 without a GPU), and the host's resident set now and at its peak.
+  int64_t gpu_peak_allocated_bytes = -1;
+  int64_t gpu_peak_reserved_bytes = -1;
+  int64_t host_rss_bytes = 0;
+  int64_t host_peak_rss_bytes = 0;
+  double data_wait_ms = 0.0;    // mean per step the step loop waited for the loader (slowest rank)
+  // The checkpoint saved at `step` (when one was): how long training stood still for it, of which
+  // waiting for the previous save's background write, and the page-locked staging it was copied to.
+  bool saved = false;
+  double checkpoint_stall_ms = 0.0;
+  double checkpoint_wait_ms = 0.0;
+  int64_t checkpoint_staging_bytes = 0;
 };
 
 class ProgressReporter {
@@ -60,8 +72,9 @@ class ProgressReporter {
   bool bar_open_ = false;
 };
 
-// Peak memory of this process: CUDA max allocated when on GPU, else the peak resident set size.
+// Peak resident set size of this process (getrusage), and the resident set now (/proc/self/statm).
 int64_t peak_memory_bytes();
+int64_t resident_memory_bytes();
 double now_seconds();
 
 }  // namespace zest

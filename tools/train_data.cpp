@@ -48,11 +48,13 @@ void check_inputs_fit(const DataConfig& data, const SampleBytes& sample, const M
 struct TrainData::Impl {
   std::shared_ptr<const Dataset> dataset;
   std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<DevicePrefetcher> prefetch;  // draws from `loader`
   bool is_motion = true;
   std::string fingerprint;  // Dataset::fingerprint(), saved with the data position
 };
 
-TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm)
+TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm,
+                     const torch::Device& device)
     : impl_(std::make_unique<Impl>()) {
   const std::string& dir = config.data.dir;
   if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "dataset.json"))
@@ -79,16 +81,30 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   loader.batch_size = config.data.batch_size;
   loader.num_workers = config.data.num_workers;
   loader.seed = static_cast<uint64_t>(config.train.seed);
+  loader.pin_memory = device.is_cuda();
   impl_->loader = std::make_unique<DataLoader>(
       impl_->dataset, DistributedSampler(impl_->dataset->size(), comm.rank(), comm.size(), sampler), loader);
+  impl_->prefetch = std::make_unique<DevicePrefetcher>(
+      [this] {
+        HostBatch host{impl_->loader->next(), 0};
+        host.items = items_in(host.tensors);  // on the host batch: the step never reads the device for it
+        return host;
+      },
+      device, /*depth=*/2);
 }
 
 TrainData::~TrainData() = default;
 
 TensorMap TrainData::next() { return impl_->loader->next(); }
 
+HostBatch TrainData::next_for_step() { return impl_->prefetch->next(); }
+
+double TrainData::last_wait_s() const { return impl_->prefetch->last_wait_s(); }
+
+Sample TrainData::first_sample() const { return impl_->dataset->get(0, 0); }
+
 nlohmann::json TrainData::state() const {
-  const GlobalPosition p = impl_->loader->global_state();
+  const GlobalPosition p = impl_->loader->global_state(impl_->prefetch->held());  // drawn ahead: not consumed
   return {{"epoch", p.epoch},
           {"consumed", p.consumed},
           {"dataset_size", impl_->dataset->size()},
@@ -125,6 +141,7 @@ void TrainData::load_state(const nlohmann::json& state, int saved_world_size) {
     throw Error(str("the checkpoint's data position {epoch ", position.epoch, ", ", position.consumed,
                     " samples consumed} lies outside an epoch of ", size, " samples of data.dir '",
                     impl_->dataset->dir(), "' (was it made with another dataset?)"));
+  impl_->prefetch->clear();
   impl_->loader->load_global_state(position);
 }
 

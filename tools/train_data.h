@@ -6,6 +6,7 @@
 
 #include "comm/communicator.h"
 #include "data/dataset.h"
+#include "data/device_prefetch.h"
 #include "models/model_resolve.h"
 #include "tools/memory_budget.h"
 #include "tools/run_config.h"
@@ -19,12 +20,22 @@ namespace zest {
 
 class TrainData {
  public:
-  TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm);
+  // `device`: where the step runs; on a GPU the loader stacks batches in page-locked memory and
+  // next_for_step() copies them ahead on a side stream (data/device_prefetch.h).
+  TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm,
+            const torch::Device& device = torch::kCPU);
   ~TrainData();
   TrainData(const TrainData&) = delete;
   TrainData& operator=(const TrainData&) = delete;
 
+  // The loader's next batch, on the host (not through the device prefetch; do not mix with next_for_step).
   TensorMap next();
+  // The step loop's next batch: on the device, with its item count taken on the host, and how long the
+  // loader kept the step waiting (last_wait_s).
+  HostBatch next_for_step();
+  double last_wait_s() const;
+  // One sample as the loader yields it (unbatched), for the shapes the activation check needs.
+  Sample first_sample() const;
   // {"epoch": E, "consumed": C, "dataset_size": N, "dataset_fingerprint": F}: C positions of epoch E's
   // global order are read, of the dataset whose Dataset::fingerprint() is F (compared on resume when present).
   nlohmann::json state() const;

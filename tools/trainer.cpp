@@ -13,12 +13,17 @@
 #include "engine/device_placement.h"
 #include "engine/engine.h"
 #include "engine/preflight.h"
+#include "engine/step_graphs.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
+#include "tools/activation_check.h"
+#include "tools/device_memory.h"
 #include "tools/error_report.h"
+#include "tools/memory_budget.h"
 #include "tools/multi_node.h"
 #include "tools/progress.h"
 #include "tools/run_folder.h"
+#include "tools/step_failure.h"
 #include "tools/stop_signal.h"
 #include "tools/train_data.h"
 #include "tools/validation_samples.h"
@@ -56,13 +61,6 @@ checkpoint::SaveRequest save_request(const RunConfig& config, const ResolvedMode
   return request;
 }
 
-// The loader builds batches on the CPU; the step runs on the engine's device. non_blocking lets the
-// copy overlap with work already queued there (a no-op on the CPU).
-TensorMap to_device(TensorMap batch, torch::Device device) {
-  for (auto& [name, tensor] : batch) tensor = tensor.to(device, /*non_blocking=*/true);
-  return batch;
-}
-
 // What the steps since the previous report add up to on this rank. The loss stays a tensor on the
 // device, so a step never waits for it; a report reads it (the one device synchronisation).
 struct Window {
@@ -71,9 +69,12 @@ struct Window {
   int64_t steps = 0;
   int64_t items = 0;
   double started_s = 0.0;
+  double data_wait_s = 0.0;  // host time the loop waited for batches
 };
 
+// Also restarts the GPU's peak memory figures, so that a record shows the peak of its own steps.
 Window new_window(torch::Device device) {
+  reset_peak_device_memory(device);
   return {torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device)), 0, 0, 0, now_seconds()};
 }
 
@@ -86,12 +87,17 @@ bool agree_stop(Communicator& comm) {
 
 // The window's figures agreed over ranks (collective): the mean loss over every micro-batch of every
 // rank, the slowest rank's time, the largest memory; lr, scale and norm are those of the last step.
-StepRecord report_window(Communicator& comm, const Window& w, const StepStats& stats, double global_batch) {
+StepRecord report_window(Communicator& comm, const Window& w, const StepStats& stats, double global_batch,
+                         const torch::Device& device) {
   const double local_loss = w.loss_sum.item<double>();  // waits for the device
   const double local_s = now_seconds() - w.started_s;
   auto sums = torch::tensor({local_loss, static_cast<double>(w.micro_batches), static_cast<double>(w.items)},
                             torch::kFloat64);
-  auto maxes = torch::tensor({local_s, static_cast<double>(peak_memory_bytes())}, torch::kFloat64);
+  const DeviceMemoryStats gpu = device.is_cuda() ? device_memory_stats(device) : DeviceMemoryStats{-1, -1};
+  auto maxes = torch::tensor({local_s, static_cast<double>(gpu.peak_allocated_bytes),
+                              static_cast<double>(gpu.peak_reserved_bytes), static_cast<double>(resident_memory_bytes()),
+                              static_cast<double>(peak_memory_bytes()), w.data_wait_s},
+                             torch::kFloat64);
   auto w1 = comm.allreduce(sums, ReduceOp::sum);
   auto w2 = comm.allreduce(maxes, ReduceOp::max);
   w1->wait();
@@ -109,8 +115,20 @@ StepRecord report_window(Communicator& comm, const Window& w, const StepStats& s
   r.step_ms = seconds * 1000.0 / static_cast<double>(std::max<int64_t>(1, w.steps));
   r.samples_per_s = global_batch * static_cast<double>(w.steps) / seconds;
   r.items_per_s = sums[2].item<double>() / seconds;
-  r.peak_mem_bytes = static_cast<int64_t>(maxes[1].item<double>());
+  r.gpu_peak_allocated_bytes = static_cast<int64_t>(maxes[1].item<double>());
+  r.gpu_peak_reserved_bytes = static_cast<int64_t>(maxes[2].item<double>());
+  r.host_rss_bytes = static_cast<int64_t>(maxes[3].item<double>());
+  r.host_peak_rss_bytes = static_cast<int64_t>(maxes[4].item<double>());
+  r.data_wait_ms = maxes[5].item<double>() * 1000.0 / static_cast<double>(std::max<int64_t>(1, w.steps));
   return r;
+}
+
+// The last save's figures on this rank (rank 0 writes the record).
+void add_save_figures(StepRecord& record, const checkpoint::SaveFigures& save) {
+  record.saved = true;
+  record.checkpoint_stall_ms = save.stall_ms;
+  record.checkpoint_wait_ms = save.waited_ms;
+  record.checkpoint_staging_bytes = save.staging_bytes;
 }
 
 // Noise and timesteps are drawn where the batch lives: a CUDA generator on a GPU (reseeded per
@@ -133,7 +151,7 @@ nlohmann::json saved_data_state(const checkpoint::LoadedState& loaded) {
 // One `zest train` run, assembled by the constructor; `phase` always says what it is doing, for errors.
 class TrainRun {
  public:
-  TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase);
+  TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase, StepContext& step_context);
   TrainOutcome train();
 
  private:
@@ -144,6 +162,7 @@ class TrainRun {
 
   const RunConfig& config_;
   std::string& phase_;
+  StepContext& step_context_;  // what a step is doing, for an out-of-memory report (tools/step_failure.h)
   std::shared_ptr<Communicator> comm_;
   RunLock run_lock_;  // rank 0: this run owns train.run_dir until it ends
   ResolvedModel resolved_;
@@ -155,15 +174,19 @@ class TrainRun {
   std::unique_ptr<ProgressReporter> progress_;
   std::unique_ptr<ValidationSamples> samples_;  // [sample]
   checkpoint::Saver saver_;
-  torch::Generator generator_ = at::detail::createCPUGenerator(0);
+  // One noise generator per micro-batch of a step, each reseeded per step (micro_batch_seed): a captured
+  // step replays them all, and a resumed run draws what the uninterrupted one would have.
+  std::vector<torch::Generator> generators_;
+  std::unique_ptr<StepGraphs> graphs_;  // every step goes through it: a CUDA graph where one can be captured
   int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
   bool already_finished_ = false;  // resumed at or past max_steps
   std::string resume_from_;        // the step folder rank 0 chose for every rank ("" = fresh start)
   bool own_checkpoint_folder_ = false;  // shared_fs = false: this rank commits its node's folders
 };
 
-TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase)
-    : config_(config), phase_(phase), comm_(world_communicator()) {
+TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::string& phase,
+                   StepContext& step_context)
+    : config_(config), phase_(phase), step_context_(step_context), comm_(world_communicator()) {
   phase_ = "preparing the run folders";
   set_threads(config.engine, *comm_);
   run_lock_ = prepare_run_folders(config, options.resume, *comm_);
@@ -186,11 +209,25 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   phase_ = "creating the engine";
   engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
   if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
-  generator_ = noise_generator(engine_->device());
+  for (int micro = 0; micro < config.engine.accumulation_steps; ++micro)
+    generators_.push_back(noise_generator(engine_->device()));
+  graphs_ = std::make_unique<StepGraphs>(*engine_, generators_);
   phase_ = "opening the data";
-  data_ = std::make_unique<TrainData>(config, resolved_, *comm_);
+  data_ = std::make_unique<TrainData>(config, resolved_, *comm_, engine_->device());
+  // The model state is on the device now: refuse a batch whose activations cannot fit what is left.
+  phase_ = "checking that the activations fit the device";
+  step_context_.device = engine_->device();
+  step_context_.checkpoint_dir = config.checkpoint.dir;
+  step_context_.plan = activation_plan(
+      config, resolved_, activation_shapes_of(data_->first_sample(), config.engine.precision, engine_->device()));
+  step_context_.activation_budget =
+      check_activations_fit(step_context_.plan, engine_->device(), comm_->local_size());
   request_ = save_request(config, resolved_);
   request_.own_folder = own_checkpoint_folder_;
+  if (request_.async) {  // the host staging of asynchronous saves, allocated once, now
+    phase_ = "allocating the checkpoint staging memory";
+    saver_.reserve_staging(*engine_);
+  }
   progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
@@ -216,16 +253,25 @@ void TrainRun::step_once(Window& window) {
   const int64_t step = engine_->step_count();
   phase_ = str("training step ", step + 1);
   set_collective_step(step + 1);  // named by a collective that times out
+  step_context_.step = step + 1;
+  reach_step_start(step + 1);
+  std::vector<StepGraphs::Inputs> micro_batches;
   for (int micro = 0; micro < config_.engine.accumulation_steps; ++micro) {
-    TensorMap batch = data_->next();
-    window.items += data_->items_in(batch);  // counted on the CPU batch: no device read
-    batch = to_device(std::move(batch), engine_->device());
-    generator_.set_current_seed(micro_batch_seed(config_.train.seed, comm_->rank(), step, micro));
-    const auto loss = resolved_.family->training_loss(*model_, batch, generator_);
-    window.loss_sum += loss.detach().to(torch::kFloat64);
-    ++window.micro_batches;
-    engine_->backward(loss);
+    // On a GPU, already there: copied ahead on a side stream, the compute stream waiting on its event.
+    HostBatch batch = data_->next_for_step();
+    window.data_wait_s += data_->last_wait_s();
+    if (step_context_.batch_shapes.empty()) step_context_.batch_shapes = describe_batch(batch.tensors);  // all alike
+    window.items += batch.items;  // counted on the host batch: no device read
+    generators_[static_cast<size_t>(micro)].set_current_seed(micro_batch_seed(config_.train.seed, comm_->rank(), step, micro));
+    micro_batches.push_back(std::move(batch.tensors));
   }
+  saver_.order_before_update();  // an asynchronous save's copy of the shard comes before this step's update
+  // Forward and backward of every micro-batch, then the optimizer step: eagerly, or one graph replay.
+  const torch::Tensor losses = graphs_->step(micro_batches, [this](const StepGraphs::Inputs& inputs, int micro) {
+    return resolved_.family->training_loss(*model_, inputs, generators_[static_cast<size_t>(micro)]);
+  });
+  window.loss_sum += losses.sum().to(torch::kFloat64);
+  window.micro_batches += config_.engine.accumulation_steps;
   ++window.steps;
 }
 
@@ -236,7 +282,14 @@ void TrainRun::save_now() {
       nlohmann::json{{"data", data_->state()}, {"seed", config_.train.seed}, {"model_source", model_source_}}.dump();
   const std::string path = saver_.save(*engine_, r);
   last_saved_ = engine_->step_count();
-  progress_->message("checkpoint " + path + (r.async ? " (writing in the background)" : ""));
+  const checkpoint::SaveFigures& save = saver_.last_save();
+  if (save.waited_for_previous)
+    progress_->message(str("checkpoint: waited ", static_cast<int64_t>(save.waited_ms), " ms for the save of step ",
+                           save.previous_step, " to finish writing (checkpoint.every_steps is shorter than a write)"));
+  progress_->message("checkpoint " + path +
+                     (r.async ? str(" (writing in the background; training stood still ",
+                                    static_cast<int64_t>(save.stall_ms), " ms)")
+                              : std::string()));
 }
 
 TrainOutcome TrainRun::train() {
@@ -245,6 +298,9 @@ TrainOutcome TrainRun::train() {
   progress_->message(str("zest train: ", resolved_.description, ", ", engine_->num_parameters(), " parameters, ",
                          comm_->size(), " rank(s), stage ", config_.engine.stage, ", ",
                          to_string(config_.engine.precision), ", global batch ", global_batch));
+  if (request_.async)
+    progress_->message(str("asynchronous checkpoints copy this rank's shard into ", format_bytes(saver_.staging_bytes()),
+                           engine_->master_shard().is_cuda() ? " of page-locked" : " of", " host memory, allocated once"));
   TrainOutcome outcome;
   if (agree_stop(*comm_)) {  // a stop signal during start-up: nothing trained, nothing to save
     progress_->message("stop signal received before the first step: stopped without training");
@@ -254,21 +310,23 @@ TrainOutcome TrainRun::train() {
   }
   Window window = new_window(engine_->device());
   while (engine_->step_count() < config_.train.max_steps) {
-    step_once(window);
-    engine_->step();  // never waits for the device; a skipped step is reported by the engine itself
+    step_once(window);  // never waits for the device; a skipped step is reported by the engine itself
     saver_.poll(*comm_);
     const bool stop = agree_stop(*comm_);  // the same answer on every rank, as are the conditions below
     const int64_t done = engine_->step_count();
-    const bool save_due = stop || (config_.checkpoint.every_steps > 0 && done % config_.checkpoint.every_steps == 0);
-    if (done % config_.train.log_every == 0 || save_due || done == config_.train.max_steps) {
+    const bool save_due = stop || done == config_.train.max_steps ||
+                          (config_.checkpoint.every_steps > 0 && done % config_.checkpoint.every_steps == 0);
+    // A save comes before its step's record, which carries how long training stood still for it.
+    if (save_due) save_now();
+    if (samples_->due(done)) samples_->run(*engine_, *comm_, done, *progress_);
+    if (done % config_.train.log_every == 0 || save_due) {
       const StepStats stats = engine_->read_stats();  // the host reads numbers on logging steps only
-      const StepRecord record = report_window(*comm_, window, stats, static_cast<double>(global_batch));
+      StepRecord record = report_window(*comm_, window, stats, static_cast<double>(global_batch), engine_->device());
+      if (save_due) add_save_figures(record, saver_.last_save());
       progress_->record(record);
       outcome.last_loss = record.loss;
       window = new_window(engine_->device());
     }
-    if (save_due) save_now();
-    if (samples_->due(done)) samples_->run(*engine_, *comm_, done, *progress_);
     if (stop) {
       progress_->message(str("stop signal received: stopped after step ", done, " with a checkpoint"));
       outcome.preempted = true;
@@ -302,16 +360,11 @@ void TrainRun::finish(const TrainOutcome& outcome) {
   progress_->message("merged EMA of the weights: " + merged_ema);
 }
 
-// A LibTorch or allocation failure, said with what the run was doing; when memory ran out in a step,
-// with the settings that decide a step's memory.
-Error explain_failure(const std::exception& error, const std::string& phase, const RunConfig& config) {
-  std::string text = describe_error(error) + " (while " + phase + ")";
-  if (is_out_of_memory(error) && phase.rfind("training", 0) == 0) {
-    text += str("; lower data.batch_size (", config.data.batch_size, ")",
-                config.data.seq_len > 0 ? str(" or data.seq_len (", config.data.seq_len, ")") : std::string(),
-                ", or set engine.activation_checkpointing = \"all\"");
-  }
-  return Error(text);
+// A LibTorch or allocation failure, said with what the run was doing; memory running out in a step is
+// reported with the step's shapes and what would fit (tools/step_failure.h).
+Error explain_failure(const std::exception& error, const std::string& phase, const StepContext& step) {
+  if (is_out_of_memory(error) && phase.rfind("training", 0) == 0) return Error(out_of_memory_report(error, step));
+  return Error(describe_error(error) + " (while " + phase + ")");
 }
 
 }  // namespace
@@ -324,13 +377,14 @@ TrainOutcome run_training(const RunConfig& config, const TrainOptions& options) 
   stop_when_launcher_exits();
   configure_rendezvous(config);  // before the world communicator exists
   std::string phase = "starting";
+  StepContext step;
   try {
-    TrainRun run(config, options, phase);
+    TrainRun run(config, options, phase, step);
     return run.train();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& error) {
-    throw explain_failure(error, phase, config);
+    throw explain_failure(error, phase, step);
   }
 }
 

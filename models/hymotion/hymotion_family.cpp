@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "models/hymotion/flow_matching.h"
+#include "models/hymotion/hymotion_activations.h"
 
 #include <set>
 
@@ -94,6 +95,9 @@ ModelFamily family() {
   f.training_loss = training_loss;
   f.synthetic_batch = synthetic_batch;
   f.dataset_features = dataset_features;
+  f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
+    return activation_profile(HyMotionConfig::from_toml(table), shapes);
+  };
   return f;
 }
 

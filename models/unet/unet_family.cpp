@@ -1,5 +1,6 @@
 // Registry hook of the UNet: builds, counts and runs the model from reference-named config and inputs.
 #include "models/unet/unet.h"
+#include "models/unet/unet_activations.h"
 
 #include "core/check.h"
 
@@ -104,6 +105,9 @@ ModelFamily family() {
   f.training_loss = training_loss;
   f.synthetic_batch = synthetic_batch;
   f.dataset_features = dataset_features;
+  f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
+    return activation_profile(UNetConfig::from_toml(table), shapes);
+  };
   return f;
 }
 

@@ -181,6 +181,10 @@ TEST(CliErrors, RelativeModelConfigIsResolvedOnce) {
   const CliResult estimate = run_cli({zest_exe(), "estimate", "--config", "cfg/run.toml", "--world", "1"}, in_root);
   ASSERT_EQ(estimate.code(), 0) << estimate.describe();
   EXPECT_NE(estimate.out.find("181,036 parameters"), std::string::npos) << estimate.describe();
+  // Beside the model state, the activations of the run's micro-batch (no dataset yet: the family's shapes).
+  for (const std::string part : {"activations per rank and micro-batch (data.batch_size = ", "default shapes",
+                                 "activation_checkpointing = \"none\": ", "activation_checkpointing = \"all\": "})
+    EXPECT_NE(estimate.out.find(part), std::string::npos) << "missing '" << part << "': " << estimate.describe();
   // train builds the model, then stops at the data: proof that the model file was found.
   const CliResult train = run_cli({zest_exe(), "train", "cfg/run.toml"}, in_root);
   expect_one_line_error(train, {"data.dir 'no_data_here'", "holds no dataset.json"});
@@ -235,11 +239,13 @@ TEST_F(TrainMemory, InputsThatCannotFitAreRefusedBeforeAllocating) {
                          "at most data.seq_len = "});
 }
 
-// Activations that do not fit fail inside LibTorch's allocator: one line, what did not fit, what to lower.
-TEST_F(TrainMemory, OutOfMemoryInAStepIsOneLine) {
+// Activations that do not fit the 2 GB address space are refused before the first step by the activation
+// estimate (tools/activation_check.h), in one line naming what fits; an out-of-memory inside a step is
+// tests/cli/test_step_failure.cpp's.
+TEST_F(TrainMemory, ActivationsThatCannotFitAreRefusedBeforeTheFirstStep) {
   const CliResult r = train({"data.batch_size=20000"}, 2'000'000'000);
-  expect_one_line_error(r, {"out of memory: an allocation of", "did not fit (while training step 1)",
-                            "lower data.batch_size (20000) or data.seq_len (12)"});
+  expect_one_line_error(r, {"data.batch_size = 20000 needs about", "of activations per micro-batch",
+                            "at most data.batch_size = "});
 }
 
 }  // namespace
