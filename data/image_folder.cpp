@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 
 #include <algorithm>
 #include <cctype>

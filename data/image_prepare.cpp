@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "data/aspect_buckets.h"
 #include "data/image_preprocess.h"
 #include "data/seed.h"
