@@ -41,6 +41,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string dataset_for(const TempDir& dir, const std::string& model, int64_t samples) {
+  if (fs::exists(fs::path(dir.sub("data_" + model)) / "dataset.json")) return dir.sub("data_" + model);  // a second run
   SynthOptions synth;
   synth.samples = samples;
   synthesize_dataset(dir.sub("data_" + model), builtin_model_features(model), synth);
