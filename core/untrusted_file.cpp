@@ -155,6 +155,17 @@ std::string read_text_file(const std::string& path, const std::string& what, uin
   return text;
 }
 
+namespace {
+
+// UTF-8 characters in `text`: every byte that does not continue a sequence starts one.
+size_t characters_in(std::string_view text) {
+  size_t count = 0;
+  for (const char c : text) count += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  return count;
+}
+
+}  // namespace
+
 std::string printable(std::string_view text, size_t max_chars) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
@@ -165,7 +176,7 @@ std::string printable(std::string_view text, size_t max_chars) {
     out += kHex[c & 15];
   };
   for (size_t i = 0; i < text.size(); ++chars) {
-    if (chars == max_chars) return out + "...";
+    if (chars == max_chars) return out + "... (" + std::to_string(characters_in(text.substr(i))) + " characters left out)";
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
       if (c < 0x20 || c == 0x7f || c == '\\') escape(c);

@@ -44,7 +44,7 @@ int open_regular_file(const std::string& path, const std::string& what);
 std::string read_text_file(const std::string& path, const std::string& what, uint64_t max_bytes = 64ull << 20);
 
 // `text` made safe for a terminal: control bytes (escape sequences included), backslashes and invalid
-// bytes become \xNN, and at most `max_chars` characters are kept (then "...").
+// bytes become \xNN, and at most `max_chars` characters are kept (then "... (N characters left out)").
 std::string printable(std::string_view text, size_t max_chars = 200);
 
 }  // namespace zest

@@ -12,7 +12,7 @@ namespace zest {
 namespace {
 
 constexpr int kJoints = 22;
-constexpr int kFeatures = 201, kPositionsAt = 135;
+constexpr int kPositionsAt = 135;
 // SMPL's kinematic tree (body joints): parent of each joint, -1 for the pelvis.
 constexpr std::array<int, kJoints> kParent{-1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 12, 13, 14, 16, 17, 18, 19};
 // 0 centre line (pelvis, spine, neck, head), 1 left, 2 right, per joint.
@@ -69,9 +69,9 @@ struct Camera {
 }  // namespace
 
 torch::Tensor joint_positions(const torch::Tensor& motion) {
-  ZEST_CHECK(motion.dim() == 2 && motion.size(1) == kFeatures && motion.size(0) > 0,
+  ZEST_CHECK(holds_joint_positions(motion),
              "skeleton: expected HY-Motion features [frames, 201], got ", motion.sizes());
-  return motion.slice(1, kPositionsAt, kFeatures).to(torch::kFloat64).reshape({motion.size(0), kJoints, 3}).contiguous();
+  return motion.slice(1, kPositionsAt, kMotionFeatures).to(torch::kFloat64).reshape({motion.size(0), kJoints, 3}).contiguous();
 }
 
 GifAnimation render_skeleton(const torch::Tensor& joints, const SkeletonView& view) {

@@ -10,6 +10,14 @@
 
 namespace zest {
 
+// The width of the released motion representation (docs/models.md).
+inline constexpr int kMotionFeatures = 201;
+
+// Whether motion features [frames, F] hold the joint positions below (F is the released width).
+inline bool holds_joint_positions(const torch::Tensor& motion) {
+  return motion.dim() == 2 && motion.size(1) == kMotionFeatures && motion.size(0) > 0;
+}
+
 // Joint positions [frames, 22, 3] from motion features [frames, 201]: features 135..200, 22 × (x, y, z)
 // with y up (docs/models.md: the 66 values after the rotations; the model spec marks this layout as the
 // third-party ports' reading). Any other width is an error saying what was expected.

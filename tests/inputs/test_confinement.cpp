@@ -82,7 +82,7 @@ TEST(Confinement, PrintableEscapesTerminalControls) {
   EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");        // UTF-8 kept
   EXPECT_EQ(printable("\xc2\x9b" "2J"), "\\xc2\\x9b2J");     // C1 CSI escaped
   EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");            // invalid bytes escaped
-  EXPECT_EQ(printable(std::string(500, 'a'), 10), std::string(10, 'a') + "...");
+  EXPECT_EQ(printable(std::string(500, 'a'), 10), std::string(10, 'a') + "... (490 characters left out)");
 }
 
 // The cases: "file": "../victims/v1.txt" and "stats": "/tmp/x/v2.txt" made --overwrite delete both.
