@@ -1,9 +1,13 @@
 // Output path checks for merged model files (see output_path.h).
 #include "checkpoint/output_path.h"
 
+#include "checkpoint/directory.h"
 #include "core/check.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace zest::checkpoint {
@@ -59,6 +63,23 @@ void create_output_folder(const std::string& out_path) {
   std::error_code ec;
   fs::create_directories(parent, ec);
   ZEST_CHECK(!ec, parent.string(), ": cannot create the output folder: ", ec.message());
+}
+
+void write_output_file(const std::string& path, const std::string& bytes) {
+  check_output_target(path);
+  create_output_folder(path);
+  const std::string tmp = path + ".tmp";
+  try {
+    write_file_synced(tmp, bytes);
+  } catch (...) {
+    fs::remove(tmp);
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    fs::remove(tmp);
+    ZEST_FAIL("cannot write ", path, ": ", reason);
+  }
 }
 
 }  // namespace zest::checkpoint

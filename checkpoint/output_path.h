@@ -17,4 +17,9 @@ void check_output_outside(const std::string& out_path, const std::string& folder
 // Creates the folder that will hold `out_path` (errors name it).
 void create_output_folder(const std::string& out_path);
 
+// A whole output file (a picture, an animation, an array) written all-or-nothing: the target checked,
+// its folder created, `bytes` written to PATH.tmp and fsynced, then renamed over PATH. A failure leaves
+// no PATH.tmp and an existing PATH untouched.
+void write_output_file(const std::string& path, const std::string& bytes);
+
 }  // namespace zest::checkpoint

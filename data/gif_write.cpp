@@ -2,14 +2,9 @@
 // then per frame a graphic control block (delay), an image descriptor and LZW data in 255-byte sub-blocks.
 #include "data/gif_write.h"
 
-#include "checkpoint/directory.h"
 #include "checkpoint/output_path.h"
 #include "core/check.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 namespace zest {
 namespace {
@@ -129,16 +124,7 @@ std::string encode_gif(const GifAnimation& a) {
 }
 
 void write_gif(const std::string& path, const GifAnimation& animation) {
-  const std::string bytes = encode_gif(animation);
-  checkpoint::check_output_target(path);
-  checkpoint::create_output_folder(path);
-  const std::string tmp = path + ".tmp";
-  checkpoint::write_file_synced(tmp, bytes);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::filesystem::remove(tmp);
-    ZEST_FAIL("cannot write ", path, ": ", reason);
-  }
+  checkpoint::write_output_file(path, encode_gif(animation));
 }
 
 }  // namespace zest

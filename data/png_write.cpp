@@ -1,15 +1,10 @@
 // PNG encoding through stb_image_write into memory, then the atomic write (see png_write.h).
 #include "data/png_write.h"
 
-#include "checkpoint/directory.h"
 #include "checkpoint/output_path.h"
 #include "core/check.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -43,16 +38,7 @@ std::string encode_png(const torch::Tensor& rgb) {
 }
 
 void write_png(const std::string& path, const torch::Tensor& rgb) {
-  const std::string bytes = encode_png(rgb);
-  checkpoint::check_output_target(path);
-  checkpoint::create_output_folder(path);
-  const std::string tmp = path + ".tmp";
-  checkpoint::write_file_synced(tmp, bytes);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::filesystem::remove(tmp);
-    ZEST_FAIL("cannot write ", path, ": ", reason);
-  }
+  checkpoint::write_output_file(path, encode_png(rgb));
 }
 
 torch::Tensor image_grid(const torch::Tensor& images) {

@@ -17,8 +17,8 @@
 
 namespace {
 
-using zest::examples::read_sample;
-using zest::examples::reshape_checked;
+using zest::read_sample;
+using zest::reshape_checked;
 using zest::unet::UNetConditioning;
 using zest::unet::UNetConfig;
 
@@ -35,7 +35,7 @@ int64_t text_width(const UNetConfig& config) {
 
 UNetConditioning read_conditioning(const std::string& text_path, int64_t index, const TextKeys& keys,
                                    const UNetConfig& config) {
-  const auto [path, sample, stats] = zest::examples::locate_sample(text_path, index);
+  const auto [path, sample, stats] = zest::locate_sample(text_path, index);
   const zest::safetensors::Reader file(path);
   UNetConditioning c;
   const auto context = read_sample(file, keys.context, sample, 2);

@@ -1,12 +1,13 @@
 // What the inference examples share: the model from a configuration plus merged weights (strict load),
-// one sample's cached features from a dataset (docs/data_formats.md), and the result as .npy or safetensors.
+// one sample's cached features (data/sample_features.h), and the result as .npy or safetensors.
 #pragma once
 
-#include "formats/safetensors.h"
-#include "data/dataset_manifest.h"
+#include "checkpoint/output_path.h"
 #include "core/check.h"
+#include "data/sample_features.h"
+#include "formats/safetensors.h"
 #include "engine/unit_module.h"
-#include "examples/npy.h"
+#include "formats/npy.h"
 #include "models/model_memory.h"
 #include "models/model_resolve.h"
 #include "models/state_dict.h"
@@ -78,53 +79,6 @@ inline LoadedModel load_model(const ModelArgs& args, const std::string& family) 
   return loaded;
 }
 
-// Where a sample's cached features are: --text names a shard (the index is within it) or a dataset
-// folder (the index is global, shards in dataset.json order; the folder's statistics file comes along).
-struct SampleLocation {
-  std::string shard;
-  int64_t index = 0;
-  std::string stats;  // motion datasets: per-feature mean/std file, else ""
-};
-
-inline SampleLocation locate_sample(const std::string& path, int64_t index) {
-  namespace fs = std::filesystem;
-  if (!fs::is_directory(path)) return {path, index, ""};
-  const DatasetManifest manifest = read_manifest(path);
-  const std::string stats = manifest.stats_file.empty() ? "" : manifest.stats_path(path);  // inside the folder
-  int64_t local = index;
-  for (size_t i = 0; i < manifest.shards.size(); ++i) {
-    if (local >= 0 && local < manifest.shards[i].samples) return {manifest.shard_path(path, i), local, stats};
-    local -= manifest.shards[i].samples;
-  }
-  ZEST_FAIL(path, ": sample ", index, " is out of range (the dataset holds ", manifest.total_samples(), ")");
-}
-
-// Tensor `key` of sample `index`: a file of one sample stores it with `sample_dims` dimensions, a dataset
-// shard stacks its samples along a new leading dimension.
-inline torch::Tensor read_sample(const safetensors::Reader& file, const std::string& key, int64_t index,
-                                 int64_t sample_dims) {
-  if (!file.contains(key)) {
-    std::string names;
-    for (const auto& info : file.tensors()) names += (names.empty() ? "" : ", ") + info.name;
-    ZEST_FAIL(file.path(), " has no tensor '", key, "' (it has: ", names, ")");
-  }
-  torch::Tensor t = file.read(key);
-  if (t.dim() > sample_dims) {
-    ZEST_CHECK(index >= 0 && index < t.size(0), file.path(), ": sample ", index, " is out of range for '", key,
-               "' of shape ", t.sizes());
-    t = t[index];
-  }
-  return t;
-}
-
-// `t` reshaped to `shape`, or an error naming the tensor when the element counts differ.
-inline torch::Tensor reshape_checked(const torch::Tensor& t, torch::IntArrayRef shape, const std::string& what) {
-  int64_t numel = 1;
-  for (const int64_t d : shape) numel *= d;
-  ZEST_CHECK(t.numel() == numel, what, " has shape ", t.sizes(), "; the model expects ", shape);
-  return t.reshape(shape);
-}
-
 inline bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -142,7 +96,7 @@ inline void write_result(const std::string& path, const std::string& key, const 
   if (ends_with(path, ".safetensors")) {
     safetensors::save_file(path, {{key, out}});
   } else {
-    npy::write(path, out);
+    checkpoint::write_output_file(path, npy::encode(out));
   }
   std::fprintf(stderr, "wrote %s %s to %s\n", key.c_str(), c10::str(out.sizes()).c_str(), path.c_str());
 }

@@ -1,5 +1,5 @@
-// A tiny NumPy .npy (format 1.0) writer and reader for the examples' outputs, so that results open with
-// a plain numpy.load(). Little-endian hosts only (x86-64, aarch64); bf16/fp16 are written as float32
+// A tiny NumPy .npy (format 1.0) encoder and reader for sampled outputs (zest sample, the examples), so
+// that results open with a plain numpy.load(). Little-endian hosts only (x86-64, aarch64); bf16/fp16 are written as float32
 // because NumPy has no bfloat16.
 #pragma once
 
@@ -55,19 +55,19 @@ inline std::string header_text(const std::string& descr, const std::vector<int64
   return text + '\n';
 }
 
-inline void write(const std::string& path, const torch::Tensor& tensor) {
+// The file's bytes (write them with checkpoint::write_output_file, all-or-nothing).
+inline std::string encode(const torch::Tensor& tensor) {
   torch::Tensor t = tensor.detach().to(torch::kCPU);
   if (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf) t = t.to(torch::kFloat32);
   t = t.contiguous();
   const std::string header = header_text(descr_of(t.scalar_type()), t.sizes().vec());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  ZEST_CHECK(out.good(), "cannot open ", path, " for writing");
-  const uint16_t header_len = static_cast<uint16_t>(header.size());
-  out.write("\x93NUMPY\x01\x00", 8);
-  out.write(reinterpret_cast<const char*>(&header_len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(static_cast<const char*>(compat::const_data(t)), static_cast<std::streamsize>(t.nbytes()));
-  ZEST_CHECK(out.good(), "writing ", path, " failed");
+  const auto header_len = static_cast<uint16_t>(header.size());
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(header_len & 0xff));
+  bytes.push_back(static_cast<char>(header_len >> 8));
+  bytes += header;
+  bytes.append(static_cast<const char*>(compat::const_data(t)), t.nbytes());
+  return bytes;
 }
 
 // Parses the header of a file this writer (or NumPy, for C-order arrays) wrote, leaving `in` at the data.

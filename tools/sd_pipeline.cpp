@@ -2,7 +2,6 @@
 // operations follows diffusers' pipelines, so that a seed gives the reference's pixels.
 #include "tools/sd_pipeline.h"
 
-#include "checkpoint/merge.h"
 #include "formats/safetensors.h"
 #include "core/check.h"
 #include "models/model_resolve.h"
@@ -41,7 +40,7 @@ nlohmann::json read_json_if_present(const fs::path& path) {
 }
 
 // The UNet's architecture from unet/config.json, its values from the chosen source.
-void load_unet(SdPipeline& p, const UNetWeightsSource& source) {
+void load_unet(SdPipeline& p, const WeightsSource& source) {
   const fs::path dir = required_part(p.folder, "unet");
   const ResolvedModel resolved = resolve_pretrained_folder(dir.string());
   ZEST_CHECK(resolved.family->name == "unet", dir.string(), ": is not a UNet2DConditionModel folder");
@@ -49,25 +48,11 @@ void load_unet(SdPipeline& p, const UNetWeightsSource& source) {
   p.unet = dynamic_cast<unet::UNet2DConditionModel*>(module.get());
   ZEST_CHECK(p.unet != nullptr, dir.string(), ": did not build a UNet2DConditionModel");
   p.unet_module = module;
-  ZEST_CHECK(source.weights_file.empty() || source.checkpoint.empty(), "give --weights or --checkpoint, not both");
-  if (!source.checkpoint.empty()) {
-    // The checkpoint merged into one temporary file (the checkpoint's own checks and checksums), loaded, removed.
-    const fs::path tmp = fs::temp_directory_path() / ("zest_sample_unet_" + std::to_string(::getpid()) + ".safetensors");
-    checkpoint::MergeOptions merge;
-    merge.ema = source.ema;
-    checkpoint::merge_offline(source.checkpoint, tmp.string(), merge);
-    try {
-      load_unet_values(p, tmp.string());
-    } catch (...) {
-      fs::remove(tmp);
-      throw;
-    }
-    fs::remove(tmp);
-  } else if (!source.weights_file.empty()) {
-    load_unet_values(p, source.weights_file);
-  } else {
+  if (source.is_pipeline_folder()) {
     const auto weights = PretrainedWeights::open(find_pretrained_layout(dir.string()));
     load_pretrained_weights(*module, *weights, /*strict=*/true);
+  } else {
+    load_weights(*module, source);
   }
   module->to(p.device, p.dtype);
   module->eval();
@@ -131,7 +116,7 @@ int64_t SdPipeline::size_multiple() const {
   return vae_scale_factor() * (int64_t{1} << (unet->config().levels() - 1));
 }
 
-SdPipeline load_sd_pipeline(const fs::path& folder, const UNetWeightsSource& source, torch::Device device,
+SdPipeline load_sd_pipeline(const fs::path& folder, const WeightsSource& source, torch::Device device,
                             torch::Dtype dtype) {
   ZEST_CHECK(fs::is_directory(folder), folder.string(), ": not a folder (", kPipelineLayout, ")");
   SdPipeline p;
@@ -175,10 +160,9 @@ SdPipeline load_sd_pipeline(const fs::path& folder, const UNetWeightsSource& sou
 }
 
 void load_unet_values(SdPipeline& p, const std::string& weights_file) {
-  const safetensors::Reader reader(weights_file);
-  LoadOptions strict;
-  strict.strict = true;
-  load_state_dict(*p.unet_module, reader, strict);
+  WeightsSource file;
+  file.weights_file = weights_file;
+  load_weights(*p.unet_module, file);
 }
 
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {

@@ -9,6 +9,7 @@
 #include "models/unet/scheduler.h"
 #include "models/unet/unet_model.h"
 #include "models/vae/autoencoder_kl.h"
+#include "tools/weights_source.h"
 
 #include <torch/torch.h>
 
@@ -19,14 +20,6 @@
 #include <string>
 
 namespace zest {
-
-// Where the UNet's values come from: the folder's unet/ (default), a safetensors file with the UNet's
-// state-dict names (`zest merge`, checkpoint.merge_at_end), or a zest checkpoint (its EMA with `ema`).
-struct UNetWeightsSource {
-  std::string weights_file;
-  std::string checkpoint;
-  bool ema = false;
-};
 
 struct SdPipeline {
   std::filesystem::path folder;
@@ -49,7 +42,7 @@ struct SdPipeline {
 // Loads every part (strictly, by the reference names) onto `device` in `dtype` (the VAE in float32 when its
 // config says force_upcast and dtype is float16). A missing part is one message naming the folder and what
 // a pipeline folder holds.
-SdPipeline load_sd_pipeline(const std::filesystem::path& folder, const UNetWeightsSource& source,
+SdPipeline load_sd_pipeline(const std::filesystem::path& folder, const WeightsSource& source,
                             torch::Device device, torch::Dtype dtype);
 
 // Replaces the UNet's values by those of `weights_file` (safetensors, the UNet's state-dict names, strict):

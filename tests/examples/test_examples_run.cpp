@@ -2,7 +2,7 @@
 // weights and write samples equal to sampling in-process; custom_loop trains (its loss falls).
 #include "formats/safetensors.h"
 #include "data/dataset_manifest.h"
-#include "examples/npy.h"
+#include "formats/npy.h"
 #include "models/hymotion/hymotion.h"
 #include "models/model_resolve.h"
 #include "models/state_dict.h"
@@ -141,6 +141,10 @@ TEST_F(ExampleRun, InferHymotionMatchesInProcessEuler) {
   ASSERT_EQ(r.status, 0) << r.output;
   const auto motion = npy::read(path("motion.npy"));
   ASSERT_EQ(motion.sizes(), (std::vector<int64_t>{2, 10, 12}));
+  // 12 features hold no joint positions: no skeleton animation, said once.
+  EXPECT_NE(r.output.find("no skeleton animation: the motion has 12 features per frame, not the 201"),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(path("motion_0.gif")));
 
   const auto noise = torch::randn({2, 10, 12}, generator(9));
   const auto expected = hymotion::sample_euler(*model, noise, ctxt[1].expand({2, 6, 24}),

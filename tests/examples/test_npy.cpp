@@ -1,6 +1,7 @@
 // examples/npy.h: .npy files that NumPy can read (header layout, 64-byte alignment, shapes of any rank)
 // and that read back to the same values.
-#include "examples/npy.h"
+#include "checkpoint/output_path.h"
+#include "formats/npy.h"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +27,7 @@ std::string file_bytes(const std::string& path) {
 
 TEST(Npy, HeaderIsNumpyFormatOneAndAligned) {
   const std::string path = temp_path("header.npy");
-  npy::write(path, torch::arange(6, torch::kFloat32).view({2, 3}));
+  checkpoint::write_output_file(path, npy::encode(torch::arange(6, torch::kFloat32).view({2, 3})));
   const std::string bytes = file_bytes(path);
   fs::remove(path);
   ASSERT_GE(bytes.size(), 10u);
@@ -45,7 +46,7 @@ TEST(Npy, RoundTripsShapesAndDtypes) {
       torch::randn({2, 3, 4}), torch::arange(5, torch::kInt64), torch::tensor(3.5, torch::kFloat64),
       torch::zeros({0, 4}), torch::tensor({true, false, true}), torch::randn({3, 2}).t()};  // non-contiguous
   for (const auto& t : cases) {
-    npy::write(path, t);
+    checkpoint::write_output_file(path, npy::encode(t));
     const auto header = npy::read_header(path);
     EXPECT_EQ(header.shape, t.sizes().vec());
     const auto back = npy::read(path);
@@ -63,7 +64,7 @@ TEST(Npy, OneDimensionalShapeKeepsItsComma) {
 TEST(Npy, Bf16IsWrittenAsFloat32) {
   const std::string path = temp_path("bf16.npy");
   const auto t = torch::tensor({1.5, -2.0}).to(torch::kBFloat16);
-  npy::write(path, t);
+  checkpoint::write_output_file(path, npy::encode(t));
   EXPECT_EQ(npy::read_header(path).descr, "<f4");
   EXPECT_TRUE(npy::read(path).equal(t.to(torch::kFloat32)));
   fs::remove(path);
