@@ -18,19 +18,6 @@ struct StepGraphs::Shape {
 
 namespace {
 
-const char* dtype_name(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return "f32";
-    case torch::kFloat16: return "f16";
-    case torch::kBFloat16: return "bf16";
-    case torch::kFloat64: return "f64";
-    case torch::kBool: return "b8";
-    case torch::kLong: return "i64";
-    case torch::kInt: return "i32";
-    default: return "other";
-  }
-}
-
 void say(const Engine& engine, const std::string& message) {
   if (engine.comm().rank() == 0) std::cerr << "zest: " << message << "\n";
 }
@@ -41,7 +28,7 @@ std::string shape_key(const std::vector<StepGraphs::Inputs>& micro_batches) {
   std::ostringstream key;
   for (const auto& inputs : micro_batches) {
     for (const auto& [name, t] : inputs) {
-      key << name << ':' << dtype_name(t) << '@' << t.device() << '[';
+      key << name << ':' << c10::toString(t.scalar_type()) << '@' << t.device() << '[';
       for (int64_t d = 0; d < t.dim(); ++d) key << (d ? "," : "") << t.size(d);
       key << "];";
     }

@@ -3,6 +3,8 @@
 // forwards signals, and stops every rank when one fails, naming the rank that was really at fault.
 #pragma once
 
+#include "tools/launch_hosts.h"
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -28,10 +30,6 @@ struct LaunchOptions {
   std::vector<std::string> rsh{"ssh", "-tt", "-o", "BatchMode=yes"};  // the remote shell's command
 };
 
-// "node1:4,node2:4" (slots default 1), or a hostfile's lines "node1 slots=4" / "node1:4" ('#' comments).
-std::vector<std::pair<std::string, int>> parse_host_list(const std::string& list);
-std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path);
-
 // Runs the ranks until all have exited. Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, MASTER_ADDR, MASTER_PORT, ZEST_LAUNCHER_PID (and OMP_NUM_THREADS = cores / N unless set). Each rank runs in its own
 // process group with stdin from /dev/null; each line it prints to stdout/stderr is written to ours
@@ -48,8 +46,5 @@ std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path);
 // Returns the launcher's exit status: 0 when every rank exited 0, else the first failed rank's exit
 // code (128 + signal number for a rank killed by a signal).
 int run_ranks(const LaunchOptions& options);
-
-// A TCP port that is free on `addr` right now (the kernel's pick).
-int find_free_port(const std::string& addr);
 
 }  // namespace zest

@@ -1,9 +1,7 @@
 // linear and its switch (see linear_op.h); the CUDA autograd function is in linear_cuda.cpp.
 #include "models/common/linear_op.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
+#include "core/env_switch.h"
 
 namespace zest {
 
@@ -13,20 +11,16 @@ LinearGradFusionCounts accumulating_linear_counts();
 #endif
 
 namespace {
-bool fusion_default() {
-  const char* value = std::getenv("ZEST_LINEAR_GRAD_FUSION");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-std::atomic<bool>& fusion_flag() {
-  static std::atomic<bool> flag{fusion_default()};
-  return flag;
+EnvSwitch& fusion_switch() {
+  static EnvSwitch on("ZEST_LINEAR_GRAD_FUSION", /*default_on=*/true);
+  return on;
 }
 
 [[maybe_unused]] bool is_trainable_leaf(const torch::Tensor& t) { return t.requires_grad() && t.is_leaf(); }
 }  // namespace
 
-bool linear_grad_fusion_enabled() { return fusion_flag().load(); }
-void set_linear_grad_fusion(bool enabled) { fusion_flag().store(enabled); }
+bool linear_grad_fusion_enabled() { return fusion_switch().enabled(); }
+void set_linear_grad_fusion(bool enabled) { fusion_switch().set(enabled); }
 
 bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA

@@ -2,12 +2,10 @@
 #include "models/common/qk_norm_rope_op.h"
 
 #include "core/check.h"
+#include "core/env_switch.h"
 #include "models/common/kernel_tensors.h"
 
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace zest {
 
@@ -19,17 +17,14 @@ AttentionInputs qk_norm_rope_cuda(const std::vector<QkvProjection>& streams, int
 #endif
 
 namespace {
-std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* value = std::getenv("ZEST_QK_NORM_ROPE");
-    return value != nullptr && std::strcmp(value, "1") == 0;
-  }()};
-  return flag;
+EnvSwitch& kernel_switch() {
+  static EnvSwitch on("ZEST_QK_NORM_ROPE", /*default_on=*/false);
+  return on;
 }
 }  // namespace
 
-bool qk_norm_rope_enabled() { return enabled_flag().load(); }
-void set_qk_norm_rope(bool enabled) { enabled_flag().store(enabled); }
+bool qk_norm_rope_enabled() { return kernel_switch().enabled(); }
+void set_qk_norm_rope(bool enabled) { kernel_switch().set(enabled); }
 
 bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
                                const torch::Tensor& sin) {

@@ -3,13 +3,10 @@
 #include "models/common/recomputed_linear_op.h"
 
 #include "core/check.h"
+#include "core/env_switch.h"
 #include "models/common/concat_gelu_op.h"
 #include "models/common/geglu_op.h"
 #include "models/common/linear_op.h"
-
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 namespace zest {
 
@@ -19,17 +16,14 @@ torch::Tensor recomputed_linear_cuda(RecomputedActivation f, const torch::Tensor
 #endif
 
 namespace {
-std::atomic<bool>& recompute_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* value = std::getenv("ZEST_RECOMPUTE_ACTIVATIONS");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }()};
-  return flag;
+EnvSwitch& recompute_switch() {
+  static EnvSwitch on("ZEST_RECOMPUTE_ACTIVATIONS", /*default_on=*/true);
+  return on;
 }
 }  // namespace
 
-bool activation_recompute_enabled() { return recompute_flag().load(); }
-void set_activation_recompute(bool enabled) { recompute_flag().store(enabled); }
+bool activation_recompute_enabled() { return recompute_switch().enabled(); }
+void set_activation_recompute(bool enabled) { recompute_switch().set(enabled); }
 
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b) {
   switch (f) {

@@ -77,6 +77,8 @@ TEST(StepGraphsCpu, TheShapeKeyTellsShapesAndDtypesApart) {
   EXPECT_EQ(key, shape_key({{{"x", torch::ones({2, 3})}}}));  // values do not matter
   EXPECT_NE(key, shape_key({{{"x", torch::zeros({3, 2})}}}));
   EXPECT_NE(key, shape_key({{{"x", a.to(torch::kFloat64)}}}));
+  // Every dtype has its own name: int8 and uint8 inputs of one shape are different graphs.
+  EXPECT_NE(shape_key({{{"x", a.to(torch::kInt8)}}}), shape_key({{{"x", a.to(torch::kUInt8)}}}));
   EXPECT_NE(key, shape_key({{{"y", a}}}));
   EXPECT_NE(key, shape_key({{{"x", a}}, {{"x", a}}}));  // two micro-batches
 }
