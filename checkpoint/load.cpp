@@ -49,12 +49,12 @@ std::string name_list(const std::vector<std::string>& names) {
   return out;
 }
 
-void compare_parameters(const Manifest& m, Engine& engine, std::vector<std::string>& errors) {
+void compare_parameters(const Manifest& m, const EngineState& state, std::vector<std::string>& errors) {
   const auto index = index_params(m);
   std::set<std::string> used;
   std::vector<std::string> missing, shapes;
-  for (const Unit& unit : engine.units()) {
-    for (const ParamSlot& slot : unit.layout().slots) {
+  for (const UnitShardLayout& unit : state.units) {
+    for (const ParamSlot& slot : unit.layout.slots) {
       used.insert(slot.name);
       for (const auto& alias : slot.aliases) used.insert(alias);
       const auto it = index.find(slot.name);
@@ -77,58 +77,66 @@ void compare_parameters(const Manifest& m, Engine& engine, std::vector<std::stri
   for (const auto& s : shapes) errors.push_back("shape of " + s);
 }
 
-template <typename T>
-void note_if_differs(std::vector<std::string>& notes, const std::string& key, const T& saved, const T& now) {
-  if (saved != now)
-    notes.push_back(str(key, ": ", saved, " in the checkpoint, ", now, " now (the run's value applies)"));
+// ---- settings: the components' TOML tables, key by key ----
+
+constexpr const char* kRunValueApplies = " (the run's value applies)";
+
+Precision precision_named(const std::string& name) {
+  for (const Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+    if (name == to_string(p)) return p;
+  ZEST_FAIL("checkpoint precision '", name, "' is not fp32, bf16 or fp16");  // parse_manifest refuses it first
+}
+
+// The configurations the checkpoint records, the run's where it records none: of the [engine] table it
+// records the precision (compared here) and the stage (reported with the world size, as a reshard).
+ComponentConfigs saved_configs(const Manifest& m, const EngineState& now) {
+  ComponentConfigs saved = now.configs;
+  saved.engine.precision = precision_named(m.precision);
+  saved.optimizer = m.optimizer;
+  saved.scheduler = m.scheduler;
+  saved.ema = m.ema;
+  return saved;
+}
+
+bool is_recorded_engine_key(const std::string& key) { return key == "engine.precision"; }
+
+void note_differences(const std::string& saved, const std::string& now, std::vector<std::string>& notes,
+                      bool (*is_recorded)(const std::string&) = nullptr) {
+  for (const ConfigDifference& d : diff_config(saved, now))
+    if (!is_recorded || is_recorded(d.key)) notes.push_back(d.text() + kRunValueApplies);
 }
 
 // A checkpoint's EMA and the run's [ema] need not agree: a saved EMA without [ema] is left unread, an
-// [ema] without a saved one starts from the resumed weights (apply_state), and settings that differ
-// take the run's values. Each case is a note.
-void compare_ema(const Manifest& m, Engine& engine, std::vector<std::string>& notes) {
-  const ShardedEma* ema = engine.ema();
-  if (m.ema && !ema) {
+// [ema] without a saved one starts from the resumed weights (Engine::load_state), and settings that
+// differ take the run's values. Each case is a note.
+void compare_ema(const Manifest& m, const EngineState& now, const ComponentTomls& saved,
+                 const ComponentTomls& current, std::vector<std::string>& notes) {
+  const bool keeps_ema = now.configs.ema.has_value();
+  if (m.ema && !keeps_ema) {
     notes.emplace_back("the checkpoint's EMA of the weights is not loaded: this run has no [ema] table (its "
                        "checkpoints will have no EMA; add [ema] to keep it)");
-  } else if (!m.ema && ema) {
+  } else if (!m.ema && keeps_ema) {
     notes.push_back(str("the checkpoint has no EMA of the weights: the EMA starts from the resumed weights of step ",
                         m.step));
-  } else if (m.ema && ema) {
-    const EmaConfig& a = *m.ema;
-    const EmaConfig& b = ema->config();
-    note_if_differs(notes, "ema.decay", a.decay, b.decay);
-    note_if_differs(notes, "ema.min_decay", a.min_decay, b.min_decay);
-    note_if_differs(notes, "ema.update_every", a.update_every, b.update_every);
-    note_if_differs(notes, "ema.start_step", a.start_step, b.start_step);
-    note_if_differs(notes, "ema.use_ema_warmup", a.use_ema_warmup, b.use_ema_warmup);
-    note_if_differs(notes, "ema.inv_gamma", a.inv_gamma, b.inv_gamma);
-    note_if_differs(notes, "ema.power", a.power, b.power);
+  } else if (m.ema && keeps_ema) {
+    note_differences(saved.ema, current.ema, notes);
   }
 }
 
-void compare_hyper_parameters(const Manifest& m, Engine& engine, std::vector<std::string>& notes) {
-  const OptimConfig& a = m.optimizer;
-  const OptimConfig& b = engine.optimizer().config();
-  note_if_differs(notes, "optimizer.lr", a.lr, b.lr);
-  note_if_differs(notes, "optimizer.beta1", a.beta1, b.beta1);
-  note_if_differs(notes, "optimizer.beta2", a.beta2, b.beta2);
-  note_if_differs(notes, "optimizer.eps", a.eps, b.eps);
-  note_if_differs(notes, "optimizer.weight_decay", a.weight_decay, b.weight_decay);
-  note_if_differs(notes, "optimizer.momentum", a.momentum, b.momentum);
-  note_if_differs(notes, "optimizer.nesterov", a.nesterov, b.nesterov);
-  const SchedulerConfig& s = m.scheduler;
-  const SchedulerConfig& t = engine.schedule_config();
-  note_if_differs(notes, "scheduler.name", std::string(to_string(s.name)), std::string(to_string(t.name)));
-  note_if_differs(notes, "scheduler.warmup_steps", s.warmup_steps, t.warmup_steps);
-  note_if_differs(notes, "scheduler.decay_steps", s.decay_steps, t.decay_steps);
-  note_if_differs(notes, "scheduler.min_lr", s.min_lr, t.min_lr);
-  note_if_differs(notes, "engine.precision", m.precision, std::string(to_string(engine.config().precision)));
-  compare_ema(m, engine, notes);
-  if (m.world_size != engine.comm().size() || m.stage != engine.config().stage)
+void compare_settings(const Manifest& m, const EngineState& now, std::vector<std::string>& notes) {
+  const ComponentTomls saved = to_toml_texts(saved_configs(m, now));
+  const ComponentTomls current = now.tomls();
+  // Another optimizer is refused (check_compatibility): its keys differ, not its settings.
+  if (m.optimizer.name == now.configs.optimizer.name) note_differences(saved.optimizer, current.optimizer, notes);
+  note_differences(saved.scheduler, current.scheduler, notes);
+  note_differences(saved.engine, current.engine, notes, is_recorded_engine_key);
+  compare_ema(m, now, saved, current, notes);
+  if (m.world_size != now.world_size || m.stage != now.stage)
     notes.push_back(str("resharded: saved by ", m.world_size, " rank(s) at stage ", m.stage, ", loaded by ",
-                        engine.comm().size(), " at stage ", engine.config().stage));
+                        now.world_size, " at stage ", now.stage));
 }
+
+// ---- reading this rank's slices ----
 
 // One contiguous copy from a checkpoint unit into the staged master shard.
 struct CopyOp {
@@ -140,19 +148,18 @@ struct CopyOp {
 
 // The copies that fill this rank's owned slices, by parameter name; neighbours that are contiguous on
 // both sides are merged so that an unchanged layout reads in one range per unit and file.
-std::vector<CopyOp> plan_copies(const Manifest& m, Engine& engine) {
+std::vector<CopyOp> plan_copies(const Manifest& m, const EngineState& state) {
   const auto index = index_params(m);
   std::vector<CopyOp> ops;
-  for (size_t u = 0; u < engine.units().size(); ++u) {
-    const Unit& unit = engine.units()[u];
-    const ElementSpan owned = unit.shard_span();
-    for (const ParamSlot& slot : unit.layout().slots) {
+  for (const UnitShardLayout& unit : state.units) {
+    const ElementSpan owned = unit.owned;
+    for (const ParamSlot& slot : unit.layout.slots) {
       const int64_t lo = std::max(slot.offset, owned.begin);
       const int64_t hi = std::min(slot.offset + slot.numel, owned.end());
       if (lo >= hi) continue;
       const SlotRef src = index.at(slot.name);
       const CopyOp op{src.unit, src.slot->offset + (lo - slot.offset),
-                      engine.master_span(u).begin + (lo - owned.begin), hi - lo};
+                      unit.in_flat.begin + (lo - owned.begin), hi - lo};
       CopyOp* last = ops.empty() ? nullptr : &ops.back();
       if (last && last->src_unit == op.src_unit && last->src_begin + last->numel == op.src_begin &&
           last->dst_begin + last->numel == op.dst_begin) {
@@ -166,40 +173,34 @@ std::vector<CopyOp> plan_copies(const Manifest& m, Engine& engine) {
 }
 
 // The kinds this engine takes from the checkpoint: all of them, but the EMA only when the run keeps one.
-std::vector<std::string> kinds_to_load(const Manifest& m, Engine& engine) {
+std::vector<std::string> kinds_to_load(const Manifest& m, const EngineState& state) {
   std::vector<std::string> kinds;
   for (const std::string& kind : m.kinds)
-    if (kind != kEmaKind || engine.ema()) kinds.push_back(kind);
+    if (kind != kEmaKind || state.find_shard(kEmaKind)) kinds.push_back(kind);
   return kinds;
 }
 
 // Each loaded kind's new contents of this rank's shard (padding zero), read into fresh CPU buffers.
-std::map<std::string, torch::Tensor> read_staged(const std::string& dir, const Manifest& m, Engine& engine) {
-  const auto ops = plan_copies(m, engine);
+std::vector<NamedShard> read_staged(const std::string& dir, const Manifest& m, const EngineState& state) {
+  const auto ops = plan_copies(m, state);
   ShardReader reader(dir, m);
-  std::map<std::string, torch::Tensor> staged;
-  for (const std::string& kind : kinds_to_load(m, engine)) {
-    auto buffer = torch::zeros({engine.master_shard().numel()}, torch::kFloat32);
+  std::vector<NamedShard> staged;
+  for (const std::string& kind : kinds_to_load(m, state)) {
+    auto buffer = torch::zeros({state.shard(kMasterKind).numel()}, torch::kFloat32);
     float* base = buffer.data_ptr<float>();
     for (const CopyOp& op : ops) reader.read(kind, op.src_unit, op.src_begin, op.numel, base + op.dst_begin);
-    staged.emplace(kind, std::move(buffer));
+    staged.push_back({kind, std::move(buffer)});
   }
   return staged;
 }
 
-void apply_state(Engine& engine, const Manifest& m, const std::map<std::string, torch::Tensor>& staged) {
-  torch::NoGradGuard no_grad;
-  engine.master_shard().copy_(staged.at(kMasterKind));
-  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) tensor.copy_(staged.at(name));
-  if (ShardedEma* ema = engine.ema()) {  // a checkpoint without one: the EMA restarts from these weights
-    const auto saved = staged.find(kEmaKind);
-    ema->load_shard(saved != staged.end() ? saved->second : engine.master_shard());
-  }
-  engine.optimizer().set_step_count(m.optimizer_step);
-  engine.set_step_count(m.step);
-  engine.set_skipped_total(m.skipped_total);
-  if (engine.loss_scaler().enabled() && m.loss_scale_enabled) engine.loss_scaler().load_state(m.loss_scaler);
-  engine.refresh_params_from_master();
+// The state the engine takes: this run's identity, layouts and configurations, the checkpoint's shards
+// and counters.
+EngineState loaded_state(const EngineState& current, const Manifest& m, std::vector<NamedShard> staged) {
+  EngineState loaded = current;
+  loaded.shards = std::move(staged);
+  loaded.counters = {m.step, m.optimizer_step, m.skipped_total, m.lr, m.loss_scale_enabled, m.loss_scaler};
+  return loaded;
 }
 
 // Each rank checks every size-th file (round robin), so checksums cost one read of the checkpoint
@@ -213,26 +214,29 @@ void check_files(const std::string& dir, const Manifest& m, const Communicator& 
 
 }  // namespace
 
-Compatibility check_compatibility(const Manifest& m, Engine& engine, const LoadRequest& request) {
+Compatibility check_compatibility(const Manifest& m, const EngineState& state, const LoadRequest& request) {
   Compatibility c;
   if (m.model_name != request.model_name)
     c.errors.push_back("model name: '" + m.model_name + "' in the checkpoint, '" + request.model_name + "' now");
   for (const std::string& line : diff_config_text(m.model_config, request.model_config))
     c.errors.push_back("model config " + line);
-  compare_parameters(m, engine, c.errors);
-  std::vector<std::string> kinds = {kMasterKind};
-  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) kinds.push_back(name);
+  compare_parameters(m, state, c.errors);
+  std::vector<std::string> kinds;
+  for (const std::string& name : state.shard_names())
+    if (name != kEmaKind) kinds.push_back(name);
   if (m.ema) kinds.emplace_back(kEmaKind);  // whether this run keeps an EMA or not (compare_ema)
-  if (m.optimizer.name != engine.optimizer().config().name || m.kinds != kinds) {
-    c.errors.push_back(str("optimizer: ", to_string(m.optimizer.name), " in the checkpoint, ",
-                           to_string(engine.optimizer().config().name), " now (its state cannot be converted)"));
+  const OptimizerKind optimizer = state.configs.optimizer.name;
+  if (m.optimizer.name != optimizer || m.kinds != kinds) {
+    c.errors.push_back(str("optimizer: ", to_string(m.optimizer.name), " in the checkpoint, ", to_string(optimizer),
+                           " now (its state cannot be converted)"));
   }
-  compare_hyper_parameters(m, engine, c.notes);
+  compare_settings(m, state, c.notes);
   return c;
 }
 
-LoadedState load(Engine& engine, const LoadRequest& request) {
+LoadedState load(StatefulEngine& engine, const LoadRequest& request) {
   Communicator& comm = engine.comm();
+  const EngineState current = engine.state();
   std::string dir, text, where_note;
   if (comm.rank() == 0) {
     raise_if_any(comm, capture_error([&] {
@@ -251,16 +255,16 @@ LoadedState load(Engine& engine, const LoadRequest& request) {
   Compatibility compat;
   raise_if_any(comm, capture_error([&] {
     manifest = parse_manifest_of(dir, text);
-    compat = check_compatibility(manifest, engine, request);
+    compat = check_compatibility(manifest, current, request);
     if (compat.errors.empty()) return;
     std::string message = "checkpoint " + dir + " does not fit this run:";
     for (const auto& e : compat.errors) message += "\n  - " + e;
     ZEST_FAIL(message);
   }));
   raise_if_any(comm, capture_error([&] { check_files(dir, manifest, comm, request.verify_checksums); }));
-  std::map<std::string, torch::Tensor> staged;
-  raise_if_any(comm, capture_error([&] { staged = read_staged(dir, manifest, engine); }));
-  apply_state(engine, manifest, staged);  // nothing above changed the engine
+  std::vector<NamedShard> staged;
+  raise_if_any(comm, capture_error([&] { staged = read_staged(dir, manifest, current); }));
+  engine.load_state(loaded_state(current, manifest, std::move(staged)));  // nothing above changed the engine
 
   if (!where_note.empty()) compat.notes.insert(compat.notes.begin(), where_note);
   if (comm.rank() == 0)

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "checkpoint/manifest.h"
-#include "engine/engine.h"
+#include "engine/engine_state.h"
 
 #include <string>
 #include <vector>
@@ -36,15 +36,17 @@ struct LoadedState {
 // Collective. Throws zest::Error on every rank, with the engine untouched, when the checkpoint does not
 // fit (model, parameters, optimizer kind), the manifest is invalid (parse_manifest), a file is missing,
 // truncated, corrupt or does not match the manifest (another rank's or step's), or the format version
-// is unknown.
-LoadedState load(Engine& engine, const LoadRequest& request);
+// is unknown. Otherwise replaces the engine's state (StatefulEngine::load_state).
+LoadedState load(StatefulEngine& engine, const LoadRequest& request);
 
-// The mismatches that make `manifest` unloadable into `engine` given the expected identity (empty when
-// it fits), and the differences that do not (notes). Pure: no collective, no I/O.
+// The mismatches that make `manifest` unloadable into an engine of `state` given the expected identity
+// (empty when it fits), and the differences that do not (notes): the settings the checkpoint records
+// (optimizer, scheduler, precision, EMA) compared key by key as TOML, each difference a note; another
+// optimizer is an error (its state cannot be converted). Pure: no collective, no I/O.
 struct Compatibility {
   std::vector<std::string> errors;
   std::vector<std::string> notes;
 };
-Compatibility check_compatibility(const Manifest& manifest, Engine& engine, const LoadRequest& request);
+Compatibility check_compatibility(const Manifest& manifest, const EngineState& state, const LoadRequest& request);
 
 }  // namespace zest::checkpoint

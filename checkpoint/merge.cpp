@@ -8,6 +8,7 @@
 #include "checkpoint/rank_agreement.h"
 #include "checkpoint/shard_reader.h"
 #include "checkpoint/verify.h"
+#include "comm/communicator.h"
 #include "core/check.h"
 
 #include <nlohmann/json.hpp>
@@ -111,16 +112,17 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
   return result;
 }
 
-MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options) {
+MergeResult merge_online(StatefulEngine& engine, const std::string& out_path, const MergeOptions& options) {
   check_dtype(options.dtype);
+  const EngineState state = engine.state();
   // The same on every rank (all run the same configuration), so no rank is left in a gather.
-  ZEST_CHECK(!options.ema || engine.ema(), "merge: the EMA of the weights was asked for, but this run keeps none "
-             "(no [ema] table)");
-  const torch::Tensor values = options.ema ? engine.ema()->shard() : engine.master_shard();
+  ZEST_CHECK(!options.ema || state.find_shard(kEmaKind), "merge: the EMA of the weights was asked for, but this "
+             "run keeps none (no [ema] table)");
+  const torch::Tensor values = state.shard(options.ema ? kEmaKind : kMasterKind);
   Communicator& comm = engine.comm();
   const bool writes = comm.rank() == 0;
   std::vector<UnitLayout> layouts;
-  for (const Unit& unit : engine.units()) layouts.push_back(unit.layout());
+  for (const UnitShardLayout& unit : state.units) layouts.push_back(unit.layout);
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
@@ -135,16 +137,15 @@ MergeResult merge_online(Engine& engine, const std::string& out_path, const Merg
   attempt([&] {
     writer = std::make_unique<MergedWriter>(
         out_path, tensors, options.dtype, options.shard_size_bytes,
-        merged_metadata(options.model_name, engine.step_count(), aliases, options.ema));
+        merged_metadata(options.model_name, state.counters.step, aliases, options.ema));
   });
   torch::NoGradGuard no_grad;
   size_t next = 0;  // first output tensor of the current unit
-  for (size_t u = 0; u < engine.units().size(); ++u) {
-    const Unit& unit = engine.units()[u];
-    const ElementSpan span = engine.master_span(u);
-    torch::Tensor full = values.narrow(0, span.begin, span.numel);  // stage 0: whole unit
-    if (engine.policy().shard_optimizer) {  // one unit at a time: never the whole model twice
-      const torch::Tensor gathered = torch::empty({unit.layout().padded_numel}, full.options());
+  for (size_t u = 0; u < state.units.size(); ++u) {
+    const UnitShardLayout& unit = state.units[u];
+    torch::Tensor full = values.narrow(0, unit.in_flat.begin, unit.in_flat.numel);  // stage 0: whole unit
+    if (unit.owned.numel < unit.layout.padded_numel) {  // one unit at a time: never the whole model twice
+      const torch::Tensor gathered = torch::empty({unit.layout.padded_numel}, full.options());
       comm.allgather(full.contiguous(), gathered)->wait();
       full = gathered;
     }

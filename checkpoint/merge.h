@@ -8,7 +8,7 @@
 #pragma once
 
 #include "checkpoint/manifest.h"
-#include "engine/engine.h"
+#include "engine/engine_state.h"
 
 #include <torch/torch.h>
 
@@ -45,7 +45,7 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
 // With options.ema, a checkpoint without an EMA is refused before anything is written.
 // Online, collective: every rank takes part in the gathers; rank 0 writes. Returns rank 0's result
 // (empty on the others). With options.ema, an engine without an EMA is refused on every rank.
-MergeResult merge_online(Engine& engine, const std::string& out_path, const MergeOptions& options);
+MergeResult merge_online(StatefulEngine& engine, const std::string& out_path, const MergeOptions& options);
 
 // The tensor kind a merge with `options` reads from the checkpoint `manifest` describes: "master", or
 // "ema" with options.ema (refused, naming `step_dir`, when the checkpoint has no EMA).

@@ -40,29 +40,26 @@ SaveRequest SaveRequest::from_config(const CheckpointConfig& config) {
   return request;
 }
 
-Manifest describe_engine(Engine& engine, const SaveRequest& request) {
+Manifest describe_state(const EngineState& state, const SaveRequest& request) {
+  const StepCounters& c = state.counters;
   Manifest m;
   m.model_name = request.model_name;
   m.model_config = request.model_config;
   m.config_hash = config_hash(request.model_name, request.model_config);
-  m.step = request.step >= 0 ? request.step : engine.step_count();
-  m.world_size = engine.comm().size();
-  m.stage = engine.config().stage;
-  m.precision = to_string(engine.config().precision);
-  for (const auto& unit : engine.units()) m.units.push_back(unit.layout());
-  m.kinds = {kMasterKind};
-  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) m.kinds.push_back(name);
-  if (const ShardedEma* ema = engine.ema()) {
-    m.kinds.emplace_back(kEmaKind);
-    m.ema = ema->config();
-  }
-  m.optimizer = engine.optimizer().config();
-  m.optimizer_step = engine.optimizer().step_count();
-  m.scheduler = engine.schedule_config();
-  m.lr = engine.current_lr();
-  m.loss_scale_enabled = engine.loss_scaler().enabled();
-  m.loss_scaler = engine.loss_scaler().state();
-  m.skipped_total = engine.skipped_total();
+  m.step = request.step >= 0 ? request.step : c.step;
+  m.world_size = state.world_size;
+  m.stage = state.stage;
+  m.precision = to_string(state.configs.engine.precision);
+  for (const UnitShardLayout& unit : state.units) m.units.push_back(unit.layout);
+  m.kinds = state.shard_names();  // master, the optimizer's states, then the EMA when kept
+  m.ema = state.configs.ema;
+  m.optimizer = state.configs.optimizer;
+  m.optimizer_step = c.optimizer_step;
+  m.scheduler = state.configs.scheduler;
+  m.lr = c.lr;
+  m.loss_scale_enabled = c.loss_scale_enabled;
+  m.loss_scaler = c.loss_scaler;
+  m.skipped_total = c.skipped_total;
   m.extra_json = request.extra_json;
   return m;
 }
@@ -81,7 +78,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::string Saver::save(Engine& engine, const SaveRequest& request) {
+std::string Saver::save(StatefulEngine& engine, const SaveRequest& request) {
   Communicator& comm = engine.comm();
   const auto started = std::chrono::steady_clock::now();
   SaveFigures figures;
@@ -97,8 +94,10 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   pending->keep_last = request.keep_last;
   pending->commits = comm.rank() == 0 || request.own_folder;
   // Validates the caller's JSON and the layout on every rank before anything touches the disk.
+  EngineState state;
   raise_if_any(comm, capture_error([&] {
-    pending->manifest = describe_engine(engine, request);
+    state = engine.state();
+    pending->manifest = describe_state(state, request);
     Manifest probe = pending->manifest;
     probe.rank_extra_json = {request.rank_extra_json};
     for (int r = 0; r < comm.size(); ++r) probe.files.push_back({rank_file_name(r), 0, 0});
@@ -116,8 +115,8 @@ std::string Saver::save(Engine& engine, const SaveRequest& request) {
   // Asynchronous: the slices are copied into the reused host staging (on a GPU, queued on a side stream:
   // the host returns at once and the writer waits for the copy). Synchronous: views, written now.
   SideStream::Mark copied;
-  auto snapshot = std::make_shared<RankSnapshot>(request.async ? staging_.stage(engine, copied)
-                                                               : snapshot_engine(engine, /*copy=*/false));
+  auto snapshot = std::make_shared<RankSnapshot>(request.async ? staging_.stage(state, copied)
+                                                               : snapshot_state(state, /*copy=*/false));
   Pending* p = pending.get();
   auto write = [p, snapshot, file, identity, copied] {
     p->error = capture_error([&] {
@@ -179,7 +178,7 @@ void Saver::commit(Communicator& comm) {
   raise_if_any(comm, error);  // also the barrier: no rank returns before the commit
 }
 
-std::string save(Engine& engine, const SaveRequest& request) {
+std::string save(StatefulEngine& engine, const SaveRequest& request) {
   SaveRequest sync = request;
   sync.async = false;
   Saver saver;

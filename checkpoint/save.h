@@ -12,7 +12,8 @@
 #include "checkpoint/checkpoint_config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/snapshot_staging.h"
-#include "engine/engine.h"
+#include "comm/communicator.h"
+#include "engine/engine_state.h"
 
 #include <memory>
 #include <optional>
@@ -22,7 +23,7 @@ namespace zest::checkpoint {
 
 struct SaveRequest {
   std::string dir;                    // checkpoint root: DIR/step_N/ and DIR/latest
-  int64_t step = -1;                  // -1: engine.step_count()
+  int64_t step = -1;                  // -1: the engine's step count
   std::string model_name;             // identity checked by load()
   std::string model_config;           // the model's configuration text (TOML), checked by load()
   std::string extra_json = "{}";      // JSON object from rank 0 (data position, ...), returned by load()
@@ -56,7 +57,7 @@ class Saver {
 
   // Collective. Finishes a pending save first. Synchronous requests return after the commit;
   // asynchronous ones once the slices are copied. Returns the step folder's final path.
-  std::string save(Engine& engine, const SaveRequest& request);
+  std::string save(StatefulEngine& engine, const SaveRequest& request);
   // Collective, cheap (one small allreduce while a save is pending, nothing otherwise): commits the
   // pending asynchronous save when every rank has finished writing. True if it committed.
   bool poll(Communicator& comm);
@@ -67,7 +68,8 @@ class Saver {
   // (which overwrites the shard), the current stream must wait for that copy. Cheap; nothing otherwise.
   void order_before_update() { staging_.order_before_update(); }
   // Allocates the host staging of asynchronous saves now, rather than within the first save.
-  void reserve_staging(Engine& engine) { staging_.reserve(engine); }
+  // (Reads the engine's state: on a GPU a wait for the device.)
+  void reserve_staging(StatefulEngine& engine) { staging_.reserve(engine.state()); }
   const SaveFigures& last_save() const { return last_; }
   int64_t staging_bytes() const { return staging_.bytes(); }
 
@@ -80,9 +82,9 @@ class Saver {
 };
 
 // Synchronous save (a Saver of one call). Collective; returns the committed step folder.
-std::string save(Engine& engine, const SaveRequest& request);
+std::string save(StatefulEngine& engine, const SaveRequest& request);
 
-// The manifest describing the engine's current state (files are filled in at commit).
-Manifest describe_engine(Engine& engine, const SaveRequest& request);
+// The manifest describing an engine's `state` (files are filled in at commit).
+Manifest describe_state(const EngineState& state, const SaveRequest& request);
 
 }  // namespace zest::checkpoint

@@ -6,8 +6,12 @@
 #include "core/check.h"
 
 #include <filesystem>
+#include <string_view>
 
 namespace zest::checkpoint {
+
+// The engine state's shard names are the checkpoint's tensor kinds.
+static_assert(std::string_view(kMasterKind) == kMasterShard && std::string_view(kEmaKind) == kEmaShard);
 
 int64_t RankSnapshot::nbytes() const {
   int64_t total = 0;
@@ -16,33 +20,23 @@ int64_t RankSnapshot::nbytes() const {
   return total;
 }
 
-RankSnapshot snapshot_engine(Engine& engine, bool copy, bool to_host) {
+RankSnapshot snapshot_state(const EngineState& state, bool copy, bool to_host) {
   RankSnapshot snap;
-  snap.rank = engine.comm().rank();
-  std::vector<torch::Tensor> flats = {engine.master_shard()};  // all share the master shard's layout
-  snap.kinds = {kMasterKind};
-  for (const auto& [name, tensor] : engine.optimizer().state_tensors()) {
-    snap.kinds.push_back(name);
-    flats.push_back(tensor);
-  }
-  if (const ShardedEma* ema = engine.ema()) {  // the same kinds, in the same order, as describe_engine()
-    snap.kinds.emplace_back(kEmaKind);
-    flats.push_back(ema->shard());
-  }
-  for (const auto& unit : engine.units()) snap.units.push_back(unit.name());
+  snap.rank = state.rank;
+  snap.kinds = state.shard_names();  // master, the optimizer's states, the EMA: describe_state()'s kinds
+  for (const UnitShardLayout& unit : state.units) snap.units.push_back(unit.layout.name);
+  const int64_t flat_numel = state.flat_numel();
   torch::NoGradGuard no_grad;
-  for (const torch::Tensor& flat : flats) {
-    ZEST_CHECK(flat.numel() == engine.master_shard().numel() && flat.scalar_type() == torch::kFloat32,
-               "optimizer state or EMA differs from the master shard's layout (", flat.numel(), " vs ",
-               engine.master_shard().numel(), " fp32 elements)");
+  for (const NamedShard& shard : state.shards) {
+    const torch::Tensor& flat = shard.flat;
+    ZEST_CHECK(flat.numel() == flat_numel && flat.scalar_type() == torch::kFloat32, "shard '", shard.name,
+               "' differs from the master shard's layout (", flat.numel(), " vs ", flat_numel, " fp32 elements)");
     std::vector<torch::Tensor> per_unit;
-    for (size_t u = 0; u < engine.units().size(); ++u) {
-      const Unit& unit = engine.units()[u];
-      const ElementSpan mine = unit.layout().shard_span(snap.rank);
-      const ElementSpan owned = unit.shard_span();
-      ZEST_CHECK(mine.begin >= owned.begin && mine.end() <= owned.end(), "unit ", unit.name(), ": rank ",
-                 snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
-      auto slice = flat.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel);
+    for (const UnitShardLayout& unit : state.units) {
+      const ElementSpan mine = unit.layout.shard_span(snap.rank);
+      ZEST_CHECK(mine.begin >= unit.owned.begin && mine.end() <= unit.owned.end(), "unit ", unit.layout.name,
+                 ": rank ", snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
+      auto slice = flat.narrow(0, unit.in_flat.begin + (mine.begin - unit.owned.begin), mine.numel);
       // Device tensors come to the host (the writer reads raw bytes) unless the caller stages them itself.
       const bool to_copy = copy || (!slice.is_cpu() && to_host);
       per_unit.push_back(to_copy ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);

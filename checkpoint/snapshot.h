@@ -6,7 +6,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/rank_file.h"
-#include "engine/engine.h"
+#include "engine/engine_state.h"
 
 #include <torch/torch.h>
 
@@ -24,10 +24,11 @@ struct RankSnapshot {
   int64_t nbytes() const;
 };
 
-// The engine's slices. copy = false: views into the live buffers (write before the next step), device
-// slices copied to the host unless `to_host` is false (then views on the device: SnapshotStaging copies
-// them); copy = true: host copies that later training does not touch.
-RankSnapshot snapshot_engine(Engine& engine, bool copy, bool to_host = true);
+// The slices of an engine's `state` (StatefulEngine::state). copy = false: views into its shards (the
+// live buffers: write before the next step), device slices copied to the host unless `to_host` is false
+// (then views on the device: SnapshotStaging copies them); copy = true: host copies that later training
+// does not touch.
+RankSnapshot snapshot_state(const EngineState& state, bool copy, bool to_host = true);
 
 // Writes `snapshot` to `path` (tensors "<kind>.<unit>", kinds outermost; header metadata from
 // `identity`, whose rank must be the snapshot's), fsyncs it, and returns its size and checksum. A failed

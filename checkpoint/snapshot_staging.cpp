@@ -7,32 +7,28 @@
 namespace zest::checkpoint {
 namespace {
 
-// Elements of the snapshot: every kind's slices of every unit (this rank's share of each unit).
-int64_t snapshot_numel(Engine& engine, int64_t kinds) {
-  int64_t per_kind = 0;
-  for (const auto& unit : engine.units()) per_kind += unit.layout().shard_span(engine.comm().rank()).numel;
-  return kinds * per_kind;
-}
-
-int64_t kind_count(Engine& engine) {
-  return 1 + static_cast<int64_t>(engine.optimizer().state_tensors().size()) + (engine.ema() != nullptr ? 1 : 0);
+// Elements of the snapshot: every shard's slices of every unit (this rank's share of each unit).
+int64_t snapshot_numel(const EngineState& state) {
+  int64_t per_shard = 0;
+  for (const UnitShardLayout& unit : state.units) per_shard += unit.layout.shard_span(state.rank).numel;
+  return static_cast<int64_t>(state.shards.size()) * per_shard;
 }
 
 }  // namespace
 
-void SnapshotStaging::reserve(Engine& engine) {
-  const int64_t numel = snapshot_numel(engine, kind_count(engine));
+void SnapshotStaging::reserve(const EngineState& state) {
+  const int64_t numel = snapshot_numel(state);
   if (buffer_.defined() && buffer_.numel() == numel) return;
   buffer_ = torch::Tensor();  // the old buffer goes before the new one comes
   // Page-locked for a GPU engine (its shard lives on the device), ordinary memory otherwise.
-  const torch::Device source = engine.master_shard().device();
+  const torch::Device source = state.shard(kMasterShard).device();
   buffer_ = host_tensor(numel, torch::kFloat32, source);
   if (!copies_) copies_ = std::make_unique<SideStream>(source);
 }
 
-RankSnapshot SnapshotStaging::stage(Engine& engine, SideStream::Mark& copied) {
-  reserve(engine);
-  RankSnapshot views = snapshot_engine(engine, /*copy=*/false, /*to_host=*/false);
+RankSnapshot SnapshotStaging::stage(const EngineState& state, SideStream::Mark& copied) {
+  reserve(state);
+  RankSnapshot views = snapshot_state(state, /*copy=*/false, /*to_host=*/false);
   RankSnapshot staged;
   staged.rank = views.rank;
   staged.kinds = views.kinds;

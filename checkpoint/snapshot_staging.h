@@ -18,12 +18,13 @@ class SnapshotStaging {
   SnapshotStaging(const SnapshotStaging&) = delete;
   SnapshotStaging& operator=(const SnapshotStaging&) = delete;
 
-  // Allocates the buffer for `engine`'s snapshot now (it is otherwise allocated by the first stage()).
-  void reserve(Engine& engine);
-  // Queues the copy of `engine`'s slices into the buffer (after the work queued on the current stream so
+  // Allocates the buffer for the snapshot of an engine's `state` now (it is otherwise allocated by the
+  // first stage()).
+  void reserve(const EngineState& state);
+  // Queues the copy of `state`'s slices into the buffer (after the work queued on the current stream so
   // far) and returns the snapshot of views into it; `copied` is reached once the copy is done. The
   // previous snapshot must no longer be in use (its write finished).
-  RankSnapshot stage(Engine& engine, SideStream::Mark& copied);
+  RankSnapshot stage(const EngineState& state, SideStream::Mark& copied);
   // The current stream waits (on the device) for the last copy: call before the next optimizer update.
   void order_before_update();
   int64_t bytes() const { return buffer_.defined() ? buffer_.nbytes() : 0; }

@@ -428,6 +428,67 @@ void Engine::enable_ema(const EmaConfig& config) {
   ema_ = std::make_unique<ShardedEma>(config, buffers_->master());
 }
 
+EngineState Engine::layout_state() {
+  EngineState s;
+  s.rank = comm_->rank();
+  s.world_size = comm_->size();
+  s.stage = config_.stage;
+  for (size_t u = 0; u < units_.size(); ++u)
+    s.units.push_back({units_[u].layout(), units_[u].shard_span(), master_span(u)});
+  s.shards.push_back({kMasterShard, buffers_->master()});
+  for (auto& [name, tensor] : optimizer_->state_tensors()) s.shards.push_back({name, tensor});
+  if (ema_) s.shards.push_back({kEmaShard, ema_->shard()});
+  s.configs = {config_, optimizer_->config(), schedule_, ema_ ? std::optional(ema_->config()) : std::nullopt};
+  return s;
+}
+
+EngineState Engine::state() {
+  EngineState s = layout_state();
+  s.counters = {step_count_,    optimizer_->step_count(), skipped_total(), current_lr(),
+                loss_scaler_.enabled(), loss_scaler_.state()};
+  return s;
+}
+
+namespace {
+
+// Every shard of `live` has its counterpart in `loaded` (an EMA may be missing: it restarts), and
+// `loaded` has no shard `live` does not know but an EMA.
+void check_loadable_shards(const EngineState& live, const EngineState& loaded) {
+  for (const NamedShard& own : live.shards) {
+    const NamedShard* source = loaded.find_shard(own.name);
+    if (!source && own.name == kEmaShard) continue;
+    ZEST_CHECK(source, "load_state: the state has no '", own.name, "' shard");
+    ZEST_CHECK(source->flat.dim() == 1 && source->flat.numel() == own.flat.numel() &&
+                   source->flat.scalar_type() == torch::kFloat32,
+               "load_state: shard '", own.name, "' is ", source->flat.scalar_type(), " of ", source->flat.numel(),
+               " elements in the state, fp32 of ", own.flat.numel(), " in this engine");
+  }
+  for (const NamedShard& other : loaded.shards)
+    ZEST_CHECK(live.find_shard(other.name) || other.name == kEmaShard, "load_state: the state's shard '",
+               other.name, "' is not one of this engine's (another optimizer?)");
+}
+
+}  // namespace
+
+void Engine::load_state(const EngineState& loaded) {
+  const EngineState live = layout_state();
+  check_same_layout(live, loaded, "load_state");
+  check_loadable_shards(live, loaded);
+  torch::NoGradGuard no_grad;
+  buffers_->master().copy_(loaded.shard(kMasterShard));
+  for (const auto& [name, tensor] : optimizer_->state_tensors()) tensor.copy_(loaded.shard(name));
+  if (ema_) {  // a state without one: the EMA restarts from the loaded weights
+    const NamedShard* saved = loaded.find_shard(kEmaShard);
+    ema_->load_shard(saved ? saved->flat : buffers_->master());
+  }
+  const StepCounters& c = loaded.counters;
+  optimizer_->set_step_count(c.optimizer_step);
+  step_count_ = c.step;
+  set_skipped_total(c.skipped_total);
+  if (loss_scaler_.enabled() && c.loss_scale_enabled) loss_scaler_.load_state(c.loss_scaler);
+  refresh_params_from_master();
+}
+
 ElementSpan Engine::master_span(size_t u) const {
   return {units_[u].shard_offset(), units_[u].shard_span().numel};
 }

@@ -13,6 +13,7 @@
 #include "engine/bucket.h"
 #include "engine/bucket_plan.h"
 #include "engine/engine_config.h"
+#include "engine/engine_state.h"
 #include "engine/flat_buffers.h"
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
@@ -47,7 +48,7 @@ struct StepStats {
   int64_t skipped_total = 0;
 };
 
-class Engine final : private UnitEvents {
+class Engine final : public StatefulEngine, private UnitEvents {
  public:
   // The model declares its units (UnitModule::unit_decls) and runs them through run_unit(), so the engine
   // sees each unit's forward and backward. Parameters are broadcast from rank 0.
@@ -97,10 +98,14 @@ class Engine final : private UnitEvents {
   // model outside training, e.g. for sampling.
   void gather_all_params();
 
-  // ---- introspection (checkpoints, tests, tools) ----
+  // ---- state (checkpoints): StatefulEngine, engine/engine_state.h ----
+  EngineState state() override;
+  void load_state(const EngineState& loaded) override;
+  Communicator& comm() const override { return *comm_; }
+
+  // ---- introspection (tests, tools) ----
   const EngineConfig& config() const { return config_; }
   const ShardingPolicy& policy() const { return policy_; }
-  Communicator& comm() const { return *comm_; }
   const std::vector<Unit>& units() const { return units_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Unit u's part of the rank's flat shard tensors (master, optimizer state).
@@ -109,13 +114,9 @@ class Engine final : private UnitEvents {
   Optimizer& optimizer() { return *optimizer_; }
   LossScaler& loss_scaler() { return loss_scaler_; }
   int64_t step_count() const { return step_count_; }
-  void set_step_count(int64_t step) { step_count_ = step; }
   int64_t skipped_total() const;                // reads the device
-  void set_skipped_total(int64_t count);        // restored by checkpoint::load
   const SchedulerConfig& schedule_config() const { return schedule_; }
   double current_lr() const;                    // of the next update (reads the device)
-  // Recomputes the compute-dtype parameters from the master shard (after loading a checkpoint).
-  void refresh_params_from_master();
   // Bytes of model state this rank holds (actual buffers) and the formula figure for this setup.
   ModelStateBytes model_state_bytes() const;
   int64_t num_parameters() const;  // P (unique trainable elements, no padding)
@@ -136,6 +137,11 @@ class Engine final : private UnitEvents {
   void install_runners(UnitModule& model);
   void check_model_in_place() const;
   bool is_boundary_micro_step() const;
+  // state() without the counters (nothing read from the device): what load_state checks against.
+  EngineState layout_state();
+  void set_skipped_total(int64_t count);
+  // Recomputes the compute-dtype parameters from the master shard (after load_state).
+  void refresh_params_from_master();
 
   // UnitEvents: the model's progress through a step, as the hooks see it.
   void before_unit_forward(size_t u) override { residency_->before_forward(u); }

@@ -75,12 +75,12 @@ std::vector<torch::Tensor> flats_of(Engine& engine) {
 }
 
 void set_state(Engine& engine, int64_t step) {
-  torch::NoGradGuard no_grad;
+  EngineState state = engine.state();  // master, then each optimizer state: state_of_step's order
   const auto values = state_of_step(engine, step);
-  const auto flats = flats_of(engine);
-  for (size_t k = 0; k < flats.size(); ++k) flats[k].copy_(values[k]);
-  engine.set_step_count(step);
-  engine.optimizer().set_step_count(step);
+  for (size_t k = 0; k < values.size(); ++k) state.shards[k].flat = values[k];
+  state.counters.step = step;
+  state.counters.optimizer_step = step;
+  engine.load_state(state);
 }
 
 bool has_state(Engine& engine, int64_t step) {

@@ -1,0 +1,45 @@
+// The settings a checkpoint records (optimizer, scheduler, precision) compared with the run's as TOML,
+// key by key: every difference is one note in one list, in TOML spelling; another optimizer is an error.
+#include "checkpoint/save.h"
+#include "ckpt_test_util.h"
+#include "thread_world.h"
+
+#include <gtest/gtest.h>
+
+namespace zest::testing {
+namespace {
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += line + "\n";
+  return out;
+}
+
+TEST(CheckpointSettings, EveryChangedSettingIsANote) {
+  run_ranks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    ToyRun run = make_toy_run(comm, {});
+    const EngineState state = run.engine->state();
+    checkpoint::Manifest m = checkpoint::describe_state(state, toy_save_request("unused"));
+    m.optimizer.lr = 1e-3;
+    m.optimizer.beta2 = 0.99;
+    m.scheduler.warmup_steps += 1;
+    m.precision = "bf16";
+    const auto c = checkpoint::check_compatibility(m, state, toy_load_request("unused"));
+    EXPECT_TRUE(c.errors.empty()) << joined(c.errors);
+    const std::string notes = joined(c.notes);
+    for (const std::string expected :
+         {"optimizer.lr: 0.001 in the checkpoint, 0.003 now (the run's value applies)",
+          "optimizer.betas: [ 0.9, 0.99 ] in the checkpoint, [ 0.9, 0.999 ] now (the run's value applies)",
+          "scheduler.warmup_steps: ", "engine.precision: 'bf16' in the checkpoint, 'fp32' now"})
+      EXPECT_NE(notes.find(expected), std::string::npos) << expected << " not in:\n" << notes;
+    EXPECT_EQ(c.notes.size(), 4u) << notes;
+
+    m.optimizer.name = OptimizerKind::sgd;
+    const auto other = checkpoint::check_compatibility(m, state, toy_load_request("unused"));
+    ASSERT_EQ(other.errors.size(), 1u) << joined(other.errors);
+    EXPECT_EQ(other.errors[0], "optimizer: sgd in the checkpoint, adamw now (its state cannot be converted)");
+  });
+}
+
+}  // namespace
+}  // namespace zest::testing
