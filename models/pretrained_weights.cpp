@@ -1,13 +1,12 @@
-// Pretrained weight sources (see pretrained_weights.h): safetensors (single or sharded with an index) and
-// HY-Motion's torch.save release.
+// Pretrained weight sources (see pretrained_weights.h): safetensors (single or sharded with an index), or
+// the reader of the layout's folder format.
 #include "models/pretrained_weights.h"
 
 #include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
 #include "formats/json_text.h"
-#include "models/hymotion/released_format.h"
-#include "formats/torch_archive.h"
+#include "models/registry.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -74,35 +73,11 @@ class SafetensorsWeights final : public PretrainedWeights {
   std::set<std::string> names_;
 };
 
-// latest.ckpt: the pipeline's state dict; "motion_transformer.<name>" is the network's <name>.
-class ReleaseWeights final : public PretrainedWeights {
- public:
-  explicit ReleaseWeights(const std::string& path) : PretrainedWeights(path), archive_(path) {
-    const std::string prefix = hymotion::kReleaseNetworkPrefix;
-    const auto& pipeline = hymotion::release_pipeline_tensor_names();
-    entries_ = archive_.state_dict(hymotion::kReleaseStateDictKey);
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      const hymotion::ArchiveTensor& e = entries_[i];
-      if (std::find(pipeline.begin(), pipeline.end(), e.name) != pipeline.end()) {
-        passed_over_.push_back(e.name);
-        continue;
-      }
-      const bool is_network = e.name.rfind(prefix, 0) == 0;
-      tensors_.push_back({is_network ? e.name.substr(prefix.size()) : e.name, e.name, e.tensor.shape, e.tensor.dtype, i});
-    }
-  }
-
-  torch::Tensor read(const SourceTensor& t) const override { return archive_.read(entries_.at(t.file)); }
-
- private:
-  hymotion::TorchArchiveReader archive_;
-  std::vector<hymotion::ArchiveTensor> entries_;
-};
-
 }  // namespace
 
 std::unique_ptr<PretrainedWeights> PretrainedWeights::open(const PretrainedLayout& layout) {
-  if (layout.format == PretrainedFormat::hymotion) return std::make_unique<ReleaseWeights>(layout.weights_file);
+  const OwnedFolderFormat owned = find_folder_format(layout.format);
+  if (owned.format && owned.format->open_weights) return owned.format->open_weights(layout);
   return std::make_unique<SafetensorsWeights>(layout.weights_file);
 }
 

@@ -1,6 +1,6 @@
 // The tensors a pretrained source holds, under the model's state-dict names, each read on request: one
-// safetensors file, hub-style shards with their index, or a HY-Motion release's latest.ckpt (network
-// under "motion_transformer.", pipeline tensors passed over). Nothing is read before it is asked for.
+// safetensors file, hub-style shards with their index, or what a family's folder format opens (a
+// HY-Motion release's latest.ckpt). Nothing is read before it is asked for.
 #pragma once
 
 #include "models/pretrained_source.h"
@@ -24,7 +24,8 @@ struct SourceTensor {
 class PretrainedWeights {
  public:
   virtual ~PretrainedWeights() = default;
-  // Opens the weights of `layout` and lists their tensors (headers only).
+  // Opens the weights of `layout` and lists their tensors (headers only): its folder format's own reader,
+  // else safetensors (+ index).
   static std::unique_ptr<PretrainedWeights> open(const PretrainedLayout& layout);
 
   const std::string& path() const { return path_; }  // named in messages

@@ -7,10 +7,22 @@
 #include "models/hymotion/hymotion.h"
 #include "models/unet/unet.h"
 
+#include <algorithm>
 #include <set>
 
 namespace zest {
 namespace {
+
+// A folder format's name is what `zest merge --format` and a checkpoint's model_source record say, so it
+// names one format of one family.
+void check_folder_format(const ModelFamily& family, const FolderFormat& format, std::set<std::string>& names) {
+  const bool complete = !format.name.empty() && !format.config_name.empty() && format.find_layout &&
+                        format.read_config && format.write_config && format.export_weights;
+  ZEST_CHECK(complete, "folder format '", format.name, "' of model family '", family.name,
+             "' is registered incompletely");
+  ZEST_CHECK(names.insert(format.name).second, "folder format '", format.name, "' of model family '", family.name,
+             "' is registered twice");
+}
 
 std::vector<ModelFamily> make_families() {
   // Adding a model family: one folder under models/ and one line here.
@@ -19,11 +31,13 @@ std::vector<ModelFamily> make_families() {
       unet::family(),
   };
   std::set<std::string> names;
+  std::set<std::string> format_names = {kSafetensorsFormat};
   for (const ModelFamily& family : families) {
     const bool complete = !family.name.empty() && family.build && family.count_parameters &&
                           family.forward && family.training_loss && family.dataset_features;
     ZEST_CHECK(complete, "model family '", family.name, "' is registered incompletely");
     ZEST_CHECK(names.insert(family.name).second, "model family '", family.name, "' is registered twice");
+    for (const FolderFormat& format : family.folder_formats) check_folder_format(family, format, format_names);
   }
   return families;
 }
@@ -62,6 +76,25 @@ const ModelFamily& model_family(const std::string& name) {
     if (family.name == name) return family;
   }
   ZEST_FAIL("unknown model family '", name, "' (known: ", family_names(), ")");
+}
+
+OwnedFolderFormat find_folder_format(const std::string& name) {
+  for (const ModelFamily& family : model_families()) {
+    for (const FolderFormat& format : family.folder_formats) {
+      if (format.name == name) return {&family, &format};
+    }
+  }
+  return {};
+}
+
+std::vector<OwnedFolderFormat> folder_formats_by_name() {
+  std::vector<OwnedFolderFormat> formats;
+  for (const ModelFamily& family : model_families()) {
+    for (const FolderFormat& format : family.folder_formats) formats.push_back({&family, &format});
+  }
+  std::sort(formats.begin(), formats.end(),
+            [](const OwnedFolderFormat& a, const OwnedFolderFormat& b) { return a.format->name < b.format->name; });
+  return formats;
 }
 
 const std::vector<BuiltinModelConfig>& builtin_model_configs() {

@@ -1,10 +1,11 @@
-// Model registry: the families zest can train (HY-Motion, UNet), looked up by name, and the built-in
-// configurations (configs/models/*.toml, embedded at build time) looked up by flavor name.
+// Model registry: the families zest can train (HY-Motion, UNet), looked up by name, with the folder formats
+// each reads and exports, and the built-in configurations (configs/models/*.toml) looked up by flavor name.
 #pragma once
 
 #include "core/config_reader.h"
 #include "engine/activation_memory.h"
 #include "engine/unit_module.h"
+#include "models/folder_format.h"
 
 #include <torch/torch.h>
 
@@ -62,11 +63,23 @@ struct ModelFamily {
   // Activations a training step keeps per sample, unit by unit, for the data's shapes (pre-flight check,
   // `zest estimate`): computed from the configuration, without building the model.
   std::function<ActivationProfile(ConfigTable& config, const ActivationShapes& shapes)> activation_profile;
+  // The pretrained folders the family reads and its exports write (none: plain safetensors files only);
+  // folders are recognised in registration order, family by family.
+  std::vector<FolderFormat> folder_formats;
 };
 
 // Every registered family, and lookup by name (error lists the known names).
 const std::vector<ModelFamily>& model_families();
 const ModelFamily& model_family(const std::string& name);
+
+// The family that owns folder format `name` and that format; both null when no family has one so named.
+struct OwnedFolderFormat {
+  const ModelFamily* family = nullptr;
+  const FolderFormat* format = nullptr;
+};
+OwnedFolderFormat find_folder_format(const std::string& name);
+// Every family's folder formats, ordered by name (how messages list them).
+std::vector<OwnedFolderFormat> folder_formats_by_name();
 
 // Built-in model configurations (the files configs/models/*.toml, embedded into the binary).
 struct BuiltinModelConfig {

@@ -1,10 +1,11 @@
 // Registry hook of HY-Motion: builds, counts and runs the model from reference-named config and inputs,
-// and says what dataset it trains on.
+// and says what dataset it trains on and which folder format its releases come in.
 #include "models/hymotion/hymotion.h"
 
 #include "core/check.h"
 #include "models/hymotion/flow_matching.h"
 #include "models/hymotion/hymotion_activations.h"
+#include "models/hymotion/release_folder.h"
 
 #include <set>
 
@@ -98,6 +99,7 @@ ModelFamily family() {
   f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
     return activation_profile(HyMotionConfig::from_toml(table), shapes);
   };
+  f.folder_formats = {release_folder_format()};
   return f;
 }
 

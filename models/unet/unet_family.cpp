@@ -1,8 +1,10 @@
-// Registry hook of the UNet: builds, counts and runs the model from reference-named config and inputs.
+// Registry hook of the UNet: builds, counts and runs the model from reference-named config and inputs,
+// and names its folder format (diffusers').
 #include "models/unet/unet.h"
 #include "models/unet/unet_activations.h"
 
 #include "core/check.h"
+#include "models/unet/diffusers_folder.h"
 
 #include <set>
 
@@ -108,6 +110,7 @@ ModelFamily family() {
   f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
     return activation_profile(UNetConfig::from_toml(table), shapes);
   };
+  f.folder_formats = {diffusers_folder_format()};
   return f;
 }
 

@@ -4,7 +4,7 @@
 #include "common/temp_dir.h"
 #include "finetune_test_util.h"
 #include "models/pretrained_source.h"
-#include "models/tensor_json.h"
+#include "formats/tensor_json.h"
 
 #include <gtest/gtest.h>
 
@@ -262,11 +262,11 @@ TEST(PretrainedLayout, RecognisesEveryLayoutAndSaysWhatIsMissing) {
   std::ofstream(dir.sub("pipe/model_index.json")) << "{}";
   write_hymotion_release(dir.sub("release"));
   const PretrainedLayout pipe = find_pretrained_layout(dir.sub("pipe"));
-  EXPECT_EQ(pipe.format, PretrainedFormat::diffusers);
+  EXPECT_EQ(pipe.format, "diffusers");
   EXPECT_EQ(pipe.config_file, dir.sub("pipe/unet/config.json"));
-  EXPECT_EQ(find_pretrained_layout(dir.sub("release")).format, PretrainedFormat::hymotion);
+  EXPECT_EQ(find_pretrained_layout(dir.sub("release")).format, "hymotion");
   EXPECT_EQ(find_pretrained_layout(dir.sub("pipe/unet/diffusion_pytorch_model.safetensors")).format,
-            PretrainedFormat::safetensors);
+            kSafetensorsFormat);
 
   fs::create_directories(dir.sub("bin"));
   std::ofstream(dir.sub("bin/config.json")) << "{}";

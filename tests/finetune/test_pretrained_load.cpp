@@ -193,7 +193,7 @@ TEST(PretrainedRunFile, APlainSafetensorsFileWithTheModelsOwnNames) {
   expect_equal(named_tensors(*model), values);
   std::ofstream(dir.sub("model.safetensors.index.json"))
       << nlohmann::json{{"weight_map", {{"conv_in.weight", "model.safetensors"}}}}.dump();
-  EXPECT_EQ(find_pretrained_layout(dir.sub("model.safetensors.index.json")).format, PretrainedFormat::safetensors);
+  EXPECT_EQ(find_pretrained_layout(dir.sub("model.safetensors.index.json")).format, kSafetensorsFormat);
   EXPECT_EQ(open_weights(dir.sub("model.safetensors.index.json"))->tensors().size(), values.size());
 }
 

@@ -178,7 +178,7 @@ TEST(Confinement, IndexWeightMapStaysInItsFolder) {
   const std::string index = folder + "/diffusion_pytorch_model.safetensors.index.json";
   auto open_with = [&](const std::string& file) {
     write_text(index, nlohmann::json{{"weight_map", {{"w", file}}}}.dump());
-    return PretrainedWeights::open({PretrainedFormat::safetensors, "", "", index});
+    return PretrainedWeights::open({kSafetensorsFormat, "", "", index});
   };
   EXPECT_EQ(open_with("./part.safetensors")->tensors().size(), 1u);
   expect_error([&] { open_with("../../outside.safetensors"); },

@@ -385,7 +385,7 @@ void fuzz_indexes(Fuzzer& f, int cases) {
     const std::string index = dir + "/diffusion_pytorch_model.safetensors.index.json";
     write_text(index, text);
     f.run("safetensors index", what, [&] {
-      const auto weights = PretrainedWeights::open({PretrainedFormat::safetensors, "", "", index});
+      const auto weights = PretrainedWeights::open({kSafetensorsFormat, "", "", index});
       for (const SourceTensor& t : weights->tensors()) weights->read(t);
     });
   }

@@ -1,5 +1,5 @@
 // Tensors as JSON with base64 data (see tensor_json.h).
-#include "models/tensor_json.h"
+#include "formats/tensor_json.h"
 
 #include "formats/safetensors.h"
 #include "core/check.h"
