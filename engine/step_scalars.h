@@ -5,14 +5,10 @@
 // kernel runs it), so a GPU step decides to skip, clip and rescale without the host ever reading a value.
 #pragma once
 
+#include "core/host_device.h"
+
 #include <cmath>
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define ZEST_HOST_DEVICE __host__ __device__
-#else
-#define ZEST_HOST_DEVICE
-#endif
 
 namespace zest {
 

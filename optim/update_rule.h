@@ -15,15 +15,10 @@
 //                         element's state values (read and written); returns the new master value.
 #pragma once
 
+#include "core/host_device.h"
 #include "engine/step_scalars.h"
 
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define ZEST_HOST_DEVICE __host__ __device__
-#else
-#define ZEST_HOST_DEVICE
-#endif
 
 namespace zest {
 

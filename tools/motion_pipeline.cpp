@@ -7,6 +7,7 @@
 #include "formats/torch_archive.h"
 #include "formats/yaml_subset.h"
 #include "models/hymotion/hymotion_model.h"
+#include "models/hymotion/release_folder.h"
 #include "models/hymotion/released_format.h"
 #include "models/model_memory.h"
 #include "models/model_resolve.h"
@@ -102,7 +103,7 @@ torch::Tensor denormalise(const torch::Tensor& x, const std::string& stats_path)
 MotionPipeline load_motion_pipeline(const std::filesystem::path& folder, const WeightsSource& source,
                                     torch::Device device, torch::Dtype dtype) {
   const PretrainedLayout layout = find_pretrained_layout(folder.string());
-  ZEST_CHECK(layout.format == PretrainedFormat::hymotion, folder.string(),
+  ZEST_CHECK(layout.format == hymotion::release_folder_format().name, folder.string(),
              ": is not a HY-Motion release folder (config.yml + latest.ckpt, as the release ships it)");
   const ResolvedModel resolved = resolve_pretrained_folder(folder.string());
   check_model_fits_device(resolved, device, dtype);
