@@ -1,4 +1,4 @@
-// examples/npy.h: .npy files that NumPy can read (header layout, 64-byte alignment, shapes of any rank)
+// formats/npy.h: .npy files that NumPy can read (header layout, 64-byte alignment, shapes of any rank)
 // and that read back to the same values.
 #include "checkpoint/output_path.h"
 #include "formats/npy.h"
