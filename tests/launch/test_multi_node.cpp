@@ -30,7 +30,10 @@ std::string read_bytes(const fs::path& path) {
 
 bool exited_with(int status, int code) { return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
-int free_port_base() { return 20000 + (::getpid() % 4000) * 10; }  // apart from concurrent runs of these tests
+// Ports of these tests: apart from concurrent runs of them (by pid), and all below Linux's ephemeral range
+// (32768-60999), where the kernel hands out the local ports of other tests' connections: a port there
+// was taken by one of those now and then ("Address already in use").
+int free_port_base() { return 20000 + (::getpid() % 1200) * 10; }
 
 class MultiNode : public ::testing::Test {
  protected:
