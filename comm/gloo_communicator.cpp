@@ -103,16 +103,18 @@ class GlooWork final : public Work {
     // group was made), so the limit is the same on the MPI, Gloo and NCCL paths.
     const auto start = Clock::now();
     const auto limit = collective_timeout();
+    const std::string timed_out = zest::str("did not complete within ", limit.count() / 1000.0,
+                                            " s (engine.collective_timeout_s)");
     for (int polls = 0; !work_->isCompleted(); ++polls) {
-      if (Clock::now() - start > limit)
-        fail_collective(*impl_, issue_, zest::str("did not complete within ", limit.count() / 1000.0,
-                                            " s (engine.collective_timeout_s)"));
+      if (Clock::now() - start > limit) fail_collective(*impl_, issue_, timed_out);
       if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 2000 : 50));
     }
     try {
       work_->wait();
     } catch (const std::exception& e) {
+      // Gloo's own transfer timeout is the same limit and may fire first: the same message either way.
       const std::string what = e.what();
+      if (what.find("Timed out") != std::string::npos) fail_collective(*impl_, issue_, timed_out);
       fail_collective(*impl_, issue_, "failed (" + what.substr(0, what.find('\n')) + ")");
     }
     if (is_exposure_timing()) {
