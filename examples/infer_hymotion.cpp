@@ -8,7 +8,6 @@
 // a skeleton animation per sample (motion.gif, or motion_<i>.gif), drawn from the 22 joint positions.
 #include "examples/inference_util.h"
 #include "models/hymotion/hymotion.h"
-#include "tools/motion_gif.h"
 #include "tools/motion_pipeline.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -84,9 +83,7 @@ int main(int argc, char** argv) {
     // Beside it, each sample as a skeleton animation (tools/motion_gif.h): NAME.gif, or NAME_<i>.gif for several.
     // Only the released 201-feature representation holds joint positions; other widths (tiny test models) skip it.
     const auto animations = zest::write_motion_animations(out_path.substr(0, out_path.rfind('.')), motion);
-    if (animations.empty())
-      std::fprintf(stderr, "no skeleton animation: the motion has %lld features per frame, not the %d of HY-Motion's "
-                   "representation\n", static_cast<long long>(motion.size(-1)), zest::kMotionFeatures);
+    if (animations.empty()) std::fprintf(stderr, "%s\n", zest::missing_animation_note(motion).c_str());
     for (const std::string& gif : animations) std::fprintf(stderr, "wrote %s\n", gif.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "infer_hymotion: error: %s\n", e.what());

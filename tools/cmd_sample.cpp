@@ -12,7 +12,6 @@
 #include "data/png_write.h"
 #include "formats/npy.h"
 #include "models/hymotion/released_format.h"
-#include "tools/motion_gif.h"
 #include "tools/motion_pipeline.h"
 #include "tools/sd_pipeline.h"
 
@@ -122,9 +121,7 @@ void sample_motion(const SampleArgs& args) {
               request.guidance_scale.value_or(pipeline.guidance_scale), static_cast<unsigned long long>(args.seed),
               std::chrono::duration<double>(loaded - start).count(), std::chrono::duration<double>(done - loaded).count());
   for (const std::string& gif : animations) std::printf("wrote %s (skeleton animation)\n", gif.c_str());
-  if (animations.empty())
-    std::printf("no skeleton animation: the motion has %lld features per frame, not the %d of HY-Motion's "
-                "representation\n", static_cast<long long>(motion.size(-1)), kMotionFeatures);
+  if (animations.empty()) std::printf("%s\n", missing_animation_note(motion).c_str());
 }
 
 void sample_pictures(const SampleArgs& args) {
@@ -142,7 +139,6 @@ void sample_pictures(const SampleArgs& args) {
   request.seed = args.seed;
   request.count = args.count;
   if (!args.scheduler.empty()) request.scheduler = unet::parse_scheduler_kind(args.scheduler);
-  ZEST_CHECK(!args.weights.ema || !args.weights.checkpoint.empty(), "--ema needs --checkpoint");
   const torch::Device device = pick_device(args.device);
   const torch::Dtype dtype = pick_dtype(args.dtype, device, torch::kHalf);
 

@@ -4,11 +4,9 @@
 #include "core/check.h"
 #include "core/untrusted_file.h"
 #include "formats/safetensors.h"
-#include "formats/torch_archive.h"
 #include "formats/yaml_subset.h"
 #include "models/hymotion/hymotion_model.h"
 #include "models/hymotion/release_folder.h"
-#include "models/hymotion/released_format.h"
 #include "models/model_memory.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
@@ -18,22 +16,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <algorithm>
-
 namespace zest {
 namespace {
 
 using hymotion::HyMotionConfig;
-
-// The release's pipeline tensors (learned null text features, motion mean/std), read from latest.ckpt.
-std::map<std::string, torch::Tensor> read_release_tensors(const std::string& weights_file) {
-  const hymotion::TorchArchiveReader archive(weights_file);
-  const auto& names = hymotion::release_pipeline_tensor_names();
-  std::map<std::string, torch::Tensor> tensors;
-  for (const hymotion::ArchiveTensor& t : archive.state_dict(hymotion::kReleaseStateDictKey))
-    if (std::find(names.begin(), names.end(), t.name) != names.end()) tensors[t.name] = archive.read(t);
-  return tensors;
-}
 
 // config.yml's train_pipeline_args.test_cfg.text_guidance_scale (the scale the release samples with), if any.
 std::optional<double> release_guidance_scale(const std::string& config_file) {
@@ -46,6 +32,11 @@ std::optional<double> release_guidance_scale(const std::string& config_file) {
   const auto scale = test->find("text_guidance_scale");
   if (scale == test->end() || !scale->is_number()) return std::nullopt;
   return scale->get<double>();
+}
+
+// x·std + mean, mean and std already shaped [features] (each caller checks them, naming their file).
+torch::Tensor denormalised(const torch::Tensor& x, const torch::Tensor& mean, const torch::Tensor& std) {
+  return x * std.to(x.options()) + mean.to(x.options());
 }
 
 torch::Tensor release_tensor(const MotionPipeline& p, const std::string& name, torch::IntArrayRef shape) {
@@ -87,17 +78,11 @@ std::map<std::string, torch::Tensor> read_null_features(const std::string& null_
   return features;
 }
 
-torch::Tensor denormalise(const torch::Tensor& x, const torch::Tensor& mean, const torch::Tensor& std) {
-  const int64_t dim = x.size(-1);
-  return x * reshape_checked(std, {dim}, "the motion std").to(x.options()) +
-         reshape_checked(mean, {dim}, "the motion mean").to(x.options());
-}
-
 torch::Tensor denormalise(const torch::Tensor& x, const std::string& stats_path) {
   const safetensors::Reader file(stats_path);
   const int64_t dim = x.size(-1);
-  return denormalise(x, reshape_checked(read_sample(file, "mean", 0, 1), {dim}, stats_path + ": 'mean'"),
-                     reshape_checked(read_sample(file, "std", 0, 1), {dim}, stats_path + ": 'std'"));
+  return denormalised(x, reshape_checked(read_sample(file, "mean", 0, 1), {dim}, stats_path + ": 'mean'"),
+                      reshape_checked(read_sample(file, "std", 0, 1), {dim}, stats_path + ": 'std'"));
 }
 
 MotionPipeline load_motion_pipeline(const std::filesystem::path& folder, const WeightsSource& source,
@@ -119,7 +104,7 @@ MotionPipeline load_motion_pipeline(const std::filesystem::path& folder, const W
   } else {
     load_weights(*p.module, source);
   }
-  p.release_tensors = read_release_tensors(layout.weights_file);
+  p.release_tensors = hymotion::read_release_pipeline_tensors(layout.weights_file);
   if (const auto scale = release_guidance_scale(layout.config_file)) p.guidance_scale = *scale;
   p.module->to(device, dtype);
   p.module->eval();
@@ -151,7 +136,12 @@ torch::Tensor generate_motion(MotionPipeline& p, const MotionText& text, const M
       hymotion::sample_euler(*p.model, noise, ctxt, vtxt, x_mask, ctxt_mask, request.steps, guidance).to(torch::kCPU, torch::kFloat32);
   if (!request.stats.empty()) return denormalise(motion, request.stats);
   const auto mean = release_tensor(p, "mean", {config.output_dim}), std = release_tensor(p, "std", {config.output_dim});
-  return mean.defined() && std.defined() ? denormalise(motion, mean, std) : motion;
+  return mean.defined() && std.defined() ? denormalised(motion, mean, std) : motion;
+}
+
+std::string missing_animation_note(const torch::Tensor& motion) {
+  return str("no skeleton animation: the motion has ", motion.size(-1), " features per frame, not the ",
+             kMotionFeatures, " of HY-Motion's representation");
 }
 
 std::vector<std::string> write_motion_animations(const std::string& stem, const torch::Tensor& motion) {

@@ -44,9 +44,8 @@ MotionText random_motion_text(const hymotion::HyMotionConfig& config, int64_t to
 // (a release's learned features), under those names, for MotionPipeline::release_tensors.
 std::map<std::string, torch::Tensor> read_null_features(const std::string& null_path);
 
-// Undoes the per-feature normalisation: x·std + mean (both [dim], checked).
-torch::Tensor denormalise(const torch::Tensor& x, const torch::Tensor& mean, const torch::Tensor& std);
-// The same with mean/std read from a statistics file (safetensors "mean", "std").
+// Undoes the per-feature normalisation, x·std + mean, with mean/std read from a statistics file
+// (safetensors "mean", "std", each [features of x]; errors name the file).
 torch::Tensor denormalise(const torch::Tensor& x, const std::string& stats_path);
 
 struct MotionPipeline {
@@ -81,5 +80,7 @@ torch::Tensor generate_motion(MotionPipeline& pipeline, const MotionText& text, 
 // One skeleton animation per sample of `motion` [count, frames, F] when F is the released width:
 // STEM.gif, or STEM_<i>.gif for several. Returns the files written ({} for other widths).
 std::vector<std::string> write_motion_animations(const std::string& stem, const torch::Tensor& motion);
+// The line that says why write_motion_animations drew nothing for `motion` (its width is not the released one).
+std::string missing_animation_note(const torch::Tensor& motion);
 
 }  // namespace zest

@@ -64,11 +64,8 @@ FolderConfig read_config(const std::string& text, const std::string& path) {
 
 // The release's pipeline tensors, so that an export writes them again.
 void add_pipeline_tensors(const PretrainedLayout& layout, nlohmann::json& record) {
-  const TorchArchiveReader archive(layout.weights_file);
   nlohmann::json tensors = nlohmann::json::object();
-  for (const ArchiveTensor& t : archive.state_dict(kReleaseStateDictKey)) {
-    if (is_pipeline_tensor(t.name)) tensors[t.name] = tensor_to_json(archive.read(t));
-  }
+  for (const auto& [name, tensor] : read_release_pipeline_tensors(layout.weights_file)) tensors[name] = tensor_to_json(tensor);
   record["tensors"] = tensors;
 }
 
@@ -117,6 +114,14 @@ MergeResult export_release_weights(const FolderExport& request) {
 }
 
 }  // namespace
+
+std::map<std::string, torch::Tensor> read_release_pipeline_tensors(const std::string& weights_file) {
+  const TorchArchiveReader archive(weights_file);
+  std::map<std::string, torch::Tensor> tensors;
+  for (const ArchiveTensor& t : archive.state_dict(kReleaseStateDictKey))
+    if (is_pipeline_tensor(t.name)) tensors[t.name] = archive.read(t);
+  return tensors;
+}
 
 FolderFormat release_folder_format() {
   FolderFormat format;

@@ -5,9 +5,18 @@
 
 #include "models/folder_format.h"
 
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
 namespace zest::hymotion {
 
 // The format named "hymotion" (`zest merge --format hymotion`).
 FolderFormat release_folder_format();
+
+// A release's pipeline tensors (release_pipeline_tensor_names(): learned null and special text features,
+// motion mean/std) as latest.ckpt stores them, by name; those it lacks are absent.
+std::map<std::string, torch::Tensor> read_release_pipeline_tensors(const std::string& weights_file);
 
 }  // namespace zest::hymotion

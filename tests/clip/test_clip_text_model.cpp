@@ -1,5 +1,6 @@
 // CLIPTextModel / CLIPTextModelWithProjection: structure under the reference names, the end-token rule,
 // causality, config and loading errors, and parity with transformers on the tiny golden vectors.
+#include "common/error_of.h"
 #include "clip/clip_test_util.h"
 
 #include "formats/safetensors.h"
@@ -13,6 +14,8 @@
 
 namespace zest::clip::test {
 namespace {
+
+using zest::testing::error_of;
 
 CLIPTextConfig tiny_config(HiddenAct act) {
   CLIPTextConfig c;
@@ -55,15 +58,6 @@ void randomize(torch::nn::Module& module, uint64_t seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) p.copy_(0.2 * torch::randn(p.sizes()));
-}
-
-std::string what_fails(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(CLIPTextModel, ReleasedEncodersHaveTheReferenceStateDicts) {
@@ -139,10 +133,10 @@ TEST(CLIPTextModel, Bfloat16IsCloseToFloat32) {
 
 TEST(CLIPTextModel, BadConfigurationsAndFoldersAreOneClearMessage) {
   auto from = [](const char* json) { return [json] { CLIPTextConfig::from_json(nlohmann::json::parse(json), "cfg.json"); }; };
-  EXPECT_NE(what_fails(from(R"({"hidden_act": "swish"})")).find("cfg.json: \"hidden_act\" is \"swish\""), std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"hidden_size": 30, "num_attention_heads": 4})")).find("not a multiple"), std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"num_hidden_layers": -1})")).find("\"num_hidden_layers\" is -1"), std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"model_type": "t5"})")).find("expected \"clip_text_model\""), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"hidden_act": "swish"})")).find("cfg.json: \"hidden_act\" is \"swish\""), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"hidden_size": 30, "num_attention_heads": 4})")).find("not a multiple"), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"num_hidden_layers": -1})")).find("\"num_hidden_layers\" is -1"), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"model_type": "t5"})")).find("expected \"clip_text_model\""), std::string::npos);
   const CLIPTextConfig read = CLIPTextConfig::from_json(
       nlohmann::json::parse(R"({"hidden_size": 1280, "num_attention_heads": 20, "hidden_act": "gelu", "eos_token_id": 2,
                                "architectures": ["CLIPTextModelWithProjection"], "torch_dtype": "float16"})"),
@@ -158,7 +152,7 @@ TEST(CLIPTextModel, BadConfigurationsAndFoldersAreOneClearMessage) {
                            {"hidden_size", 32}, {"intermediate_size", 64}, {"num_hidden_layers", 3},
                            {"num_attention_heads", 4}, {"max_position_embeddings", 16}, {"eos_token_id", 511}};
   write_text(folder / "config.json", config.dump());
-  EXPECT_NE(what_fails([&] { load_clip_text_model(folder); }).find("model.safetensors: not found"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_clip_text_model(folder); }).find("model.safetensors: not found"), std::string::npos);
   CLIPTextModel model(tiny_config(HiddenAct::quick_gelu), false);
   safetensors::NamedTensors tensors;
   for (const auto& p : model->named_parameters()) {
@@ -166,7 +160,7 @@ TEST(CLIPTextModel, BadConfigurationsAndFoldersAreOneClearMessage) {
   }
   tensors.emplace_back("text_model.embeddings.position_ids", torch::arange(16).view({1, 16}));  // older releases have it
   safetensors::save_file((folder / "model.safetensors").string(), tensors);
-  const std::string message = what_fails([&] { load_clip_text_model(folder); });
+  const std::string message = error_of([&] { load_clip_text_model(folder); });
   EXPECT_NE(message.find("1 missing (text_model.final_layer_norm.bias)"), std::string::npos) << message;
   EXPECT_EQ(message.find("position_ids"), std::string::npos) << message;
 

@@ -1,5 +1,6 @@
 // CLIPTokenizer: known ids of the real OpenAI vocabulary, padding and truncation as the pipelines call it,
 // each cleaning mode's rules, bad tokenizer folders, and transformers' ids on the golden corpus.
+#include "common/error_of.h"
 #include "clip/clip_test_util.h"
 
 #include "core/check.h"
@@ -12,6 +13,8 @@
 
 namespace zest::clip::test {
 namespace {
+
+using zest::testing::error_of;
 
 using Ids = std::vector<int64_t>;
 
@@ -31,15 +34,6 @@ const CLIPTokenizer& sdxl2(TextCleaning cleaning = TextCleaning::kTokenizersLibr
 
 // Content ids only (without bos and eos).
 Ids inner(const Ids& ids) { return Ids(ids.begin() + 1, ids.end() - 1); }
-
-std::string what_fails(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 constexpr TextCleaning kBoth[] = {TextCleaning::kTokenizersLibrary, TextCleaning::kPythonWithoutFtfy};
 
@@ -164,29 +158,29 @@ TEST(CLIPTokenizer, BadFoldersAreOneClearMessage) {
 
   const auto no_vocab = copy_of_good("no_vocab");
   std::filesystem::remove(no_vocab / "vocab.json");
-  EXPECT_NE(what_fails(load(no_vocab)).find("vocab.json: cannot be read"), std::string::npos);
+  EXPECT_NE(error_of(load(no_vocab)).find("vocab.json: cannot be read"), std::string::npos);
 
   const auto bad_merge = copy_of_good("bad_merge");
   write_text(bad_merge / "merges.txt", "#version: 0.2\ni n\nt h e\n");
-  EXPECT_NE(what_fails(load(bad_merge)).find("merges.txt:3: expected a merge"), std::string::npos);
+  EXPECT_NE(error_of(load(bad_merge)).find("merges.txt:3: expected a merge"), std::string::npos);
 
   const auto bad_json = copy_of_good("bad_json");
   write_text(bad_json / "tokenizer_config.json", "{\"pad_token\": ");
-  EXPECT_NE(what_fails(load(bad_json)).find("tokenizer_config.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(load(bad_json)).find("tokenizer_config.json: not valid JSON"), std::string::npos);
 
   const auto bad_pad = copy_of_good("bad_pad");
   write_text(bad_pad / "tokenizer_config.json", R"({"pad_token": "<pad>"})");
-  EXPECT_NE(what_fails(load(bad_pad)).find("has no token \"<pad>\""), std::string::npos);
+  EXPECT_NE(error_of(load(bad_pad)).find("has no token \"<pad>\""), std::string::npos);
 
   const auto bad_length = copy_of_good("bad_length");
   write_text(bad_length / "tokenizer_config.json", R"({"model_max_length": 1e30})");
-  EXPECT_NE(what_fails(load(bad_length)).find("\"model_max_length\" is"), std::string::npos);
+  EXPECT_NE(error_of(load(bad_length)).find("\"model_max_length\" is"), std::string::npos);
 
   const auto override_pad = copy_of_good("override_pad");
   write_text(override_pad / "special_tokens_map.json", R"({"pad_token": {"content": "!"}})");
   EXPECT_EQ(CLIPTokenizer::from_folder(override_pad).pad_id(), 0);
 
-  EXPECT_NE(what_fails(load(good / "missing")).find("not a folder"), std::string::npos);
+  EXPECT_NE(error_of(load(good / "missing")).find("not a folder"), std::string::npos);
 }
 
 // transformers' ids on scripts/golden/make_clip_tokenizer_golden.py's corpus (ZEST_CLIP_TOKENIZER_GOLDEN

@@ -2,6 +2,7 @@
 // shards and counters bit for bit (and keeps training identically); a state of another layout, or
 // without an optimizer state, is refused with the engine untouched.
 #include "comm/world.h"
+#include "common/error_of.h"
 #include "core/check.h"
 #include "engine/engine.h"
 #include "toy_models.h"
@@ -49,15 +50,6 @@ void expect_same_parameters(ToyNet& a, ToyNet& b) {
   const auto pa = a.named_parameters();
   const auto pb = b.named_parameters();
   for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(DistEngineState, LoadStateReproducesTheEngineBitwise) {

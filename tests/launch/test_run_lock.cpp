@@ -2,6 +2,7 @@
 // other process; a lock left by a dead process never blocks), and a resume on another dataset of the
 // same size is refused by its fingerprint (dataset_fingerprint in the checkpoint's data position).
 #include "cli/cli_test_util.h"
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"
 #include "tools/run_lock.h"
@@ -20,15 +21,6 @@ namespace zest::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(RunLock, SecondHolderIsRefusedNamingTheFirst) {
   const TempDir dir("run_lock");

@@ -1,5 +1,6 @@
 // AutoencoderKL: structure under the reference names, the latent distribution and its seeded sample,
 // scaling, force_upcast, config and loading errors, and parity with diffusers on the tiny golden vectors.
+#include "common/error_of.h"
 #include "formats/safetensors.h"
 #include "common/golden_file.h"
 #include "core/check.h"
@@ -16,6 +17,8 @@
 namespace zest::vae::test {
 namespace {
 
+using zest::testing::error_of;
+
 std::string data_path(const std::string& name) { return std::string(ZEST_TEST_DATA) + "/" + name; }
 
 VaeConfig tiny_config() {
@@ -26,15 +29,6 @@ VaeConfig tiny_config() {
     "layers_per_block": 1, "act_fn": "silu", "latent_channels": 4, "norm_num_groups": 4, "sample_size": 16,
     "scaling_factor": 0.13025, "force_upcast": true, "shift_factor": null, "latents_mean": null})"),
                               "tiny.json");
-}
-
-std::string what_fails(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void randomize(torch::nn::Module& module, uint64_t seed) {
@@ -93,27 +87,27 @@ TEST(AutoencoderKL, EncodesDecodesAndSamplesWithTheGenerator) {
   EXPECT_TRUE(torch::allclose(model->to_unet_latents(a), a * 0.13025));
   EXPECT_EQ(vae_compute_dtype(model->config(), torch::kHalf), torch::kFloat);
   EXPECT_EQ(vae_compute_dtype(model->config(), torch::kBFloat16), torch::kBFloat16);
-  EXPECT_NE(what_fails([&] { model->encode(torch::zeros({1, 3, 15, 16})); }).find("multiples of 2"), std::string::npos);
+  EXPECT_NE(error_of([&] { model->encode(torch::zeros({1, 3, 15, 16})); }).find("multiples of 2"), std::string::npos);
 }
 
 TEST(AutoencoderKL, BadConfigurationsAreOneClearMessage) {
   auto from = [](const std::string& json) {
     return [json] { VaeConfig::from_json(nlohmann::json::parse(json), "vae/config.json"); };
   };
-  EXPECT_NE(what_fails(from(R"({"_class_name": "AutoencoderTiny"})")).find("expected \"AutoencoderKL\""), std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"block_out_channels": [8, 16], "norm_num_groups": 4, "down_block_types": ["DownEncoderBlock2D"]})"))
+  EXPECT_NE(error_of(from(R"({"_class_name": "AutoencoderTiny"})")).find("expected \"AutoencoderKL\""), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"block_out_channels": [8, 16], "norm_num_groups": 4, "down_block_types": ["DownEncoderBlock2D"]})"))
                 .find("\"down_block_types\" is"),
             std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"block_out_channels": [30], "norm_num_groups": 32})")).find("not a multiple"),
+  EXPECT_NE(error_of(from(R"({"block_out_channels": [30], "norm_num_groups": 32})")).find("not a multiple"),
             std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"latents_mean": [0.1, 0.2, 0.3, 0.4]})")).find("\"latents_mean\" is set"), std::string::npos);
-  EXPECT_NE(what_fails(from(R"({"force_upcast": "yes"})")).find("expected true or false"), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"latents_mean": [0.1, 0.2, 0.3, 0.4]})")).find("\"latents_mean\" is set"), std::string::npos);
+  EXPECT_NE(error_of(from(R"({"force_upcast": "yes"})")).find("expected true or false"), std::string::npos);
   EXPECT_DOUBLE_EQ(VaeConfig::from_json(nlohmann::json::object(), "c").scaling_factor, 0.18215);
   const std::filesystem::path folder = std::filesystem::path(::testing::TempDir()) / "zest_vae_no_weights";
   std::filesystem::create_directories(folder);
   std::ofstream(folder / "config.json") << R"({"block_out_channels": [8, 16], "norm_num_groups": 4,
     "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"], "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"]})";
-  EXPECT_NE(what_fails([&] { load_autoencoder_kl(folder); }).find("diffusion_pytorch_model.safetensors: not found"),
+  EXPECT_NE(error_of([&] { load_autoencoder_kl(folder); }).find("diffusion_pytorch_model.safetensors: not found"),
             std::string::npos);
 }
 
