@@ -81,17 +81,17 @@ void compare_parameters(const Manifest& m, const EngineState& state, std::vector
 
 constexpr const char* kRunValueApplies = " (the run's value applies)";
 
-Precision precision_named(const std::string& name) {
-  for (const Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
-    if (name == to_string(p)) return p;
-  ZEST_FAIL("checkpoint precision '", name, "' is not fp32, bf16 or fp16");  // parse_manifest refuses it first
+Precision saved_precision(const std::string& name) {
+  const std::optional<Precision> p = precision_named(name);
+  ZEST_CHECK(p, "checkpoint precision '", name, "' is not fp32, bf16 or fp16");  // parse_manifest refuses it first
+  return *p;
 }
 
 // The configurations the checkpoint records, the run's where it records none: of the [engine] table it
 // records the precision (compared here) and the stage (reported with the world size, as a reshard).
 ComponentConfigs saved_configs(const Manifest& m, const EngineState& now) {
   ComponentConfigs saved = now.configs;
-  saved.engine.precision = precision_named(m.precision);
+  saved.engine.precision = saved_precision(m.precision);
   saved.optimizer = m.optimizer;
   saved.scheduler = m.scheduler;
   saved.ema = m.ema;

@@ -3,6 +3,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/check.h"
+#include "engine/engine_config.h"
 #include "optim/optimizer_spec.h"
 
 #include <filesystem>
@@ -16,7 +17,7 @@ constexpr int kMaxStage = 3;  // stage 3 writes the same files; it is reserved f
 void check_identity(const Manifest& m, std::vector<std::string>& problems) {
   if (m.stage < 0 || m.stage > kMaxStage)
     problems.push_back(str("stage is ", m.stage, ", expected 0 to ", kMaxStage));
-  if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
+  if (!precision_named(m.precision))
     problems.push_back("precision is '" + m.precision + "', expected fp32, bf16 or fp16");
   if (m.config_hash != config_hash(m.model_name, m.model_config))
     problems.push_back("model.config_hash is '" + m.config_hash + "' but the model name and config hash to '" +

@@ -29,6 +29,12 @@ const char* to_string(Precision p) {
   return "?";
 }
 
+std::optional<Precision> precision_named(const std::string& name) {
+  for (const Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+    if (name == to_string(p)) return p;
+  return std::nullopt;
+}
+
 const char* to_string(AtMinScale a) { return a == AtMinScale::warn ? "warn" : "error"; }
 
 const char* to_string(CheckpointPolicy p) {

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 namespace zest {
@@ -14,6 +15,8 @@ class ConfigWriter;  // core/config_writer.h
 enum class Precision { fp32, bf16, fp16 };
 torch::Dtype to_dtype(Precision p);
 const char* to_string(Precision p);
+// The precision spelled `name` ("fp32", "bf16", "fp16"; to_string's words), nullopt for any other.
+std::optional<Precision> precision_named(const std::string& name);
 
 // What the fp16 loss scaler does when an overflow happens at the minimum scale.
 enum class AtMinScale { warn, error };

@@ -38,9 +38,7 @@ struct EstimateArgs {
 };
 
 Precision parse_precision(const std::string& text, const char* flag) {
-  if (text == "bf16") return Precision::bf16;
-  if (text == "fp16") return Precision::fp16;
-  if (text == "fp32") return Precision::fp32;
+  if (const std::optional<Precision> p = precision_named(text)) return *p;
   throw Error(str(flag, " must be bf16, fp16 or fp32, got '", text, "'"));
 }
 

@@ -189,6 +189,25 @@ TEST(FinetuneRoundTrip, HyMotionReleaseFolder) {
   }
   expect_identical(carried, pipeline, "pipeline tensors");
 
+  // The README's look at the result: `zest sample` from the run's checkpoint draws what it draws from
+  // the merged weights of the same step (and from the EMA's, with --ema).
+  const std::vector<std::string> draw{zest_binary(), "sample", "--pretrained", (w / "base").string(), "--text",
+                                      (w / "data").string(), "--sample", "3", "--frames", "6", "--steps", "2",
+                                      "-n", "2"};
+  auto sample = [&](std::vector<std::string> source, const fs::path& out) {
+    std::vector<std::string> argv = draw;
+    argv.insert(argv.end(), source.begin(), source.end());
+    argv.insert(argv.end(), {"-o", out.string()});
+    run_ok(argv);
+    return read_text(out.string());
+  };
+  const std::string checkpoints = (w / "run" / "checkpoints").string();
+  EXPECT_EQ(sample({"--checkpoint", checkpoints}, w / "from_checkpoint.npy"),
+            sample({"--weights", (w / "run" / "model.safetensors").string()}, w / "from_merge.npy"));
+  EXPECT_EQ(sample({"--checkpoint", checkpoints, "--ema"}, w / "from_ema.npy"),
+            sample({"--weights", (w / "run" / "model_ema.safetensors").string()}, w / "from_ema_merge.npy"));
+  EXPECT_NE(read_text((w / "from_checkpoint.npy").string()), sample({}, w / "from_release.npy"));
+
   if (!python_has("torch") || !python_has("yaml")) return;
   const int rc = python(work, R"PY(
 import sys, torch, yaml
