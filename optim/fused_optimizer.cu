@@ -16,33 +16,64 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// Element conversions of the gradient and parameter dtypes.
 template <typename T>
-__device__ __forceinline__ float load_as_float(const void* base, int64_t i) {
-  return static_cast<float>(static_cast<const T*>(base)[i]);
+__device__ __forceinline__ float to_float(T x) {
+  return static_cast<float>(x);
 }
 template <>
-__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const void* base, int64_t i) {
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
 }
 template <>
-__device__ __forceinline__ float load_as_float<__half>(const void* base, int64_t i) {
-  return __half2float(static_cast<const __half*>(base)[i]);
+__device__ __forceinline__ float to_float<__half>(__half x) {
+  return __half2float(x);
 }
 
 template <typename T>
-__device__ __forceinline__ void store_from_float(void* base, int64_t i, float value) {
-  static_cast<T*>(base)[i] = static_cast<T>(value);
+__device__ __forceinline__ T from_float(float x) {
+  return static_cast<T>(x);
 }
 template <>
-__device__ __forceinline__ void store_from_float<__nv_bfloat16>(void* base, int64_t i, float value) {
-  static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(value);
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
 }
 template <>
-__device__ __forceinline__ void store_from_float<__half>(void* base, int64_t i, float value) {
-  static_cast<__half*>(base)[i] = __float2half_rn(value);
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
 }
 
-// One block per chunk; the rule's update per element (optim/adamw.h, sgd.h, lion.h).
+// kVector neighbouring elements, loaded and stored in one access.
+constexpr int kVector = 4;
+template <typename T>
+struct alignas(sizeof(T) * kVector) Vector {
+  T v[kVector];
+};
+
+template <typename T>
+__device__ __forceinline__ bool aligned_for_vectors(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(Vector<T>) == 0;
+}
+
+// The rule's update of element i of a chunk (k = its index into master and state).
+template <typename Rule, int kStates>
+__device__ __forceinline__ float update_one(const OptimHyper& h, const StepValues& s, float wd, float g, float* master,
+                                            float* s0, float* s1, int64_t k) {
+  float state[kMaxStates];
+  if constexpr (kStates > 0) state[0] = s0[k];
+  if constexpr (kStates > 1) state[1] = s1[k];
+  const float p = Rule::update(h, s, wd, g, master[k], state);
+  if constexpr (kStates > 0) s0[k] = state[0];
+  if constexpr (kStates > 1) s1[k] = state[1];
+  master[k] = p;
+  return p;
+}
+
+// One block per chunk; the rule's update per element (optim/adamw.h, sgd.h, lion.h). Where the chunk's
+// master/state index and its gradient and parameter pointers allow, four elements per thread and access
+// (one 16-byte load or store per fp32 array): with one element per access the AdamW pass moved 3.2 TB/s
+// on an H200, 73% of what a copy moves. The rest of the chunk, and chunks that do not allow it, go one
+// element at a time. Either way each element sees the same arithmetic.
 template <typename Rule, typename G, typename P>
 __global__ void update_kernel(const FusedChunk* chunks, float* master, float* s0, float* s1, const double* scalars,
                               OptimHyper h) {
@@ -52,18 +83,38 @@ __global__ void update_kernel(const FusedChunk* chunks, float* master, float* s0
   const FusedChunk chunk = chunks[blockIdx.x];
   const StepValues s = step_values(scalars_of_step);
   const float wd = h.weight_decay * chunk.decay;
-  for (int64_t i = threadIdx.x; i < chunk.numel; i += blockDim.x) {
+  const auto* grad = static_cast<const G*>(chunk.grad);
+  auto* param = static_cast<P*>(chunk.param);
+  const bool vectors = chunk.state_offset % kVector == 0 && aligned_for_vectors<G>(grad) &&
+                       aligned_for_vectors<P>(param);
+  const int64_t vector_end = vectors ? chunk.numel / kVector * kVector : 0;
+  for (int64_t i = threadIdx.x * static_cast<int64_t>(kVector); i < vector_end;
+       i += static_cast<int64_t>(blockDim.x) * kVector) {
     const int64_t k = chunk.state_offset + i;
-    const float p0 = master[k];
-    const float g = load_as_float<G>(chunk.grad, i) * s.multiplier;
-    float state[kMaxStates];
-    if constexpr (kStates > 0) state[0] = s0[k];
-    if constexpr (kStates > 1) state[1] = s1[k];
-    const float p = Rule::update(h, s, wd, g, p0, state);
-    if constexpr (kStates > 0) s0[k] = state[0];
-    if constexpr (kStates > 1) s1[k] = state[1];
-    master[k] = p;
-    store_from_float<P>(chunk.param, i, p);
+    alignas(16) float p[kVector], st0[kVector], st1[kVector];
+    *reinterpret_cast<float4*>(p) = *reinterpret_cast<const float4*>(master + k);
+    if constexpr (kStates > 0) *reinterpret_cast<float4*>(st0) = *reinterpret_cast<const float4*>(s0 + k);
+    if constexpr (kStates > 1) *reinterpret_cast<float4*>(st1) = *reinterpret_cast<const float4*>(s1 + k);
+    const Vector<G> g = *reinterpret_cast<const Vector<G>*>(grad + i);
+    Vector<P> out;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) {
+      float state[kMaxStates];
+      if constexpr (kStates > 0) state[0] = st0[j];
+      if constexpr (kStates > 1) state[1] = st1[j];
+      p[j] = Rule::update(h, s, wd, to_float(g.v[j]) * s.multiplier, p[j], state);
+      if constexpr (kStates > 0) st0[j] = state[0];
+      if constexpr (kStates > 1) st1[j] = state[1];
+      out.v[j] = from_float<P>(p[j]);
+    }
+    *reinterpret_cast<float4*>(master + k) = *reinterpret_cast<const float4*>(p);
+    if constexpr (kStates > 0) *reinterpret_cast<float4*>(s0 + k) = *reinterpret_cast<const float4*>(st0);
+    if constexpr (kStates > 1) *reinterpret_cast<float4*>(s1 + k) = *reinterpret_cast<const float4*>(st1);
+    *reinterpret_cast<Vector<P>*>(param + i) = out;
+  }
+  for (int64_t i = vector_end + threadIdx.x; i < chunk.numel; i += blockDim.x) {
+    const float g = to_float(grad[i]) * s.multiplier;
+    param[i] = from_float<P>(update_one<Rule, kStates>(h, s, wd, g, master, s0, s1, chunk.state_offset + i));
   }
 }
 

@@ -105,7 +105,7 @@ __global__ void forward_kernel(QkvShape s, const float* cos, const float* sin, f
       if (lane == 0) (part == 0 ? rstd_q : rstd_k)[row] = inv;
     }
   }
-  if (valid) store<T, V>(v, out_at, load<T, V>(in, 2 * width));
+  if (valid && v != nullptr) store<T, V>(v, out_at, load<T, V>(in, 2 * width));
 }
 
 // Per row and part: RoPE's transpose, then RMSNorm's backward (dx = g·rstd − x·rstd³·Σ(g·x)/d with

@@ -3,6 +3,7 @@
 // statistics, rounded to the activation dtype before the weight multiplies it), then RoPE with
 // interleaved pairs on the first `rotated` positions of the joint sequence, written with v into
 // [B, S, H, d] tensors; one or two streams (the double block's motion and text) laid end to end along S.
+// With one stream v is not copied: the caller views it in the projection (as the op chain does).
 // It replaces the split of the projection (and its backward stack), the two norms, the stream
 // concatenations and the two RoPE passes; the rounding of every step is the op chain's. Backward writes
 // each stream's projection gradient [B, S_i, 3·H·d] in one pass and sums the norm weights' gradients in a
@@ -39,7 +40,8 @@ bool qk_norm_rope_covers(int64_t head_dim, int element_bytes);
 int64_t qk_norm_rope_alignment(int element_bytes);
 int64_t qk_norm_rope_scratch(const QkvShape& shape, int element_bytes);  // floats
 
-// q, k, v [B, S, H, d] contiguous; rstd_q, rstd_k float [B·S·H]; cos/sin float [rotated, d].
+// q, k, v [B, S, H, d] contiguous (v null: not written); rstd_q, rstd_k float [B·S·H]; cos/sin float
+// [rotated, d].
 void launch_qk_norm_rope_forward(const QkvShape& shape, KernelDtype dtype, const float* cos, const float* sin,
                                  double eps, void* q, void* k, void* v, float* rstd_q, float* rstd_k,
                                  void* cuda_stream);

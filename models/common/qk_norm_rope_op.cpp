@@ -18,7 +18,7 @@ AttentionInputs qk_norm_rope_cuda(const std::vector<QkvProjection>& streams, int
 
 namespace {
 EnvSwitch& kernel_switch() {
-  static EnvSwitch on("ZEST_QK_NORM_ROPE", /*default_on=*/false);
+  static EnvSwitch on("ZEST_QK_NORM_ROPE", /*default_on=*/true);
   return on;
 }
 }  // namespace

@@ -17,14 +17,13 @@ struct QkvProjection {
 };
 
 struct AttentionInputs {
-  torch::Tensor q, k, v;  // [B, ΣS_i, H, d] contiguous
+  torch::Tensor q, k, v;  // [B, ΣS_i, H, d]; q and k contiguous, v too with two streams (one: a view of proj)
 };
 
 // Whether the kernels take these inputs: a CUDA build; one or two projections in one kernel dtype on
 // one device, head dim 64 or 128, rows and pointers 16-byte aligned, weights of the projection's dtype,
 // float32 tables of at most ΣS_i rows.
-// Off by default until the kernels have run at HY-Motion 1B's shapes (ZEST_QK_NORM_ROPE=1 turns them on;
-// bench/RESULTS.md, 2026-12-01 fourth session, says why); the setter is for tests.
+// On by default; ZEST_QK_NORM_ROPE=0 switches them off (the op chain runs instead); the setter is for tests.
 bool qk_norm_rope_enabled();
 void set_qk_norm_rope(bool enabled);
 

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "models/common/concat_gelu_op.h"
+#include "models/common/contiguous_grad.h"
 #include "models/common/fused_norms.h"
 #include "models/common/linear_op.h"
 #include "models/common/recomputed_linear_op.h"
@@ -266,7 +267,13 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const auto out = compat::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                         bias.defined() ? bias.to(q.scalar_type()) : bias);
   const auto o = out.transpose(1, 2);  // [B, S, H, d]
-  return o.reshape({o.size(0), o.size(1), -1});
+  const auto joined = o.reshape({o.size(0), o.size(1), -1});
+  // cuDNN's attention caches its backward graph by the layouts of q, k, v and the bias, yet builds it
+  // for the layout of the output's gradient. The double block's q/k/v (from the q/k norm + RoPE kernels)
+  // are laid out as the single block's, while their output gradients differ (a single block's is a slice
+  // of [attention | MLP half]): one cached graph then read the other's gradient with the wrong strides,
+  // which failed or read out of bounds. One gradient layout for every call keeps each graph right.
+  return q.is_cuda() ? contiguous_grad(joined) : joined;
 }
 
 }  // namespace zest::hymotion

@@ -7,8 +7,11 @@
 #include "models/hymotion/attention_mask.h"
 #include "models/hymotion/layers.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <functional>
 
 namespace zest::testing {
@@ -228,6 +231,76 @@ TEST(GpuQkNormRope, FeedsAttentionAtTheReleasedShapes) {
             << "; on copies of them: " << (cloned.first.empty() ? "ok" : cloned.first) << "\n";
   ASSERT_EQ(got.first, "") << "the kernels' outputs";
   EXPECT_LT(relative(got.second, want.second), 3e-2);
+}
+
+// Only cuDNN's fused attention may run while one lives (the others off), as LibTorch picks it for
+// HY-Motion on an H200.
+struct OnlyCudnnAttention {
+  OnlyCudnnAttention() {
+    auto& c = at::globalContext();
+    was = {c.userEnabledCuDNNSDP(), c.userEnabledFlashSDP(), c.userEnabledMemEfficientSDP(), c.userEnabledMathSDP()};
+    c.setSDPUseCuDNN(true), c.setSDPUseFlash(false), c.setSDPUseMemEfficient(false), c.setSDPUseMath(false);
+  }
+  ~OnlyCudnnAttention() {
+    auto& c = at::globalContext();
+    c.setSDPUseCuDNN(was[0]), c.setSDPUseFlash(was[1]), c.setSDPUseMemEfficient(was[2]), c.setSDPUseMath(was[3]);
+  }
+  std::array<bool, 4> was{};
+};
+
+// Two attentions whose q, k, v and bias are laid out alike (as the q/k kernels lay out every block's)
+// but whose output gradients are not: the single block's arrives as a slice of the wider gradient of
+// [attention | MLP half], the double block's whole. cuDNN caches its backward graph by q, k, v and the
+// bias only; before hymotion::attention handed on one gradient layout, the second call ran the first
+// call's graph on the other layout (wrong gradients, or the whole-model failures of 2026-12-01). Both
+// orders, each against float32 attention on the same values.
+TEST(GpuQkNormRope, AttentionGradientsDoNotDependOnTheGradientsLayout) {
+  const OnlyCudnnAttention cudnn;
+  torch::manual_seed(23);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t batch = 2, heads = 6, d = 64, motion = 88, text = 40, seq = motion + text, extra = 96;
+  const auto x_valid = torch::arange(motion, cuda.dtype(torch::kLong)).unsqueeze(0) <
+                       torch::tensor({70, 88}, cuda.dtype(torch::kLong)).unsqueeze(1);
+  const auto c_valid = torch::arange(text, cuda.dtype(torch::kLong)).unsqueeze(0) <
+                       torch::tensor({17, 40}, cuda.dtype(torch::kLong)).unsqueeze(1);
+  const auto bias = hymotion::mmdit_attention_bias(x_valid, c_valid, hymotion::MaskMode::narrowband, 20);
+  std::vector<torch::Tensor> qkv;
+  for (int i = 0; i < 3; ++i) {
+    qkv.push_back(torch::randn({batch, seq, heads, d}, cuda).to(torch::kBFloat16).requires_grad_(true));
+  }
+  const auto g = torch::randn({batch, seq, heads * d + extra}, cuda);
+
+  // dq, dk, dv of sum(o · g[..., :H·d]), the output's gradient whole or a slice of a wider one.
+  auto gradients = [&](bool sliced, bool reference) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& t : qkv) leaves.push_back(reference ? t.detach().to(torch::kFloat32).requires_grad_(true) : t);
+    for (const auto& t : leaves) t.mutable_grad() = torch::Tensor();
+    torch::Tensor o;
+    if (reference) {  // float32 attention by its formula
+      const auto q = leaves[0].transpose(1, 2), k = leaves[1].transpose(1, 2), v = leaves[2].transpose(1, 2);
+      const auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d)) +
+                          bias.to(torch::kFloat32);
+      o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({batch, seq, heads * d});
+    } else {
+      o = hymotion::attention(leaves[0], leaves[1], leaves[2], bias);
+    }
+    // The cast comes after the cat, so the output's gradient stays a slice (as in the single block).
+    const auto loss = sliced ? (torch::cat({o, torch::zeros({batch, seq, extra}, o.options())}, -1).to(torch::kFloat32) * g).sum()
+                             : (o.to(torch::kFloat32) * g.narrow(-1, 0, heads * d)).sum();
+    loss.backward();
+    return std::vector<torch::Tensor>{leaves[0].grad().clone(), leaves[1].grad().clone(), leaves[2].grad().clone()};
+  };
+  const auto want = gradients(false, true);
+  for (const bool sliced_first : {true, false}) {
+    for (const bool sliced : {sliced_first, !sliced_first}) {
+      const auto got = gradients(sliced, false);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_LT(relative(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]), 3e-2)
+            << "gradient " << "qkv"[i] << (sliced ? ", sliced" : ", whole") << " output gradient, "
+            << (sliced == sliced_first ? "first" : "second") << " call";
+      }
+    }
+  }
 }
 
 }  // namespace
