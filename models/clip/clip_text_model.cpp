@@ -5,15 +5,18 @@
 #include "core/check.h"
 #include "models/state_dict.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace zest::clip {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kReleasedEndOfText = 49407;
+constexpr std::string_view kTextModelPrefix = "text_model.";
 constexpr const char* kPositionIdsBuffer = "text_model.embeddings.position_ids";
 
 torch::Tensor activate(HiddenAct act, const torch::Tensor& x) {
@@ -152,6 +155,37 @@ CLIPTextOutput CLIPTextModelImpl::forward(const torch::Tensor& input_ids) const 
   return out;
 }
 
+void load_clip_text_weights(CLIPTextModel& model, const safetensors::Reader& reader, const std::string& prefix,
+                            const std::string& described_as) {
+  // A CLIPTextModel file without any "text_model." tensor fills the text transformer by its own names.
+  const std::string prefixed = prefix + std::string(kTextModelPrefix);
+  const bool unprefixed = !model->with_projection() &&
+                          std::none_of(reader.tensors().begin(), reader.tensors().end(),
+                                       [&](const auto& t) { return t.name.rfind(prefixed, 0) == 0; });
+  torch::nn::Module& target = unprefixed ? static_cast<torch::nn::Module&>(*model->text_model) : *model;
+  const std::string position_ids = std::string(kPositionIdsBuffer).substr(unprefixed ? kTextModelPrefix.size() : 0);
+  LoadOptions load;
+  load.strict = false;  // checked below, allowing only the position_ids buffer older releases saved
+  load.prefix = prefix;
+  const LoadReport report = load_state_dict(target, reader, load);
+  std::vector<std::string> unexpected;
+  for (const std::string& name : report.unexpected) {
+    if (name != position_ids) unexpected.push_back(name);
+  }
+  if (report.missing.empty() && unexpected.empty()) return;
+  std::ostringstream message;
+  message << reader.path() << ": does not match " << described_as << ":";
+  auto list = [&](const char* what, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    message << " " << names.size() << " " << what << " (";
+    for (size_t i = 0; i < names.size() && i < 5; ++i) message << (i ? ", " : "") << names[i];
+    message << (names.size() > 5 ? ", ...)" : ")");
+  };
+  list("missing", report.missing);
+  list("unexpected", unexpected);
+  ZEST_FAIL(message.str());
+}
+
 CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOptions& options) {
   const fs::path config_path = folder / "config.json";
   std::ifstream in(config_path);
@@ -180,28 +214,9 @@ CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOp
               "variant such as model.fp16.safetensors, point a copy or link of that name at it)");
   }
   CLIPTextModel model(text_config, with_projection, options);
-  const safetensors::Reader reader(weights_path.string());
-  LoadOptions load;
-  load.strict = false;  // checked below, allowing only the position_ids buffer older releases saved
-  const LoadReport report = load_state_dict(*model, reader, load);
-  std::vector<std::string> unexpected;
-  for (const std::string& name : report.unexpected) {
-    if (name != kPositionIdsBuffer) unexpected.push_back(name);
-  }
-  if (!report.missing.empty() || !unexpected.empty()) {
-    std::ostringstream message;
-    message << weights_path.string() << ": does not match " << (with_projection ? "CLIPTextModelWithProjection" : "CLIPTextModel")
-            << " of " << config_path.string() << ":";
-    auto list = [&](const char* what, const std::vector<std::string>& names) {
-      if (names.empty()) return;
-      message << " " << names.size() << " " << what << " (";
-      for (size_t i = 0; i < names.size() && i < 5; ++i) message << (i ? ", " : "") << names[i];
-      message << (names.size() > 5 ? ", ...)" : ")");
-    };
-    list("missing", report.missing);
-    list("unexpected", unexpected);
-    ZEST_FAIL(message.str());
-  }
+  load_clip_text_weights(model, safetensors::Reader(weights_path.string()), "",
+                         str(with_projection ? "CLIPTextModelWithProjection" : "CLIPTextModel", " of ",
+                             config_path.string()));
   return model;
 }
 

@@ -9,7 +9,12 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <string>
 #include <vector>
+
+namespace zest::safetensors {
+class Reader;  // formats/safetensors.h
+}
 
 namespace zest::clip {
 
@@ -122,9 +127,17 @@ class CLIPTextModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CLIPTextModel);
 
-// A pipeline folder's text_encoder/ or text_encoder_2/: config.json and model.safetensors, loaded strictly
-// by name (the position_ids buffer older transformers saved is accepted and ignored). with_projection
-// follows config.json's "architectures" (CLIPTextModelWithProjection) unless the folder says nothing.
+// Copies the file's tensors named `prefix` + state-dict name into `model`, strictly by name (the
+// position_ids buffer older transformers saved is accepted and ignored). Either naming loads: released
+// folders and transformers 4 put the text transformer under "text_model.", transformers 5's
+// save_pretrained of a CLIPTextModel leaves that out (its CLIPTextModelWithProjection keeps it). A
+// mismatch throws naming the file, `described_as` and the first missing and unexpected names.
+void load_clip_text_weights(CLIPTextModel& model, const safetensors::Reader& reader, const std::string& prefix,
+                            const std::string& described_as);
+
+// A pipeline folder's text_encoder/ or text_encoder_2/: config.json and model.safetensors, loaded by
+// load_clip_text_weights. with_projection follows config.json's "architectures"
+// (CLIPTextModelWithProjection) unless the folder says nothing.
 CLIPTextModel load_clip_text_model(const std::filesystem::path& folder, const torch::TensorOptions& options = {});
 
 }  // namespace zest::clip

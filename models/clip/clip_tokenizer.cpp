@@ -2,6 +2,7 @@
 #include "models/clip/clip_tokenizer.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "models/clip/unicode_text.h"
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 namespace zest::clip {
@@ -120,8 +122,11 @@ size_t contraction_length(std::u32string_view text, size_t at, bool ignore_case)
 }
 
 // The pre-tokenisation pattern <|startoftext|>|<|endoftext|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|
-// [^\s\p{L}\p{N}]+ as findall: white space between matches is dropped.
-std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool ignore_case) {
+// [^\s\p{L}\p{N}]+ as findall: white space between matches is dropped. The tokenizers library's pattern
+// has no special-string alternatives (python_pattern false): a special string left in its cleaned text
+// (one that is not normalized, SpecialToken) is split like any text, "<|" "endoftext" "|>".
+std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool python_pattern) {
+  const bool ignore_case = python_pattern;
   static const std::u32string start = U"<|startoftext|>", end = U"<|endoftext|>";
   // Case-insensitive, the Python `regex` module matches the combining ypogegrammeni (U+0345, a mark whose
   // case variants are the letter iota) by neither class: it separates pieces and is dropped like a space.
@@ -131,9 +136,9 @@ std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool ignore_c
   while (i < text.size()) {
     const char32_t cp = text[i];
     size_t length = 0;
-    if (starts_with(text, i, start)) {
+    if (python_pattern && starts_with(text, i, start)) {
       length = start.size();
-    } else if (starts_with(text, i, end)) {
+    } else if (python_pattern && starts_with(text, i, end)) {
       length = end.size();
     } else if ((length = contraction_length(text, i, ignore_case)) != 0) {
     } else if (unmatched(cp)) {
@@ -160,7 +165,7 @@ std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool ignore_c
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) ZEST_FAIL(path.string(), ": cannot be read (a CLIP tokenizer folder holds vocab.json and merges.txt)");
+  if (!in) ZEST_FAIL(path.string(), ": cannot be read (a CLIP tokenizer folder holds vocab.json and merges.txt, or tokenizer.json)");
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -174,8 +179,8 @@ nlohmann::json read_json(const fs::path& path) {
   }
 }
 
-std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) {
-  const nlohmann::json vocab = read_json(path);
+// vocab.json, or tokenizer.json's "model"."vocab": token → id.
+std::unordered_map<std::string, int64_t> vocab_of(const nlohmann::json& vocab, const fs::path& path) {
   if (!vocab.is_object() || vocab.empty()) {
     ZEST_FAIL(path.string(), ": expected a JSON object mapping each token to its id");
   }
@@ -189,6 +194,8 @@ std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) {
   }
   return out;
 }
+
+std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) { return vocab_of(read_json(path), path); }
 
 std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& path) {
   std::istringstream in(read_file(path));
@@ -208,14 +215,56 @@ std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& pat
   return merges;
 }
 
-// A special token of tokenizer_config.json / special_tokens_map.json: a string or an AddedToken object.
-void read_special(const nlohmann::json& config, const char* key, const fs::path& path, std::string& out) {
+struct TokenizerFiles {
+  std::unordered_map<std::string, int64_t> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+// tokenizer.json of a byte-level BPE: "model": {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or
+// [["a", "b"], ...]}.
+TokenizerFiles read_tokenizer_json(const fs::path& path) {
+  const nlohmann::json file = read_json(path);
+  if (!file.is_object() || !file.contains("model") || !file["model"].is_object()) {
+    ZEST_FAIL(path.string(), ": expected a JSON object with a \"model\" object (a tokenizers library file)");
+  }
+  const nlohmann::json& model = file["model"];
+  if (model.value("type", "") != "BPE") {
+    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", model.value("type", nlohmann::json()).dump(),
+              "; expected \"BPE\" (a CLIP tokenizer)");
+  }
+  TokenizerFiles files{vocab_of(model.value("vocab", nlohmann::json()), path), {}};
+  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : nlohmann::json();
+  if (!merges.is_array() || merges.empty()) ZEST_FAIL(path.string(), ": \"model\".\"merges\" is not a non-empty list");
+  files.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const nlohmann::json& merge = merges[i];
+    std::string first, second, extra;
+    bool ok = false;
+    if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      first = merge[0].get<std::string>(), second = merge[1].get<std::string>(), ok = true;
+    } else if (merge.is_string()) {
+      std::istringstream fields(merge.get<std::string>());
+      ok = (fields >> first >> second) && !(fields >> extra);
+    }
+    if (!ok) {
+      ZEST_FAIL(path.string(), ": merge ", i, " is ", printable(merge.dump()), "; expected \"first second\" or [first, second]");
+    }
+    files.merges.emplace_back(std::move(first), std::move(second));
+  }
+  return files;
+}
+
+// A special token of tokenizer_config.json / special_tokens_map.json: a string (not normalized) or an
+// AddedToken object (normalized as its "normalized" says; absent: not, the tokenizers library's default
+// for special tokens).
+void read_special(const nlohmann::json& config, const char* key, const fs::path& path, SpecialToken& out) {
   if (!config.contains(key) || config[key].is_null()) return;
   const nlohmann::json& value = config[key];
   if (value.is_string()) {
-    out = value.get<std::string>();
+    out = {value.get<std::string>(), false};
   } else if (value.is_object() && value.contains("content") && value["content"].is_string()) {
-    out = value["content"].get<std::string>();
+    const bool normalized = value.contains("normalized") && value["normalized"].is_boolean() && value["normalized"].get<bool>();
+    out = {value["content"].get<std::string>(), normalized};
   } else {
     ZEST_FAIL(path.string(), ": \"", key, "\" is ", value.dump(), "; expected a string or {\"content\": ...}");
   }
@@ -233,14 +282,22 @@ CLIPTokenizer::CLIPTokenizer(std::unordered_map<std::string, int64_t> vocab,
     merge_ranks_.emplace(merges[rank].first + " " + merges[rank].second, static_cast<int64_t>(rank));
   }
   ZEST_CHECK(max_length_ >= 2, "a CLIP tokenizer needs model_max_length >= 2 (bos and eos), got ", max_length_);
-  bos_id_ = id_of(special.bos);
-  eos_id_ = id_of(special.eos);
-  unk_id_ = id_of(special.unk);
-  pad_id_ = id_of(special.pad);
-  special_strings_ = {special.bos, special.eos, special.unk, special.pad};
-  std::sort(special_strings_.begin(), special_strings_.end(),
-            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  special_strings_.erase(std::unique(special_strings_.begin(), special_strings_.end()), special_strings_.end());
+  bos_id_ = id_of(special.bos.content);
+  eos_id_ = id_of(special.eos.content);
+  unk_id_ = id_of(special.unk.content);
+  pad_id_ = id_of(special.pad.content);
+  std::map<std::string, bool> normalized;  // a string's last declaration decides
+  for (const SpecialToken* token : {&special.bos, &special.eos, &special.unk, &special.pad}) {
+    normalized[token->content] = token->normalized;
+  }
+  for (const auto& [content, is_normalized] : normalized) {
+    special_strings_.push_back(content);
+    if (is_normalized) normalized_strings_.push_back(content);
+  }
+  for (std::vector<std::string>* strings : {&special_strings_, &normalized_strings_}) {
+    std::stable_sort(strings->begin(), strings->end(),
+                     [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  }
 }
 
 CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cleaning) {
@@ -274,15 +331,20 @@ CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cl
       read_special(map, key, map_path, *target);
     }
   }
-  const fs::path vocab_path = folder / "vocab.json";
-  std::unordered_map<std::string, int64_t> vocab = read_vocab(vocab_path);
-  for (const std::string* token : {&special.bos, &special.eos, &special.unk, &special.pad}) {
-    if (!vocab.count(*token)) {
-      ZEST_FAIL(vocab_path.string(), ": has no token \"", *token, "\", which the tokenizer's configuration names ",
+  // Released folders (and transformers 4) hold vocab.json + merges.txt; transformers 5's save_pretrained
+  // writes tokenizer.json alone, with the same vocabulary and merges under "model".
+  const bool from_tokenizer_json = !fs::exists(folder / "vocab.json") && fs::exists(folder / "tokenizer.json");
+  const fs::path vocab_path = folder / (from_tokenizer_json ? "tokenizer.json" : "vocab.json");
+  TokenizerFiles files = from_tokenizer_json ? read_tokenizer_json(vocab_path)
+                                             : TokenizerFiles{read_vocab(vocab_path), read_merges(folder / "merges.txt")};
+  std::unordered_map<std::string, int64_t>& vocab = files.vocab;
+  for (const SpecialToken* token : {&special.bos, &special.eos, &special.unk, &special.pad}) {
+    if (!vocab.count(token->content)) {
+      ZEST_FAIL(vocab_path.string(), ": has no token \"", token->content, "\", which the tokenizer's configuration names ",
                 "as a special token");
     }
   }
-  return CLIPTokenizer(std::move(vocab), read_merges(folder / "merges.txt"), special, max_length, cleaning);
+  return CLIPTokenizer(std::move(vocab), files.merges, special, max_length, cleaning);
 }
 
 int64_t CLIPTokenizer::id_of(const std::string& token) const {
@@ -347,7 +409,7 @@ void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, std::v
   size_t i = 0;
   while (i < text.size()) {
     const std::string* found = nullptr;
-    for (const std::string& special : special_strings_) {
+    for (const std::string& special : cleaned ? normalized_strings_ : special_strings_) {
       if (text.substr(i, special.size()) == special) {
         found = &special;
         break;
@@ -368,18 +430,18 @@ void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, std::v
 void CLIPTokenizer::append_stretch(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const {
   if (text.empty()) return;
   if (cleaned) {
-    for (const std::u32string& piece : pre_tokenize(utf8_decode(text), /*ignore_case=*/false)) append_word(piece, tokens);
+    for (const std::u32string& piece : pre_tokenize(utf8_decode(text), /*python_pattern=*/false)) append_word(piece, tokens);
     return;
   }
   const std::u32string code_points = utf8_decode(text);
   if (cleaning_ == TextCleaning::kPythonWithoutFtfy) {
-    for (const std::u32string& piece : pre_tokenize(clean_like_python(code_points), /*ignore_case=*/true)) {
+    for (const std::u32string& piece : pre_tokenize(clean_like_python(code_points), /*python_pattern=*/true)) {
       append_word(piece, tokens);
     }
     return;
   }
-  // The tokenizers library matches the special tokens (normalized=True in the released configurations)
-  // again in the normalized text, so "<|ENDOFTEXT|>" is the end token too.
+  // The tokenizers library matches the normalized special tokens again in the normalized text (see
+  // SpecialToken::normalized).
   split_on_special(utf8_encode(clean_like_tokenizers(code_points)), /*cleaned=*/true, tokens);
 }
 

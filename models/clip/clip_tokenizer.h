@@ -21,11 +21,21 @@ enum class TextCleaning {
   kPythonWithoutFtfy,
 };
 
+struct SpecialToken {
+  std::string content;
+  // With kTokenizersLibrary a normalized token is also matched in the cleaned (lower-cased) text, so
+  // "<|ENDOFTEXT|>" is then the end token. Released configurations declare bos, eos and unk as AddedToken
+  // objects with "normalized": true and SD1.5's pad as the plain string "<|endoftext|>", which is not
+  // normalized; transformers declares them in the order bos, eos, unk, pad, and a string's last
+  // declaration decides (so SD1.5's "<|ENDOFTEXT|>" is text, SDXL's tokenizer_2's the end token).
+  bool normalized = true;
+};
+
 struct SpecialTokens {
-  std::string bos = "<|startoftext|>";
-  std::string eos = "<|endoftext|>";
-  std::string unk = "<|endoftext|>";
-  std::string pad = "<|endoftext|>";  // SDXL's tokenizer_2 pads with "!"
+  SpecialToken bos{"<|startoftext|>"};
+  SpecialToken eos{"<|endoftext|>"};
+  SpecialToken unk{"<|endoftext|>"};
+  SpecialToken pad{"<|endoftext|>"};  // SDXL's tokenizer_2 pads with "!"
 };
 
 class CLIPTokenizer {
@@ -66,6 +76,7 @@ class CLIPTokenizer {
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<std::string, int64_t> merge_ranks_;  // "first second" → rank
   std::vector<std::string> special_strings_;              // matched in the raw text, longest first
+  std::vector<std::string> normalized_strings_;           // also matched in the cleaned text (kTokenizersLibrary)
   int64_t bos_id_, eos_id_, unk_id_, pad_id_;
   int64_t max_length_;
   TextCleaning cleaning_;

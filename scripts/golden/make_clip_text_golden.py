@@ -93,11 +93,14 @@ def inputs():
 def forward(model, ids):
     with torch.no_grad():
         out = model(input_ids=ids, output_hidden_states=True)
-    result = {"last_hidden_state": out.last_hidden_state}
-    if hasattr(out, "text_embeds") and out.text_embeds is not None:
-        result["text_embeds"] = out.text_embeds
-    else:
-        result["pooler_output"] = out.pooler_output
+        result = {"last_hidden_state": out.last_hidden_state}
+        if getattr(out, "text_embeds", None) is not None:
+            result["text_embeds"] = out.text_embeds
+            # The pooled state before the projection too, for the C++ side to check it first (the
+            # projection model's output has no pooler_output).
+            result["pooler_output"] = model.text_model(input_ids=ids).pooler_output
+        else:
+            result["pooler_output"] = out.pooler_output
     for i, h in enumerate(out.hidden_states):
         result[f"hidden_states.{i}"] = h
     return result
@@ -131,9 +134,6 @@ def main():
         model = cls(config).float().eval()
         perturbed = perturb_constant_tensors(model)
         outputs = forward(model, ids)
-        if "text_embeds" in outputs:  # the pooled state itself, for the C++ side to check before projection
-            with torch.no_grad():
-                outputs["pooler_output"] = model.text_model(input_ids=ids).pooler_output
         tensors = {f"param.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()
                    if k != "text_model.embeddings.position_ids"}
         tensors["input.input_ids"] = ids

@@ -73,7 +73,7 @@ inline std::filesystem::path make_tokenizer_folder(const std::string& name, cons
   write_text(folder / "vocab.json", vocab_from_merges(merges).dump());
   nlohmann::json config = {{"bos_token", {{"content", "<|startoftext|>"}, {"normalized", true}}},
                            {"eos_token", {{"content", "<|endoftext|>"}, {"normalized", true}}},
-                           {"unk_token", "<|endoftext|>"},
+                           {"unk_token", {{"content", "<|endoftext|>"}, {"normalized", true}}},
                            {"pad_token", pad_token},
                            {"do_lower_case", true},
                            {"model_max_length", 77},

@@ -1,5 +1,5 @@
 // CLIPTokenizer: known ids of the real OpenAI vocabulary, padding and truncation as the pipelines call it,
-// each cleaning mode's rules, bad tokenizer folders, and transformers' ids on the golden corpus.
+// each cleaning mode's rules, bad tokenizer folders, tokenizer.json, and transformers' ids on the golden corpus.
 #include "common/error_of.h"
 #include "clip/clip_test_util.h"
 
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <sstream>
 
 namespace zest::clip::test {
 namespace {
@@ -111,8 +112,15 @@ TEST(CLIPTokenizer, SpecialTokensInTheText) {
     const Ids a = inner(t.encode("a")), b = inner(t.encode("b"));
     EXPECT_EQ(t.encode("a <|endoftext|> b"), (Ids{49406, a[0], 49407, b[0], 49407}));
     EXPECT_EQ(t.encode("<|startoftext|>"), (Ids{49406, 49406, 49407}));
-    EXPECT_EQ(t.encode("<|ENDOFTEXT|>"), (Ids{49406, 49407, 49407}));
   }
+  // Upper case: transformers 4's Python tokenizer lower-cases, then keeps the special string whole; the
+  // tokenizers library matches it in the lower-cased text only where its last declaration is normalized:
+  // SD1.5's pad "<|endoftext|>" is a plain string (not normalized), SDXL's tokenizer_2 pads with "!", so its
+  // "<|endoftext|>" stays the normalized end token (transformers 5.17, tests/data/clip/tokenizer_golden.json).
+  EXPECT_EQ(sd15(TextCleaning::kPythonWithoutFtfy).encode("<|ENDOFTEXT|>"), (Ids{49406, 49407, 49407}));
+  EXPECT_EQ(sd15().encode("<|ENDOFTEXT|>"), (Ids{49406, 27, 347, 40786, 4160, 91, 285, 49407}));
+  EXPECT_EQ(sdxl2().encode("<|ENDOFTEXT|>"), (Ids{49406, 49407, 49407}));
+  EXPECT_EQ(sd15().encode("<|STARTOFTEXT|>"), (Ids{49406, 49406, 49407})) << "bos is declared normalized";
 }
 
 TEST(CLIPTokenizer, SdxlSecondTokenizerTakesExclamationMarksAsItsPadToken) {
@@ -181,6 +189,36 @@ TEST(CLIPTokenizer, BadFoldersAreOneClearMessage) {
   EXPECT_EQ(CLIPTokenizer::from_folder(override_pad).pad_id(), 0);
 
   EXPECT_NE(error_of(load(good / "missing")).find("not a folder"), std::string::npos);
+}
+
+// transformers 5's save_pretrained writes tokenizer.json alone: the same vocabulary and merges under
+// "model" (merges as "a b" strings or [a, b] pairs) give the same ids; a broken one is one message.
+TEST(CLIPTokenizer, ReadsTokenizerJsonWhereThereIsNoVocabJson) {
+  const std::filesystem::path released = make_tokenizer_folder("json_base", "<|endoftext|>");
+  const nlohmann::json vocab = nlohmann::json::parse(read_text(released / "vocab.json"));
+  std::istringstream lines(read_text(released / "merges.txt"));
+  nlohmann::json as_strings = nlohmann::json::array(), as_pairs = nlohmann::json::array();
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    as_strings.push_back(line);
+    as_pairs.push_back({line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1)});
+  }
+  const std::string caption = "A photo of 2 cats, sitting on a mat!! <|endoftext|> ok";
+  const std::vector<int64_t> want = CLIPTokenizer::from_folder(released).encode(caption);
+  for (const auto& [name, merges] : {std::pair{"json_strings", as_strings}, std::pair{"json_pairs", as_pairs}}) {
+    const std::filesystem::path folder = fresh_folder(name);
+    std::filesystem::copy_file(released / "tokenizer_config.json", folder / "tokenizer_config.json");
+    write_text(folder / "tokenizer.json",
+               nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}.dump());
+    EXPECT_EQ(CLIPTokenizer::from_folder(folder).encode(caption), want) << name;
+  }
+  const std::filesystem::path bad = fresh_folder("json_bad");
+  write_text(bad / "tokenizer.json", nlohmann::json{{"model", {{"type", "WordPiece"}}}}.dump());
+  EXPECT_NE(error_of([&] { CLIPTokenizer::from_folder(bad); }).find("tokenizer.json: \"model\".\"type\" is \"WordPiece\""),
+            std::string::npos);
+  write_text(bad / "tokenizer.json",
+             nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"i n", 7}}}}}.dump());
+  EXPECT_NE(error_of([&] { CLIPTokenizer::from_folder(bad); }).find("tokenizer.json: merge 1 is 7"), std::string::npos);
 }
 
 // transformers' ids on scripts/golden/make_clip_tokenizer_golden.py's corpus (ZEST_CLIP_TOKENIZER_GOLDEN
