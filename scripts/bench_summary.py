@@ -17,6 +17,13 @@ def line(d):
             + (f" pipelined {d['pipelined_step_ms']:.1f} ms" if "pipelined_step_ms" in d else ""))
 
 
+def peer_line(d):
+    """A line of the peer's benchmark (../shared/anchor, `peer: true` in bench/results)."""
+    r = d["per_rank"][0]
+    return (f"peer {d['model']:7s} bs={d['bs_per_gpu']:<3d} {d['mode']:6s} {d['step_ms']:8.1f} ms/step (wall, back to back) "
+            f"alloc {r['peak_alloc_GiB']:5.1f} GiB res {r['peak_reserved_GiB']:5.1f}")
+
+
 def profile_lines(d, top=12):
     p = d.get("profile") or {}
     if not p:
@@ -36,6 +43,9 @@ def main():
             text = text.strip()
             if text.startswith("{"):
                 d = json.loads(text)
+                if d.get("peer") or "bs_per_gpu" in d:
+                    print(peer_line(d))
+                    continue
                 print(line(d))
                 for extra in profile_lines(d) if with_profile else []:
                     print(extra)
