@@ -22,7 +22,8 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(REPO, "tests", "data", "sd_tiny", "sd15")
 sys.path.insert(0, os.path.join(REPO, "scripts", "golden"))
-from make_prepare_golden import byte_symbols, import_diffusers  # noqa: E402
+from golden_common import import_diffusers  # noqa: E402
+from make_prepare_golden import byte_symbols  # noqa: E402
 
 UNET = dict(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
             block_out_channels=[320, 640, 1280, 1280], cross_attention_dim=768, attention_head_dim=8,

@@ -23,6 +23,8 @@ import sys
 
 import torch
 
+from golden_common import perturb_constant_tensors
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
@@ -56,25 +58,6 @@ FULL = {
                                                           "num_attention_heads": 20, "hidden_act": "gelu"}),
 }
 CONSTRUCTION_SEED, PERTURB_SEED, INPUT_SEED = 0, 1000, 100
-
-
-def perturb_constant_tensors(model):
-    """Every floating tensor that is identically 0 becomes 0.1·N(0,1), every one identically 1 becomes
-    1 + 0.1·N(0,1), drawn in state-dict order (biases and norms would otherwise hide mistakes)."""
-    generator = torch.Generator().manual_seed(PERTURB_SEED)
-    perturbed = []
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            if not tensor.is_floating_point():
-                continue
-            if bool((tensor == 0).all()):
-                tensor.copy_(0.1 * torch.randn(tensor.shape, generator=generator))
-            elif bool((tensor == 1).all()):
-                tensor.copy_(1 + 0.1 * torch.randn(tensor.shape, generator=generator))
-            else:
-                continue
-            perturbed.append(name)
-    return perturbed
 
 
 def inputs():

@@ -18,6 +18,8 @@ import tempfile
 
 import torch
 
+from golden_common import perturb_constant_tensors
+
 HYMOTION_REF = "Tencent-Hunyuan/HY-Motion-1.0 @ 9993ccd8aeba1f2d34c1061cc2282d14d5193055"
 DIFFUSERS_REF = "huggingface/diffusers @ 58eb52c0803ea9af3abec60841c2a093bdf1f951 (0.40.0.dev0)"
 
@@ -96,26 +98,6 @@ CARRIED_OVER = ("independent_fp64_reimplementation_output_max_abs_diff", "indepe
 
 # ---------------------------------------------------------------------------------------------------------
 # Construction
-
-def perturb_constant_tensors(model):
-    """Replaces every floating state-dict tensor that is identically 0 by 0.1·N(0,1) and every one that is
-    identically 1 by 1 + 0.1·N(0,1), drawn in state-dict order, so that zero-initialised modulations get
-    non-zero gradients and norm weights/biases are told apart. Returns the names, in order."""
-    generator = torch.Generator().manual_seed(PERTURB_SEED)
-    perturbed = []
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            if not tensor.is_floating_point():
-                continue
-            if bool((tensor == 0).all()):
-                tensor.copy_(0.1 * torch.randn(tensor.shape, generator=generator))
-            elif bool((tensor == 1).all()):
-                tensor.copy_(1 + 0.1 * torch.randn(tensor.shape, generator=generator))
-            else:
-                continue
-            perturbed.append(name)
-    return perturbed
-
 
 def build(spec):
     torch.manual_seed(CONSTRUCTION_SEED)

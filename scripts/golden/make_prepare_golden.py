@@ -21,11 +21,11 @@ import argparse
 import json
 import os
 import shutil
-import sys
-import tarfile
 import tempfile
 
 import torch
+
+from golden_common import import_diffusers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -38,18 +38,6 @@ IMAGES = {  # file in tests/data/prepare → caption
     "rgb_120x80.png": "noise with a red gradient!",
     "palette_9x7.png": "Eight colours; tiny & upscaled",
 }
-
-
-def import_diffusers(ref_src, tmp):
-    if os.path.isfile(ref_src):
-        with tarfile.open(ref_src) as tar:
-            tar.extractall(tmp)
-        root = os.path.join(tmp, "src")
-    else:
-        root = os.path.join(ref_src, "src") if os.path.isdir(os.path.join(ref_src, "src")) else ref_src
-    sys.path.insert(0, root)
-    from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
-    return AutoencoderKL
 
 
 def byte_symbols():
@@ -107,7 +95,7 @@ def main():
     shutil.rmtree(OUT, ignore_errors=True)
     pipe = os.path.join(OUT, "pipe")
     with tempfile.TemporaryDirectory() as tmp:
-        AutoencoderKL = import_diffusers(args.ref_src, tmp)
+        AutoencoderKL = import_diffusers(args.ref_src, tmp).AutoencoderKL
         import diffusers
 
         tokenizers, encoders = [], []

@@ -21,11 +21,11 @@ import argparse
 import json
 import os
 import platform
-import sys
-import tarfile
 import tempfile
 
 import torch
+
+from golden_common import import_diffusers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -34,19 +34,6 @@ TINY = os.path.join(REPO, "tests", "data", "sd_tiny")
 PROMPT = "a watercolor lighthouse, 1920s"
 REQUEST = dict(num_inference_steps=4, guidance_scale=7.5, height=16, width=16, num_images_per_prompt=2)
 SEED = 7
-
-
-def import_diffusers(ref_src, tmp):
-    if os.path.isfile(ref_src):
-        with tarfile.open(ref_src) as tar:
-            tar.extractall(tmp)
-        root = os.path.join(tmp, "src")
-    else:
-        root = os.path.join(ref_src, "src") if os.path.isdir(os.path.join(ref_src, "src")) else ref_src
-    sys.path.insert(0, root)
-    import diffusers
-
-    return diffusers
 
 
 def load_pipeline(diffusers, transformers, which):

@@ -20,11 +20,11 @@ import argparse
 import json
 import os
 import platform
-import sys
-import tarfile
 import tempfile
 
 import torch
+
+from golden_common import import_diffusers, perturb_constant_tensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -51,36 +51,6 @@ FULL = {
 CONSTRUCTION_SEED, PERTURB_SEED, INPUT_SEED, SAMPLE_SEED = 0, 1000, 100, 7
 
 
-def import_diffusers(ref_src, tmp):
-    if os.path.isfile(ref_src):
-        with tarfile.open(ref_src) as tar:
-            tar.extractall(tmp)
-        root = os.path.join(tmp, "src")
-    else:
-        root = os.path.join(ref_src, "src") if os.path.isdir(os.path.join(ref_src, "src")) else ref_src
-    sys.path.insert(0, root)
-    from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
-    return AutoencoderKL
-
-
-def perturb_constant_tensors(model):
-    """Identically-0 floating tensors become 0.1·N(0,1), identically-1 ones 1 + 0.1·N(0,1), in state-dict order."""
-    generator = torch.Generator().manual_seed(PERTURB_SEED)
-    perturbed = []
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            if not tensor.is_floating_point():
-                continue
-            if bool((tensor == 0).all()):
-                tensor.copy_(0.1 * torch.randn(tensor.shape, generator=generator))
-            elif bool((tensor == 1).all()):
-                tensor.copy_(1 + 0.1 * torch.randn(tensor.shape, generator=generator))
-            else:
-                continue
-            perturbed.append(name)
-    return perturbed
-
-
 def run(model, images):
     with torch.no_grad():
         dist = model.encode(images).latent_dist
@@ -104,7 +74,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as tmp:
-        AutoencoderKL = import_diffusers(args.ref_src, tmp)
+        AutoencoderKL = import_diffusers(args.ref_src, tmp).AutoencoderKL
         import diffusers
         print(f"torch {torch.__version__}, diffusers {diffusers.__version__} from {os.path.dirname(diffusers.__file__)}")
 
