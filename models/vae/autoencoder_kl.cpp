@@ -102,13 +102,12 @@ torch::Tensor VaeAttentionImpl::forward(const torch::Tensor& x) const {
 
 VaeMidBlockImpl::VaeMidBlockImpl(const VaeConfig& config, const torch::TensorOptions& options) {
   const int64_t channels = config.block_out_channels.back();
-  // Registered as diffusers' UNetMidBlock2D does, attentions before resnets: the state dict's order.
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  resnets->push_back(VaeResnet(channels, channels, config.norm_num_groups, options));
   if (config.mid_block_add_attention) {
     attentions = register_module("attentions", torch::nn::ModuleList());
     attentions->push_back(VaeAttention(channels, config.norm_num_groups, options));
   }
-  resnets = register_module("resnets", torch::nn::ModuleList());
-  resnets->push_back(VaeResnet(channels, channels, config.norm_num_groups, options));
   resnets->push_back(VaeResnet(channels, channels, config.norm_num_groups, options));
 }
 
