@@ -74,11 +74,11 @@ std::unique_ptr<Optimizer> zest_optimizer(const OptimConfig& config, Buffers& b,
   for (int s = 0; s < kSegments; ++s) {
     const int64_t begin = segment_begin(n, s), end = segment_begin(n, s + 1);
     OptimSegment seg;
-    seg.offset = begin;
+    seg.in_flat = {begin, end - begin};
     seg.master = b.master.slice(0, begin, end);
     seg.grad = b.grad.slice(0, begin, end);
     seg.param = b.param.slice(0, begin, end);
-    seg.decay_ranges = {{0, decay_end(begin, end) - begin}};
+    seg.decay_spans = {{0, decay_end(begin, end) - begin}};
     segments.push_back(std::move(seg));
   }
   StepScalars s;

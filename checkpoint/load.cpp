@@ -176,7 +176,7 @@ std::vector<CopyOp> plan_copies(const Manifest& m, const EngineState& state) {
 std::vector<std::string> kinds_to_load(const Manifest& m, const EngineState& state) {
   std::vector<std::string> kinds;
   for (const std::string& kind : m.kinds)
-    if (kind != kEmaKind || state.find_shard(kEmaKind)) kinds.push_back(kind);
+    if (kind != kEmaShard || state.find_shard(kEmaShard)) kinds.push_back(kind);
   return kinds;
 }
 
@@ -186,7 +186,7 @@ std::vector<NamedShard> read_staged(const std::string& dir, const Manifest& m, c
   ShardReader reader(dir, m);
   std::vector<NamedShard> staged;
   for (const std::string& kind : kinds_to_load(m, state)) {
-    auto buffer = torch::zeros({state.shard(kMasterKind).numel()}, torch::kFloat32);
+    auto buffer = torch::zeros({state.shard(kMasterShard).numel()}, torch::kFloat32);
     float* base = buffer.data_ptr<float>();
     for (const CopyOp& op : ops) reader.read(kind, op.src_unit, op.src_begin, op.numel, base + op.dst_begin);
     staged.push_back({kind, std::move(buffer)});
@@ -223,8 +223,8 @@ Compatibility check_compatibility(const Manifest& m, const EngineState& state, c
   compare_parameters(m, state, c.errors);
   std::vector<std::string> kinds;
   for (const std::string& name : state.shard_names())
-    if (name != kEmaKind) kinds.push_back(name);
-  if (m.ema) kinds.emplace_back(kEmaKind);  // whether this run keeps an EMA or not (compare_ema)
+    if (name != kEmaShard) kinds.push_back(name);
+  if (m.ema) kinds.emplace_back(kEmaShard);  // whether this run keeps an EMA or not (compare_ema)
   const OptimizerKind optimizer = state.configs.optimizer.name;
   if (m.optimizer.name != optimizer || m.kinds != kinds) {
     c.errors.push_back(str("optimizer: ", to_string(m.optimizer.name), " in the checkpoint, ", to_string(optimizer),

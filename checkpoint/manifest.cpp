@@ -281,7 +281,7 @@ int64_t Manifest::num_parameters() const {
   return n;
 }
 
-bool Manifest::has_ema() const { return std::find(kinds.begin(), kinds.end(), kEmaKind) != kinds.end(); }
+bool Manifest::has_ema() const { return std::find(kinds.begin(), kinds.end(), kEmaShard) != kinds.end(); }
 
 std::string config_hash(const std::string& model_name, const std::string& model_config) {
   return to_hex(xxh64_string(model_name + "\n" + model_config));

@@ -5,6 +5,7 @@
 // itself. docs/checkpoint_format.md is the field-by-field reference.
 #pragma once
 
+#include "engine/engine_state.h"
 #include "engine/loss_scaler.h"
 #include "engine/unit_layout.h"
 #include "optim/ema.h"
@@ -21,8 +22,6 @@ inline constexpr const char* kFormatName = "zest-checkpoint";
 inline constexpr int kFormatVersion = 2;        // what this build writes
 inline constexpr int kOldestFormatVersion = 1;  // version 1: no manifest checksum; otherwise read alike
 inline constexpr const char* kManifestChecksumField = "manifest_xxh64";
-inline constexpr const char* kMasterKind = "master";  // the fp32 master weights
-inline constexpr const char* kEmaKind = "ema";        // the EMA of the master weights, when the run keeps one
 
 struct FileRecord {
   std::string name;    // relative to the step folder, e.g. rank_00003.safetensors
@@ -41,8 +40,8 @@ struct Manifest {
   std::string precision;     // compute dtype of the run ("fp32", "bf16", "fp16"); tensors are fp32
   // One layout per unit, laid out for world_size: rank r's file holds [r·S, (r+1)·S) of each unit.
   std::vector<UnitLayout> units;
-  // Tensor kinds in every rank file, "<kind>.<unit>": "master", the optimizer's state names, then "ema"
-  // when the run keeps an EMA of the weights.
+  // Tensor kinds in every rank file, "<kind>.<unit>": the names of the engine's flat shards (NamedShard):
+  // kMasterShard, the optimizer's state names, then kEmaShard when the run keeps an EMA of the weights.
   std::vector<std::string> kinds;
   std::optional<EmaConfig> ema;  // the EMA's settings; present exactly when kinds ends with "ema"
 

@@ -89,10 +89,10 @@ void check_unit(const UnitLayout& unit, int world_size, std::set<std::string>& u
 }  // namespace
 
 std::vector<std::string> expected_kinds(OptimizerKind optimizer, bool ema) {
-  std::vector<std::string> kinds = {kMasterKind};
+  std::vector<std::string> kinds = {kMasterShard};
   const auto& states = optimizer_spec(optimizer).states;  // the optimizer's state tensors, in its order
   kinds.insert(kinds.end(), states.begin(), states.end());
-  if (ema) kinds.emplace_back(kEmaKind);
+  if (ema) kinds.emplace_back(kEmaShard);
   return kinds;
 }
 

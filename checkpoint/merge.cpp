@@ -75,10 +75,10 @@ safetensors::Metadata merged_metadata(const std::string& model, int64_t step, co
 }  // namespace
 
 std::string merged_kind(const Manifest& manifest, const MergeOptions& options, const std::string& step_dir) {
-  if (!options.ema) return kMasterKind;
+  if (!options.ema) return kMasterShard;
   ZEST_CHECK(manifest.has_ema(), step_dir, ": this checkpoint has no EMA of the weights (its run had no [ema] "
              "table); merge without --ema for the trained weights");
-  return kEmaKind;
+  return kEmaShard;
 }
 
 MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, const MergeOptions& options) {
@@ -116,9 +116,9 @@ MergeResult merge_online(StatefulEngine& engine, const std::string& out_path, co
   check_dtype(options.dtype);
   const EngineState state = engine.state();
   // The same on every rank (all run the same configuration), so no rank is left in a gather.
-  ZEST_CHECK(!options.ema || state.find_shard(kEmaKind), "merge: the EMA of the weights was asked for, but this "
+  ZEST_CHECK(!options.ema || state.find_shard(kEmaShard), "merge: the EMA of the weights was asked for, but this "
              "run keeps none (no [ema] table)");
-  const torch::Tensor values = state.shard(options.ema ? kEmaKind : kMasterKind);
+  const torch::Tensor values = state.shard(options.ema ? kEmaShard : kMasterShard);
   Communicator& comm = engine.comm();
   const bool writes = comm.rank() == 0;
   std::vector<UnitLayout> layouts;

@@ -6,12 +6,8 @@
 #include "core/check.h"
 
 #include <filesystem>
-#include <string_view>
 
 namespace zest::checkpoint {
-
-// The engine state's shard names are the checkpoint's tensor kinds.
-static_assert(std::string_view(kMasterKind) == kMasterShard && std::string_view(kEmaKind) == kEmaShard);
 
 int64_t RankSnapshot::nbytes() const {
   int64_t total = 0;
@@ -33,13 +29,13 @@ RankSnapshot snapshot_state(const EngineState& state, bool copy, bool to_host) {
                "' differs from the master shard's layout (", flat.numel(), " vs ", flat_numel, " fp32 elements)");
     std::vector<torch::Tensor> per_unit;
     for (const UnitShardLayout& unit : state.units) {
-      const ElementSpan mine = unit.layout.shard_span(snap.rank);
-      ZEST_CHECK(mine.begin >= unit.owned.begin && mine.end() <= unit.owned.end(), "unit ", unit.layout.name,
-                 ": rank ", snap.rank, " does not hold its slice [", mine.begin, ", ", mine.end(), ")");
-      auto slice = flat.narrow(0, unit.in_flat.begin + (mine.begin - unit.owned.begin), mine.numel);
+      const ElementSpan slice = unit.layout.slice(snap.rank);
+      ZEST_CHECK(slice.begin >= unit.owned.begin && slice.end() <= unit.owned.end(), "unit ", unit.layout.name,
+                 ": rank ", snap.rank, " does not hold its slice [", slice.begin, ", ", slice.end(), ")");
+      auto values = flat.narrow(0, unit.in_flat.begin + (slice.begin - unit.owned.begin), slice.numel);
       // Device tensors come to the host (the writer reads raw bytes) unless the caller stages them itself.
-      const bool to_copy = copy || (!slice.is_cpu() && to_host);
-      per_unit.push_back(to_copy ? slice.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : slice);
+      const bool to_copy = copy || (!values.is_cpu() && to_host);
+      per_unit.push_back(to_copy ? values.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : values);
     }
     snap.slices.push_back(std::move(per_unit));
   }

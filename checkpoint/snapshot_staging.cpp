@@ -10,7 +10,7 @@ namespace {
 // Elements of the snapshot: every shard's slices of every unit (this rank's share of each unit).
 int64_t snapshot_numel(const EngineState& state) {
   int64_t per_shard = 0;
-  for (const UnitShardLayout& unit : state.units) per_shard += unit.layout.shard_span(state.rank).numel;
+  for (const UnitShardLayout& unit : state.units) per_shard += unit.layout.slice(state.rank).numel;
   return static_cast<int64_t>(state.shards.size()) * per_shard;
 }
 

@@ -1,5 +1,5 @@
-// Element spans and ranges: index arithmetic over flat buffers, shared by the engine (unit slices), the
-// optimizers (decay ranges) and checkpoints (re-slicing). Pure values, no tensors.
+// ElementSpan: a run of elements of a flat buffer, the one index type shared by the engine (a rank's slice
+// of a unit, its owned part), the optimizers (decay spans) and checkpoints (re-slicing). Pure values.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +11,6 @@ struct ElementSpan {
   int64_t begin = 0;
   int64_t numel = 0;
   int64_t end() const { return begin + numel; }
-};
-
-// A half-open run [begin, end), relative to the start of the buffer it indexes.
-struct ElementRange {
-  int64_t begin = 0;
-  int64_t end = 0;
 };
 
 }  // namespace zest

@@ -10,19 +10,26 @@ namespace zest {
 Bucket::Bucket(size_t first, size_t last, const BucketEnv& env) : first_(first), last_(last), env_(env) {
   ZEST_CHECK(first <= last && last < env.units->size(), "bucket [", first, ", ", last, "] outside ",
              env.units->size(), " units");
-  if (!env_.policy->shard_params) return;
+  const ShardingPolicy& policy = *env_.policy;
+  FlatBuffers& buffers = *env_.buffers;
+  if (!policy.has_transient_grads()) {
+    for (size_t u : unit_indices()) unit(u).point_grads_at(buffers.grad_full(u));
+  }
+  if (!policy.gathers_per_unit()) {
+    for (size_t u : unit_indices()) unit(u).point_params_at(buffers.param_full(u));
+    return;
+  }
   // Stage 3: one buffer for the bucket's units; the parameters become views of it while it is allocated,
-  // then its memory goes until the first gather.
-  const auto& buffers = *env_.buffers;
+  // then its memory goes until the first unshard.
   param_buffer_ = torch::zeros({padded_numel()},
                                torch::TensorOptions().dtype(buffers.dtypes().compute).device(buffers.device()));
   int64_t offset = 0;
-  for (size_t u = first_; u <= last_; ++u) {
+  for (size_t u : unit_indices()) {
     unit(u).point_params_at(param_buffer_.narrow(0, offset, unit(u).padded_numel()));
     offset += unit(u).padded_numel();
   }
   free_storage(param_buffer_);
-  is_gathered_ = false;
+  residency_ = Residency::sharded;
 }
 
 std::string Bucket::describe() const {
@@ -44,7 +51,7 @@ int64_t Bucket::padded_numel() const {
 }
 
 void Bucket::ensure_grad_buffer() {
-  if (!env_.policy->shard_grads || grad_buffer_.defined()) return;
+  if (!env_.policy->has_transient_grads() || grad_buffer_.defined()) return;
   torch::NoGradGuard no_grad;
   const auto& buffers = *env_.buffers;
   grad_buffer_ = torch::zeros({padded_numel()},
@@ -101,35 +108,42 @@ void Bucket::wait_reduce() {
   grad_bytes_in_flight_ = 0;
 }
 
-void Bucket::gather_params() {
-  const ShardingPolicy& policy = *env_.policy;
-  if (!policy.shard_optimizer) return;  // stage 0: every rank updated the whole buffer
-  if (policy.shard_params && is_gathered_) return;
+void Bucket::unshard() {
+  if (residency_ != Residency::sharded) return;
   ZEST_CHECK(gather_work_ == nullptr, describe(), ": parameters gathered twice without a wait");
   const CollectiveLabel label(describe());
   torch::NoGradGuard no_grad;
   FlatBuffers& buffers = *env_.buffers;
   std::vector<torch::Tensor> inputs, outputs;
-  if (policy.shard_params) allocate_storage(param_buffer_, param_buffer_.numel() * param_buffer_.element_size());
+  if (param_buffer_.defined()) allocate_storage(param_buffer_, param_buffer_.numel() * param_buffer_.element_size());
   for (size_t u : unit_indices()) {
     inputs.push_back(buffers.param_shard(u));
     outputs.push_back(unit(u).param_flat());
   }
   gather_work_ = env_.comm->allgather_many(inputs, outputs);
-  is_gathered_ = true;
+  residency_ = Residency::gathering;
 }
 
-void Bucket::wait_params() {
+void Bucket::wait_unshard() {
   if (!gather_work_) return;
   gather_work_->wait();
   gather_work_.reset();
+  residency_ = Residency::gathered;
 }
 
-void Bucket::release_params() {
-  if (!env_.policy->shard_params || !is_gathered_) return;
-  wait_params();  // a gather still in flight writes into the memory about to go
+void Bucket::reshard() {
+  if (!env_.policy->gathers_per_unit() || residency_ == Residency::sharded) return;
+  wait_unshard();  // a gather still in flight writes into the memory about to go
   free_storage(param_buffer_);
-  is_gathered_ = false;
+  residency_ = Residency::sharded;
+}
+
+void Bucket::slices_updated() {
+  if (env_.policy->gathers_per_unit()) {
+    reshard();
+  } else if (!env_.policy->owns_whole_units()) {
+    residency_ = Residency::sharded;
+  }
 }
 
 int64_t Bucket::gathered_bytes() const {

@@ -1,9 +1,10 @@
 // Bucket: a run of consecutive units whose collectives go out together (one group of NCCL calls, one
-// packed MPI call) — FSDP2's parameter group. It owns the verbs the stages are made of:
+// packed MPI call) — FSDP2's parameter group. It holds its parameters' residency and owns the verbs the
+// stages are made of:
 //   gradients:  ensure_grad_buffer → reduce_grads → (step) wait_reduce
-//   parameters: gather_params → wait_params, and release_params (stage 3 only)
-// What each verb does is the ShardingPolicy's choice; the engine only orders the verbs. A bucket of one
-// unit is just a bucket.
+//   parameters: unshard → wait_unshard, reshard, and slices_updated after the optimizer wrote the slices
+// What each verb does is the ShardingPolicy's choice (a verb a stage does not need is a no-op); the engine
+// and ParamResidency only order the verbs. A bucket of one unit is just a bucket.
 #pragma once
 
 #include "comm/communicator.h"
@@ -37,8 +38,19 @@ struct BucketEnv {
   TransientBytes* transient_grads = nullptr;
 };
 
+// Where a bucket's full parameters stand on this rank.
+enum class Residency {
+  sharded,    // only the rank's slices are current: stage 3 at rest (the memory is freed), or stages 1–2
+              // between the optimizer's update and the allgather
+  gathering,  // an allgather into the full buffer is in flight
+  gathered,   // the full parameters are readable (always, at stage 0)
+};
+
 class Bucket {
  public:
+  // Points the units' parameters at the buffer they live in at rest (the full buffer; stage 3: the bucket's
+  // own, freed until the first unshard) and, without transient gradients, their .grad at the persistent
+  // full gradient buffer.
   Bucket(size_t first, size_t last, const BucketEnv& env);
 
   size_t first() const { return first_; }
@@ -48,7 +60,8 @@ class Bucket {
 
   // ---- gradients ----
   // Stages 2–3: gives the bucket's units a zeroed reduce-dtype gradient buffer (their .grad views) the
-  // first time one of their gradients arrives in a backward. No-op when it exists or at stages 0–1.
+  // first time one of their gradients arrives in a backward. No-op when it exists or without transient
+  // gradients (the policy's has_transient_grads: stages 0–1, stage 2 on one rank).
   void ensure_grad_buffer();
   // Launches the bucket's gradient collective (the policy's GradReduction). accumulate: add into the
   // gradient shard (a later micro-step of the same step) instead of overwriting it.
@@ -58,14 +71,17 @@ class Bucket {
   bool is_reduce_pending() const { return reduce_work_ != nullptr; }
 
   // ---- parameters ----
-  // Stages 1–2: allgathers the updated slices into the full buffer (in place) after a step. Stage 3:
-  // allocates the gathered buffer and allgathers the shard into it. No-op when already gathered.
-  void gather_params();
+  // Launches the allgather of the rank's slices into the full buffer (stage 3: allocating it first) when
+  // the bucket is sharded; a no-op otherwise.
+  void unshard();
   // Orders the gather before the caller's next work (a stream wait on CUDA).
-  void wait_params();
-  // Stage 3: frees the gathered buffer (the views stay, the memory goes).
-  void release_params();
-  bool is_gathered() const { return is_gathered_; }
+  void wait_unshard();
+  // Stage 3: frees the gathered buffer (the views stay, the memory goes). A no-op at stages 0–2.
+  void reshard();
+  // The optimizer (or a load) wrote new values into the rank's slices, so any full copy is stale:
+  // stages 1–2 become sharded until the next unshard, stage 3 reshards; stage 0 updated the whole buffer.
+  void slices_updated();
+  bool is_gathered() const { return residency_ != Residency::sharded; }  // gathered or on its way
   int64_t gathered_bytes() const;  // stage 3: bytes of the gathered buffer when allocated
 
  private:
@@ -81,7 +97,7 @@ class Bucket {
   torch::Tensor grad_buffer_;   // [Σ padded] reduce dtype, stages 2–3, from first gradient to reduction
   int64_t grad_bytes_in_flight_ = 0;  // the buffer's bytes while its reduction is not waited for
   torch::Tensor param_buffer_;  // [Σ padded] compute dtype, stage 3: storage allocated only while gathered
-  bool is_gathered_ = true;     // stage 3 starts sharded (set in the constructor)
+  Residency residency_ = Residency::gathered;  // stage 3 starts sharded (set in the constructor)
 };
 
 }  // namespace zest

@@ -21,21 +21,21 @@
 namespace zest {
 namespace {
 
-// Decay ranges of a unit's shard span, relative to the span start.
-std::vector<ElementRange> shard_decay_ranges(const UnitLayout& layout, ElementSpan span) {
-  std::vector<ElementRange> ranges;
+// The spans of a unit's owned part that get weight decay, relative to the part's start.
+std::vector<ElementSpan> owned_decay_spans(const UnitLayout& layout, ElementSpan owned) {
+  std::vector<ElementSpan> spans;
   for (const auto& slot : layout.slots) {
     if (!slot.decay) continue;
-    const int64_t begin = std::max(slot.offset, span.begin);
-    const int64_t end = std::min(slot.offset + slot.numel, span.end());
+    const int64_t begin = std::max(slot.offset, owned.begin);
+    const int64_t end = std::min(slot.offset + slot.numel, owned.end());
     if (begin >= end) continue;
-    if (!ranges.empty() && ranges.back().end == begin - span.begin) {
-      ranges.back().end = end - span.begin;
+    if (!spans.empty() && spans.back().end() == begin - owned.begin) {
+      spans.back().numel += end - begin;
     } else {
-      ranges.push_back({begin - span.begin, end - span.begin});
+      spans.push_back({begin - owned.begin, end - begin});
     }
   }
-  return ranges;
+  return spans;
 }
 
 StepRules step_rules(const EngineConfig& engine, const OptimConfig& optim, const SchedulerConfig& schedule,
@@ -111,7 +111,7 @@ Engine::~Engine() {
   if (events_link_) events_link_->events = nullptr;
   try {
     if (reducer_) reducer_->wait_all();
-    for (Bucket& bucket : buckets_) bucket.wait_params();
+    for (Bucket& bucket : buckets_) bucket.wait_unshard();
   } catch (...) {  // never throw from a destructor; a failed collective was already reported
   }
 }
@@ -136,7 +136,7 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   // Before the first byte of model state; the model's own host copy leaves as it moves to the GPU.
   check_fits(preflight_inputs(plan), device_, comm_->local_size(), host_bytes_of(model));
   const bool offload = config_.offload_optimizer != OffloadTarget::none;
-  ZEST_CHECK(!offload || policy_.shard_optimizer, "optimizer offload needs engine.stage = 1, 2 or 3");
+  ZEST_CHECK(!offload || policy_.can_offload_optimizer(), "optimizer offload needs engine.stage = 1, 2 or 3");
   buffers_ = std::make_unique<FlatBuffers>(units_, policy_, dtypes_, device_, /*master_on_host=*/offload);
   load_initial_values();
   make_buckets(plan);
@@ -147,12 +147,12 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   std::vector<std::string> param_names;
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& unit = units_[u];
-    const ElementSpan span = unit.shard_span();
+    const ElementSpan owned = unit.owned();
     for (const auto& slot : unit.layout().slots) {
-      // The slot's part of this rank's slice (empty when it lies in another rank's).
-      const int64_t begin = std::clamp(slot.offset, span.begin, span.end());
-      const int64_t end = std::clamp(slot.offset + slot.numel, span.begin, span.end());
-      norm_pieces_.push_back(buffers_->grad_shard(u).narrow(0, begin - span.begin, end - begin));
+      // The slot's part of this rank's owned part (empty when it lies in another rank's slice).
+      const int64_t begin = std::clamp(slot.offset, owned.begin, owned.end());
+      const int64_t end = std::clamp(slot.offset + slot.numel, owned.begin, owned.end());
+      norm_pieces_.push_back(buffers_->grad_shard(u).narrow(0, begin - owned.begin, end - begin));
       param_names.push_back(slot.name + " (unit " + unit.name() + ")");
     }
   }
@@ -188,19 +188,18 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   grad_accumulators_ = register_grad_hooks(units_, events_link_);
 }
 
-// Units from the declarations: layouts for this world size, this rank's slices, tied-parameter users.
+// Units from the declarations: layouts for this world size, this rank's owned parts, tied-parameter users.
 void Engine::place_units(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
   torch::NoGradGuard no_grad;
   auto parts = partition_into_units(model, decls, optim_config_.no_decay);
   const int world = comm_->size();
-  int64_t shard_offset = 0;
+  int64_t flat_begin = 0;
   units_.reserve(parts.size());
   for (auto& part : parts) {
     auto layout = make_unit_layout(part.name, std::move(part.slots), world);
-    const ElementSpan span = policy_.shard_optimizer ? layout.shard_span(comm_->rank())
-                                                     : ElementSpan{0, layout.padded_numel};
-    units_.emplace_back(std::move(layout), std::move(part.tensors), span, shard_offset);
-    shard_offset += span.numel;
+    const ElementSpan owned = policy_.owned(layout, comm_->rank());
+    units_.emplace_back(std::move(layout), std::move(part.tensors), owned, flat_begin);
+    flat_begin += owned.numel;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
     for (const auto& slot : units_[u].layout().slots) {
@@ -212,24 +211,14 @@ void Engine::place_units(torch::nn::Module& model, const std::vector<UnitDecl>& 
   }
 }
 
-// Rank 0's values win, so every rank starts from identical parameters; each lands in the master shard,
-// the parameter shard (stage 3) or the full buffer (stages 0–2), on the device.
+// Rank 0's values win, so every rank starts from identical parameters; each lands in the master shard
+// and the parameters the rank keeps, on the device (the buckets then point the units at them).
 void Engine::load_initial_values() {
   torch::NoGradGuard no_grad;
   for (size_t u = 0; u < units_.size(); ++u) {
-    Unit& unit = units_[u];
-    auto initial = unit.values_fp32_cpu();  // [padded] fp32, read before the views replace the originals
-    comm_->broadcast_sync(initial, 0);      // a CPU tensor: a control message
-    const ElementSpan span = unit.shard_span();
-    auto on_device = initial.to(device_);
-    buffers_->master(u).copy_(on_device.narrow(0, span.begin, span.numel));
-    if (policy_.shard_params) {
-      buffers_->param_shard(u).copy_(on_device.narrow(0, span.begin, span.numel));
-    } else {
-      buffers_->param_full(u).copy_(on_device);
-      unit.point_params_at(buffers_->param_full(u));
-    }
-    if (!policy_.shard_grads) unit.point_grads_at(buffers_->grad_full(u));
+    auto initial = units_[u].values_fp32_cpu();  // [padded] fp32, read before the views replace the originals
+    comm_->broadcast_sync(initial, 0);           // a CPU tensor: a control message
+    buffers_->load_unit(u, initial.to(device_));
   }
 }
 
@@ -277,8 +266,8 @@ void Engine::build_optimizer() {
   segments.reserve(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& unit = units_[u];
-    segments.push_back({unit.shard_offset(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
-                        shard_decay_ranges(unit.layout(), unit.shard_span())});
+    segments.push_back({unit.in_flat(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
+                        owned_decay_spans(unit.layout(), unit.owned())});
   }
   const int64_t numel = buffers_->master().numel();
   if (config_.offload_optimizer != OffloadTarget::none) {
@@ -316,7 +305,7 @@ void Engine::install_runners(UnitModule& model) {
 bool Engine::is_boundary_micro_step() const { return (micro_step_ + 1) % config_.accumulation_steps == 0; }
 
 void Engine::check_model_in_place() const {
-  ZEST_CHECK(!policy_.shard_params || has_unit_runner_, "engine.stage = 3 needs a zest::UnitModule whose units "
+  ZEST_CHECK(!policy_.gathers_per_unit() || has_unit_runner_, "engine.stage = 3 needs a zest::UnitModule whose units "
              "run through run_unit(), so parameters can be gathered per unit");
   for (const Unit& unit : units_) {
     ZEST_CHECK(unit.params_are_engine_views(), "the parameters of unit '", unit.name(), "' no longer live in the "
@@ -332,7 +321,7 @@ void Engine::backward(const torch::Tensor& loss) {
   if (micro_step_ == 0) check_model_in_place();
   if (!is_capturing_) outcome_->poll();  // host work: never part of a graph
   const bool reduce = policy_.reduces_every_micro_step() || is_boundary_micro_step();
-  reducer_->begin_backward(reduce, /*accumulate=*/policy_.shard_grads && micro_step_ > 0);
+  reducer_->begin_backward(reduce, /*accumulate=*/policy_.reduces_every_micro_step() && micro_step_ > 0);
   residency_->begin_backward();
   // loss · scale / accumulation_steps, the scale read on the device.
   const auto factor = (scalars_.narrow(0, kLossScaleIndex, 1) / config_.accumulation_steps).to(torch::kFloat32);
@@ -352,7 +341,7 @@ void Engine::step() {
 
   // Global norm: each rank's per-parameter sums of squares, one allreduce (stage 0 holds it all already).
   sums_of_squares(norm_pieces_, param_sumsq_);
-  if (policy_.shard_optimizer) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
+  if (!policy_.owns_whole_units()) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
 
   run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
   optimizer_->step();                              // reads them there; a skipped step changes nothing
@@ -434,7 +423,7 @@ EngineState Engine::layout_state() {
   s.world_size = comm_->size();
   s.stage = config_.stage;
   for (size_t u = 0; u < units_.size(); ++u)
-    s.units.push_back({units_[u].layout(), units_[u].shard_span(), master_span(u)});
+    s.units.push_back({units_[u].layout(), units_[u].owned(), units_[u].in_flat()});
   s.shards.push_back({kMasterShard, buffers_->master()});
   for (auto& [name, tensor] : optimizer_->state_tensors()) s.shards.push_back({name, tensor});
   if (ema_) s.shards.push_back({kEmaShard, ema_->shard()});
@@ -489,10 +478,6 @@ void Engine::load_state(const EngineState& loaded) {
   refresh_params_from_master();
 }
 
-ElementSpan Engine::master_span(size_t u) const {
-  return {units_[u].shard_offset(), units_[u].shard_span().numel};
-}
-
 int64_t Engine::skipped_total() const {
   return static_cast<int64_t>(scalars_[offsetof(StepScalars, skipped_total) / sizeof(double)].item<double>());
 }
@@ -508,11 +493,9 @@ double Engine::current_lr() const {
 
 void Engine::refresh_params_from_master() {
   torch::NoGradGuard no_grad;
-  for (Bucket& bucket : buckets_) bucket.release_params();  // stage 3: regathered on demand
+  residency_->join_gathers();  // a gather in flight reads the slices overwritten here
   for (size_t u = 0; u < units_.size(); ++u) buffers_->param_shard(u).copy_(buffers_->master(u));
-  if (!policy_.gathers_after_step()) return;
-  for (Bucket& bucket : buckets_) bucket.gather_params();
-  for (Bucket& bucket : buckets_) bucket.wait_params();
+  residency_->slices_updated(/*wait_all=*/true);  // stage 3: regathered on demand
 }
 
 ModelStateBytes Engine::model_state_bytes() const {

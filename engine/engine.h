@@ -108,8 +108,6 @@ class Engine final : public StatefulEngine, private UnitEvents {
   const ShardingPolicy& policy() const { return policy_; }
   const std::vector<Unit>& units() const { return units_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Unit u's part of the rank's flat shard tensors (master, optimizer state).
-  ElementSpan master_span(size_t unit_idx) const;
   torch::Tensor master_shard() const { return buffers_->master(); }  // [Σ shard] fp32 (host memory if offloaded)
   Optimizer& optimizer() { return *optimizer_; }
   LossScaler& loss_scaler() { return loss_scaler_; }

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "engine/sharding_policy.h"
 
 #include <cmath>
 #include <thread>
@@ -123,11 +124,16 @@ LossScaleConfig read_loss_scale(ConfigTable& table) {
   return c;
 }
 
+// The stage's sharding as far as settings go: the world size decides only stage 2's one-rank shortcut,
+// which no setting depends on. `stage` is valid (ShardingPolicy::is_stage).
+ShardingPolicy sharding_of(const EngineConfig& c) { return ShardingPolicy::for_stage(c.stage, /*world_size=*/1); }
+
 void check_ranges(ConfigTable& table, const EngineConfig& c) {
-  check(table, c.stage >= 0 && c.stage <= 3, "stage", "must be 0, 1, 2 or 3 (got " + std::to_string(c.stage) + ")");
+  check(table, ShardingPolicy::is_stage(c.stage), "stage",
+        "must be 0, 1, 2 or 3 (got " + std::to_string(c.stage) + ")");
   check(table, c.prefetch >= 0 && c.prefetch <= 16, "prefetch", "must be between 0 and 16 (buckets gathered ahead)");
   for (const char* key : {"reshard_after_forward", "prefetch"}) {
-    check(table, c.stage == 3 || !table.has(key), key,
+    check(table, sharding_of(c).gathers_per_unit() || !table.has(key), key,
           "is only used with stage = 3 (stage is " + std::to_string(c.stage) + ")");
   }
   check(table, c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
@@ -191,7 +197,8 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
         "is only used with optimizer = \"cpu\"");
   // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
   // which no one wants; DeepSpeed likewise offloads from stage 1 up.
-  if (c.offload_optimizer != OffloadTarget::none && c.stage == 0)
+  if (c.offload_optimizer != OffloadTarget::none && ShardingPolicy::is_stage(c.stage) &&
+      !sharding_of(c).can_offload_optimizer())
     offload.fail("optimizer", "offloading the optimizer needs engine.stage = 1, 2 or 3 (stage is 0)");
   ConfigTable loss_scale = table.table("loss_scale");
   if (c.precision == Precision::fp16) c.loss_scale = read_loss_scale(loss_scale);
@@ -211,7 +218,7 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
   t.set("device", to_string(c.device), "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)");
   t.set("collective_timeout_s", c.collective_timeout_s, "a collective not done by then ends every rank, named");
   t.set("rendezvous_timeout_s", c.rendezvous_timeout_s, "every rank must have joined the world by then");
-  if (c.stage == 3) {
+  if (sharding_of(c).gathers_per_unit()) {
     t.set("reshard_after_forward", c.reshard_after_forward, "free a unit's gathered parameters after its forward");
     t.set("prefetch", c.prefetch, "buckets gathered ahead of the running one");
   }

@@ -4,6 +4,19 @@
 #include "core/check.h"
 
 namespace zest {
+namespace {
+
+// A unit's owned part of a flat shard tensor.
+torch::Tensor in_flat(const torch::Tensor& flat, const Unit& unit) {
+  return flat.narrow(0, unit.in_flat().begin, unit.in_flat().numel);
+}
+
+// A span of one unit's [padded_numel] tensor.
+torch::Tensor in_unit(const torch::Tensor& unit_tensor, ElementSpan span) {
+  return unit_tensor.narrow(0, span.begin, span.numel);
+}
+
+}  // namespace
 
 FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& policy, FlatDtypes dtypes,
                          torch::Device device, bool master_on_host)
@@ -12,17 +25,20 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
   for (const Unit& unit : units) {
     full_offsets_.push_back(full_numel);
     full_numel += unit.padded_numel();
-    shard_numel += unit.shard_span().numel;
+    shard_numel += unit.owned().numel;
   }
   const auto on_device = torch::TensorOptions().device(device);
   // An offloaded master never crosses PCIe in a step (the optimizer's gradient and parameter copies do):
   // ordinary host memory.
   master_ = torch::zeros({shard_numel}, (master_on_host ? torch::TensorOptions() : on_device).dtype(torch::kFloat32));
-  if (!policy.shard_params) param_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.compute));
   // Stages 1–2 update their slice inside the full buffer and allgather in place; only stage 3 keeps
   // the parameter shard as a tensor of its own.
-  if (policy.shard_params) param_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.compute));
-  if (policy.shard_grads) {
+  if (policy.gathers_per_unit()) {
+    param_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.compute));
+  } else {
+    param_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.compute));
+  }
+  if (policy.has_transient_grads()) {
     grad_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.reduce));
   } else {
     grad_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.reduce));
@@ -36,8 +52,7 @@ torch::Tensor FlatBuffers::param_full(size_t u) const {
 
 torch::Tensor FlatBuffers::param_shard(size_t u) const {
   const Unit& unit = units_[u];
-  if (param_shard_.defined()) return param_shard_.narrow(0, unit.shard_offset(), unit.shard_span().numel);
-  return param_full(u).narrow(0, unit.shard_span().begin, unit.shard_span().numel);
+  return param_shard_.defined() ? in_flat(param_shard_, unit) : in_unit(param_full(u), unit.owned());
 }
 
 torch::Tensor FlatBuffers::grad_full(size_t u) const {
@@ -47,12 +62,19 @@ torch::Tensor FlatBuffers::grad_full(size_t u) const {
 
 torch::Tensor FlatBuffers::grad_shard(size_t u) const {
   const Unit& unit = units_[u];
-  if (grad_shard_.defined()) return grad_shard_.narrow(0, unit.shard_offset(), unit.shard_span().numel);
-  return grad_full(u).narrow(0, unit.shard_span().begin, unit.shard_span().numel);
+  return grad_shard_.defined() ? in_flat(grad_shard_, unit) : in_unit(grad_full(u), unit.owned());
 }
 
-torch::Tensor FlatBuffers::master(size_t u) const {
-  return master_.narrow(0, units_[u].shard_offset(), units_[u].shard_span().numel);
+torch::Tensor FlatBuffers::master(size_t u) const { return in_flat(master_, units_[u]); }
+
+void FlatBuffers::load_unit(size_t u, const torch::Tensor& values) {
+  const ElementSpan owned = units_[u].owned();
+  master(u).copy_(in_unit(values, owned));
+  if (param_full_.defined()) {
+    param_full(u).copy_(values);
+  } else {
+    param_shard(u).copy_(in_unit(values, owned));
+  }
 }
 
 void FlatBuffers::zero_grads() {

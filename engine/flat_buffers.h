@@ -33,6 +33,9 @@ class FlatBuffers {
   torch::Tensor grad_full(size_t u) const;    // stages 0–1
   torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full
   torch::Tensor master(size_t u) const;
+  // Writes unit u's full values ([padded_numel], on the device) into what the rank keeps of it: its owned
+  // part of the master, and the parameters kept at rest (the full buffer; stage 3: its slice).
+  void load_unit(size_t u, const torch::Tensor& values);
 
   const torch::Tensor& master() const { return master_; }  // [Σ shard] fp32, on the device or the host
   bool has_param_full() const { return param_full_.defined(); }

@@ -18,7 +18,7 @@ ParamResidency::ParamResidency(std::vector<Bucket>& buckets, std::vector<std::ve
 }
 
 void ParamResidency::gather(size_t b) {
-  buckets_[b].gather_params();
+  buckets_[b].unshard();
   note_gathered();
 }
 
@@ -38,48 +38,49 @@ void ParamResidency::prefetch(size_t b, int direction) {
 
 void ParamResidency::before_forward(size_t u) {
   seen_in_forward_[u] = 1;
-  if (policy_.shard_params) {
+  if (policy_.gathers_per_unit()) {
     for (size_t b : needed_buckets_[u]) gather(b);
     prefetch(needed_buckets_[u].front(), is_in_backward_ ? -1 : +1);
   }
-  for (size_t b : needed_buckets_[u]) buckets_[b].wait_params();
+  for (size_t b : needed_buckets_[u]) buckets_[b].wait_unshard();
 }
 
 void ParamResidency::after_forward(size_t u) {
-  if (!policy_.shard_params || !policy_.reshard_after_forward) return;
+  if (!policy_.reshards_after_forward()) return;
   const size_t own = needed_buckets_[u].front();
   for (size_t b : needed_buckets_[u]) {
     if (b == buckets_.size() - 1) continue;  // backward starts with the last bucket: keep it
     if (b == own && u != buckets_[b].last()) continue;  // the bucket's later units still run
-    buckets_[b].release_params();
+    buckets_[b].reshard();
   }
 }
 
 void ParamResidency::before_backward(size_t u) {
-  if (!policy_.shard_params) return;
+  if (!policy_.gathers_per_unit()) return;
   for (size_t b : needed_buckets_[u]) gather(b);
   prefetch(needed_buckets_[u].front(), -1);
-  for (size_t b : needed_buckets_[u]) buckets_[b].wait_params();
+  for (size_t b : needed_buckets_[u]) buckets_[b].wait_unshard();
 }
 
-void ParamResidency::bucket_reduced(size_t b) {
-  if (policy_.shard_params) buckets_[b].release_params();
-}
+void ParamResidency::bucket_reduced(size_t b) { buckets_[b].reshard(); }
 
 void ParamResidency::end_backward() {
   is_in_backward_ = false;
-  if (!policy_.shard_params) return;
-  for (Bucket& bucket : buckets_) bucket.release_params();
+  for (Bucket& bucket : buckets_) bucket.reshard();
 }
 
-void ParamResidency::after_step() {
-  if (!policy_.gathers_after_step()) return;
-  for (Bucket& bucket : buckets_) bucket.gather_params();
-  for (Bucket& bucket : buckets_) {
-    for (size_t u = bucket.first(); u <= bucket.last(); ++u) {
-      if (!is_lazy_ || !seen_in_forward_[u]) {
-        bucket.wait_params();
-        break;
+void ParamResidency::after_step() { slices_updated(/*wait_all=*/false); }
+
+void ParamResidency::slices_updated(bool wait_all) {
+  for (Bucket& bucket : buckets_) bucket.slices_updated();
+  if (policy_.gathers_after_step()) {
+    for (Bucket& bucket : buckets_) bucket.unshard();
+    for (Bucket& bucket : buckets_) {
+      for (size_t u = bucket.first(); u <= bucket.last(); ++u) {
+        if (wait_all || !is_lazy_ || !seen_in_forward_[u]) {
+          bucket.wait_unshard();
+          break;
+        }
       }
     }
   }
@@ -88,13 +89,13 @@ void ParamResidency::after_step() {
 
 void ParamResidency::gather_all_now() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (policy_.shard_params) gather(b);
-    buckets_[b].wait_params();
+    gather(b);
+    buckets_[b].wait_unshard();
   }
 }
 
 void ParamResidency::join_gathers() {
-  for (Bucket& bucket : buckets_) bucket.wait_params();
+  for (Bucket& bucket : buckets_) bucket.wait_unshard();
 }
 
 }  // namespace zest

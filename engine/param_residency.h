@@ -29,9 +29,12 @@ class ParamResidency {
   void before_backward(size_t unit_idx);
   void bucket_reduced(size_t bucket_idx);
   void end_backward();
-  // Stages 1–2 after the optimizer: launch every bucket's gather; buckets of units never seen running
-  // through the engine's runner (a model calling parameters directly) are waited for at once.
+  // After the optimizer: every bucket's slices changed. Stages 1–2 launch every bucket's gather; buckets
+  // of units never seen running through the engine's runner (a model calling parameters directly) are
+  // waited for at once.
   void after_step();
+  // The same after a load wrote the slices (wait_all: every gather is waited for at once).
+  void slices_updated(bool wait_all);
   // Every gather done and every bucket gathered: parameters readable by anyone (stage 3 gathers all).
   void gather_all_now();
   // Orders every gather in flight before the caller's next work, gathering nothing new: the end of a

@@ -2,6 +2,7 @@
 #include "engine/preflight.h"
 
 #include "core/check.h"
+#include "engine/sharding_policy.h"
 #include "optim/optimizer.h"
 
 #include <algorithm>
@@ -23,6 +24,11 @@ std::string gb(int64_t bytes) {
   return text;
 }
 
+// The policy `stage` would run under with the inputs' world size (the engine's own choice, ShardingPolicy).
+ShardingPolicy policy_of(const MemoryModelInputs& m, int stage) {
+  return ShardingPolicy::for_stage(stage, m.world_size);
+}
+
 }  // namespace
 
 PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const EngineConfig& engine,
@@ -38,14 +44,17 @@ PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const Engine
 }
 
 int64_t preflight_bytes(const PreflightInputs& in, int stage) {
+  const ShardingPolicy policy = policy_of(in.model_state, stage);
   MemoryModelInputs m = in.model_state;
   m.stage = stage;
   m.ema = in.ema;
-  m.offload_optimizer = m.offload_optimizer && stage >= 1;
+  m.offload_optimizer = m.offload_optimizer && policy.can_offload_optimizer();
   int64_t bytes = estimate_model_state_bytes(m).on_device();
   const int64_t bucket = in.largest_bucket_numel;
-  if (stage >= 2) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);  // gradient buckets in flight
-  if (stage == 3) bytes += (in.prefetch + 2) * bucket * dtype_bytes(m.precision);  // running, prefetched, last
+  // The engine waits for a bucket's reduction two buckets later: three transient gradient buffers at most.
+  if (policy.has_transient_grads()) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);
+  // Stage 3's gathered buckets: the running one, `prefetch` ahead, and the last, kept for backward.
+  if (policy.gathers_per_unit()) bytes += (in.prefetch + 2) * bucket * dtype_bytes(m.precision);
   return bytes;
 }
 
@@ -57,14 +66,14 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
                             " parameters on ", in.model_state.world_size, " GPU(s)); this ", device_name, " has ",
                             gb(free_bytes), " free");
   std::string fits;
-  for (int other = 0; other <= 3; ++other) {
+  for (int other = 0; other <= ShardingPolicy::kMaxStage; ++other) {
     if (other == stage) continue;
     const int64_t other_need = preflight_bytes(in, other);
     if (other_need <= free_bytes) fits += str(fits.empty() ? "; " : ", ", "stage ", other, " needs ", gb(other_need));
   }
-  // The fewest GPUs that fit the asked-for stage (stage 0 does not shrink with more GPUs).
+  // The fewest GPUs that fit the asked-for stage (one that owns whole units does not shrink with more GPUs).
   std::string gpus;
-  if (stage > 0) {
+  if (!policy_of(in.model_state, stage).owns_whole_units()) {
     PreflightInputs more = in;
     for (int n = in.model_state.world_size + 1; n <= 4096; ++n) {
       more.model_state.world_size = n;
@@ -78,7 +87,8 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
   if (!in.model_state.offload_optimizer) {
     PreflightInputs offloaded = in;
     offloaded.model_state.offload_optimizer = true;
-    for (int s = std::max(stage, 1); s <= 3; ++s) {
+    for (int s = stage; s <= ShardingPolicy::kMaxStage; ++s) {
+      if (!policy_of(in.model_state, s).can_offload_optimizer()) continue;
       const int64_t with_offload = preflight_bytes(offloaded, s);
       if (with_offload > free_bytes) continue;
       fits += str(fits.empty() ? "; " : ", ", "stage ", s, " with [engine.offload] optimizer = \"cpu\" needs ",
@@ -93,7 +103,8 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
 }
 
 int64_t preflight_host_bytes(const PreflightInputs& in) {
-  if (!in.model_state.offload_optimizer || in.model_state.stage < 1) return 0;
+  if (!in.model_state.offload_optimizer || !policy_of(in.model_state, in.model_state.stage).can_offload_optimizer())
+    return 0;
   MemoryModelInputs m = in.model_state;
   m.ema = in.ema;
   return estimate_model_state_bytes(m).on_host() + kProcessHostBytes;

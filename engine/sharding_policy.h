@@ -1,8 +1,14 @@
-// ShardingPolicy: what a ZeRO stage shards and keeps, resolved once from [engine]. The buckets consult it
-// in their verbs (reduce_grads, unshard, reshard); nothing else re-tests the stage number.
+// ShardingPolicy: every difference between the ZeRO stages, resolved once from [engine]: what a rank keeps
+// of each kind of model state, how gradients leave backward, when parameters are gathered. The buckets'
+// verbs (reduce_grads, unshard, reshard), the flat buffers, the memory model and the pre-flight check ask
+// it; nothing else tests the stage number.
 #pragma once
 
 #include "core/check.h"
+#include "core/element_span.h"
+#include "engine/unit_layout.h"
+
+#include <cstdint>
 
 namespace zest {
 
@@ -14,6 +20,8 @@ enum class GradReduction {
 };
 
 struct ShardingPolicy {
+  static constexpr int kMaxStage = 3;
+
   int stage = 0;
   bool shard_optimizer = false;        // master + optimizer state: own slice only (stage >= 1)
   bool shard_grads = false;            // full gradients live only until reduced (stage >= 2)
@@ -23,19 +31,47 @@ struct ShardingPolicy {
   // With one rank a stage-2 gradient shard is the whole gradient: the gradients then stay in the
   // persistent buffer autograd accumulates into (stage 1's way), which saves a transient buffer's zero
   // fill and the copy that a one-rank reduce-scatter is, at the same memory. Stage 3 keeps its own path.
+  static bool is_stage(int stage) { return stage >= 0 && stage <= kMaxStage; }
   static ShardingPolicy for_stage(int stage, int world_size, bool reshard_after_forward = true) {
-    ZEST_CHECK(stage >= 0 && stage <= 3, "ZeRO stage ", stage, " is not supported (0, 1, 2 or 3)");
+    ZEST_CHECK(is_stage(stage), "ZeRO stage ", stage, " is not supported (0, 1, 2 or 3)");
     const bool shard_grads = stage >= 3 || (stage == 2 && world_size > 1);
     return {stage, stage >= 1, shard_grads, stage >= 3, reshard_after_forward};
   }
 
+  // ---- what a rank owns and keeps ----
+  // The part of a unit this rank updates (master, optimizer state): its slice, or the whole unit at stage 0.
+  ElementSpan owned(const UnitLayout& layout, int rank) const {
+    return shard_optimizer ? layout.slice(rank) : ElementSpan{0, layout.padded_numel};
+  }
+  // Stage 0 owns whole units: its gradients need no reduction of their norm, and its update rewrites the
+  // whole parameter buffer.
+  bool owns_whole_units() const { return !shard_optimizer; }
+  // Optimizer offload moves the owned master and optimizer state to the host: it needs them sharded.
+  bool can_offload_optimizer() const { return shard_optimizer; }
+  // Of model state that takes `full` bytes for the whole model, what one of `world_size` ranks keeps.
+  int64_t param_bytes_kept(int64_t full, int world_size) const { return shard_params ? full / world_size : full; }
+  int64_t grad_bytes_kept(int64_t full, int world_size) const { return shard_grads ? full / world_size : full; }
+  // The fp32 master, the optimizer state and the EMA (kept like the master).
+  int64_t optimizer_bytes_kept(int64_t full, int world_size) const {
+    return shard_optimizer ? full / world_size : full;
+  }
+
+  // ---- gradients ----
   GradReduction grad_reduction() const {
     if (shard_grads) return GradReduction::reduce_scatter_to_shard;
     return shard_optimizer ? GradReduction::reduce_scatter : GradReduction::allreduce;
   }
+  // Full gradients exist only from a bucket's first gradient to its reduction (stages 2–3, more than one
+  // rank at stage 2): the buckets' transient buffers.
+  bool has_transient_grads() const { return shard_grads; }
   // Stages 0/1 accumulate micro-batches in the persistent full buffer and communicate once per step;
-  // stages 2/3 keep only the shard, so they reduce every micro-step.
+  // stages 2/3 keep only the shard, so they reduce every micro-step (and add into the shard after the first).
   bool reduces_every_micro_step() const { return shard_grads; }
+
+  // ---- parameters ----
+  // Stage 3 gathers a bucket's parameters just before its units run and frees them afterwards.
+  bool gathers_per_unit() const { return shard_params; }
+  bool reshards_after_forward() const { return shard_params && reshard_after_forward; }
   // Stages 1/2 allgather the updated parameter shards after each step (stage 3 gathers on demand).
   bool gathers_after_step() const { return shard_optimizer && !shard_params; }
 };

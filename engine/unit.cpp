@@ -8,8 +8,8 @@
 
 namespace zest {
 
-Unit::Unit(UnitLayout layout, std::vector<torch::Tensor> params, ElementSpan shard_span, int64_t shard_offset)
-    : layout_(std::move(layout)), params_(std::move(params)), shard_span_(shard_span), shard_offset_(shard_offset) {
+Unit::Unit(UnitLayout layout, std::vector<torch::Tensor> params, ElementSpan owned, int64_t flat_begin)
+    : layout_(std::move(layout)), params_(std::move(params)), owned_(owned), in_flat_{flat_begin, owned.numel} {
   ZEST_CHECK(params_.size() == layout_.slots.size(), "unit ", layout_.name, ": ", params_.size(),
              " parameters for ", layout_.slots.size(), " slots");
 }

@@ -1,5 +1,5 @@
 // Unit: one declared unit's parameters as views into a flat compute-dtype buffer, its gradient views, and
-// where this rank's slice of it sits. Buckets (bucket.h) run the collectives; the unit only points its
+// the part of it this rank owns. Buckets (bucket.h) run the collectives; the unit only points its
 // parameters and gradients at the buffers it is given.
 #pragma once
 
@@ -14,16 +14,16 @@ namespace zest {
 
 class Unit {
  public:
-  // `params`: the unit's parameter tensors in slot order. `shard_span`: the part of the unit's padded
-  // buffer this rank updates (its slice r; the whole buffer at stage 0). `shard_offset`: where that
-  // part starts in the rank's flat shard tensors (master, gradient shard, optimizer state).
-  Unit(UnitLayout layout, std::vector<torch::Tensor> params, ElementSpan shard_span, int64_t shard_offset);
+  // `params`: the unit's parameter tensors in slot order. `owned`: the part of the unit's padded buffer
+  // this rank updates (ShardingPolicy::owned: its slice, or the whole buffer at stage 0). `flat_begin`:
+  // where that part starts in the rank's flat shards (master, gradient shard, optimizer state).
+  Unit(UnitLayout layout, std::vector<torch::Tensor> params, ElementSpan owned, int64_t flat_begin);
 
   const UnitLayout& layout() const { return layout_; }
   const std::string& name() const { return layout_.name; }
   const std::vector<torch::Tensor>& params() const { return params_; }
-  ElementSpan shard_span() const { return shard_span_; }
-  int64_t shard_offset() const { return shard_offset_; }
+  ElementSpan owned() const { return owned_; }
+  ElementSpan in_flat() const { return in_flat_; }  // the owned part's place in the rank's flat shards
   int64_t padded_numel() const { return layout_.padded_numel; }
 
   // The parameters' current values as fp32 [padded_numel] on the CPU (construction: the model's own).
@@ -52,8 +52,8 @@ class Unit {
  private:
   UnitLayout layout_;
   std::vector<torch::Tensor> params_;
-  ElementSpan shard_span_;
-  int64_t shard_offset_ = 0;
+  ElementSpan owned_;
+  ElementSpan in_flat_;
   torch::Tensor param_flat_;  // [padded_numel] compute dtype
   torch::Tensor grad_flat_;   // [padded_numel] reduce dtype (persistent at stages 0/1, transient at 2/3)
   std::vector<size_t> tied_users_;

@@ -31,8 +31,8 @@ struct UnitLayout {
   int world_size = 1;
 
   int64_t shard_numel() const { return padded_numel / world_size; }
-  // The slice rank r owns: [r·S, (r+1)·S).
-  ElementSpan shard_span(int rank) const { return {rank * shard_numel(), shard_numel()}; }
+  // Rank r's slice: [r·S, (r+1)·S).
+  ElementSpan slice(int rank) const { return {rank * shard_numel(), shard_numel()}; }
 };
 
 int64_t padded_numel_for(int64_t numel, int world_size);

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <map>
 
-namespace zest::hymotion {
+namespace zest {
 namespace {
 
 using Kind = PickleValue::Kind;
@@ -119,7 +119,7 @@ class Machine {
   PickleRef make(Kind kind) {
     check(++made_ <= max_values_, "the program creates more than ", max_values_,
           " values; no torch.save state dict needs so many (corrupt or hostile file)");
-    return hymotion::make(kind);
+    return zest::make(kind);
   }
   PickleRef make_text(Kind kind, std::string text) {
     PickleRef value = make(kind);
@@ -357,4 +357,4 @@ PickleRef dict_get(const PickleValue& dict, const std::string& key) {
   return nullptr;
 }
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace zest::hymotion {
+namespace zest {
 
 struct PickledTensor {
   std::string storage_key;  // the record is "data/<storage_key>"
@@ -52,4 +52,4 @@ PickleRef unpickle(const std::string& program, const std::string& source, size_t
 // The value of a dict for a string key, or nullptr.
 PickleRef dict_get(const PickleValue& dict, const std::string& key);
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -17,7 +17,7 @@
 #include <limits>
 #include <map>
 
-namespace zest::hymotion {
+namespace zest {
 namespace {
 
 // LibTorch's zip reader's message, its first line without the request to report it to PyTorch.
@@ -320,4 +320,4 @@ void TorchArchiveWriter::finish(const std::string& key) {
   finished_ = true;
 }
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -18,7 +18,7 @@ class PyTorchStreamReader;
 class PyTorchStreamWriter;
 }  // namespace caffe2::serialize
 
-namespace zest::hymotion {
+namespace zest {
 
 struct ArchiveTensor {
   std::string name;  // its key in the state dict
@@ -80,4 +80,4 @@ class TorchArchiveWriter {
   bool discard_ = false;
 };
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -15,7 +15,7 @@
 #include <regex>
 #include <sstream>
 
-namespace zest::hymotion {
+namespace zest {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -543,4 +543,4 @@ std::string write_yaml(const nlohmann::ordered_json& mapping) {
   return out;
 }
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace zest::hymotion {
+namespace zest {
 
 // The values of the top-level keys `keys` of a YAML document, as a JSON object (keys absent from the
 // document are absent from the result). Other top-level entries are skipped unparsed, so syntax zest
@@ -20,4 +20,4 @@ nlohmann::ordered_json read_yaml_entries(const std::string& text, const std::str
 // style of PyYAML's safe_dump(default_flow_style=False, sort_keys=False); reads back to the same values.
 std::string write_yaml(const nlohmann::ordered_json& mapping);
 
-}  // namespace zest::hymotion
+}  // namespace zest

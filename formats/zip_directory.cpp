@@ -14,7 +14,7 @@
 #include <string>
 #include <sys/stat.h>
 
-namespace zest::hymotion {
+namespace zest {
 namespace {
 
 constexpr uint32_t kEndSignature = 0x06054b50;
@@ -160,4 +160,4 @@ const ZipRecord& bounded_record(const ZipDirectory& dir, const std::string& name
   return r;
 }
 
-}  // namespace zest::hymotion
+}  // namespace zest

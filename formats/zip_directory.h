@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-namespace zest::hymotion {
+namespace zest {
 
 struct ZipRecord {
   uint16_t method = 0;          // 0: stored, 8: deflated
@@ -32,4 +32,4 @@ ZipDirectory read_zip_directory(const std::string& path);
 const ZipRecord& bounded_record(const ZipDirectory& dir, const std::string& name, uint64_t max_bytes,
                                 const std::string& what);
 
-}  // namespace zest::hymotion
+}  // namespace zest

@@ -41,11 +41,11 @@ class CpuAdamW final : public Optimizer {
     const double decay = 1.0 - s.lr * config_.weight_decay;
     for (const auto& seg : segments_) {
       const int64_t n = seg.master.numel();
-      auto m = states_[0].narrow(0, seg.offset, n);  // exp_avg
-      auto v = states_[1].narrow(0, seg.offset, n);  // exp_avg_sq
+      auto m = states_[0].narrow(0, seg.in_flat.begin, n);  // exp_avg
+      auto v = states_[1].narrow(0, seg.in_flat.begin, n);  // exp_avg_sq
       const auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
       if (decay != 1.0) {
-        for (const auto& r : seg.decay_ranges) seg.master.narrow(0, r.begin, r.end - r.begin).mul_(decay);
+        for (const ElementSpan& d : seg.decay_spans) seg.master.narrow(0, d.begin, d.numel).mul_(decay);
       }
       m.lerp_(g, 1.0 - config_.beta1);
       v.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
@@ -68,11 +68,11 @@ class CpuSgd final : public Optimizer {
     const bool first = s.applied_steps == 1.0;  // this update is the first one applied
     for (const auto& seg : segments_) {
       auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
-      for (const auto& r : seg.decay_ranges) {
-        g.narrow(0, r.begin, r.end - r.begin).add_(seg.master.narrow(0, r.begin, r.end - r.begin), config_.weight_decay);
+      for (const ElementSpan& d : seg.decay_spans) {
+        g.narrow(0, d.begin, d.numel).add_(seg.master.narrow(0, d.begin, d.numel), config_.weight_decay);
       }
       if (config_.momentum != 0.0) {
-        auto buf = states_[0].narrow(0, seg.offset, seg.master.numel());  // momentum
+        auto buf = states_[0].narrow(0, seg.in_flat.begin, seg.master.numel());  // momentum
         first ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
         if (config_.nesterov) {
           g.add_(buf, config_.momentum);
@@ -107,7 +107,7 @@ class CpuOptimizer final : public Optimizer {
     constexpr int64_t kGrain = 1 << 15;
     for (const auto& seg : segments_) {
       for (const auto& [range, decay] : decay_runs(seg)) {
-        at::parallel_for(range.begin, range.end, kGrain, [&](int64_t begin, int64_t end) {
+        at::parallel_for(range.begin, range.end(), kGrain, [&](int64_t begin, int64_t end) {
           host_update(config_.name, hyper_, step, decay, range_of(seg, begin, end));
         });
       }
@@ -116,7 +116,7 @@ class CpuOptimizer final : public Optimizer {
 
  private:
   HostRange range_of(const OptimSegment& seg, int64_t begin, int64_t end) const {
-    const int64_t at = seg.offset + begin;  // in the flat state buffers
+    const int64_t at = seg.in_flat.begin + begin;  // in the flat state buffers
     return {seg.master.data_ptr<float>() + begin,
             {state_at(0, at), state_at(1, at)},
             static_cast<const char*>(seg.grad.data_ptr()) + begin * seg.grad.element_size(),

@@ -26,10 +26,10 @@ std::vector<FusedChunk> chunk_table(const std::vector<OptimSegment>& segments) {
   std::vector<FusedChunk> chunks;
   for (const auto& seg : segments) {
     for (const auto& [range, decay] : decay_runs(seg)) {
-      for (int64_t c = range.begin; c < range.end; c += kFusedChunkNumel) {
+      for (int64_t c = range.begin; c < range.end(); c += kFusedChunkNumel) {
         FusedChunk chunk;
-        chunk.state_offset = seg.offset + c;
-        chunk.numel = std::min(kFusedChunkNumel, range.end - c);
+        chunk.state_offset = seg.in_flat.begin + c;
+        chunk.numel = std::min(kFusedChunkNumel, range.end() - c);
         chunk.grad = static_cast<const char*>(seg.grad.data_ptr()) + c * seg.grad.element_size();
         chunk.param = static_cast<char*>(seg.param.data_ptr()) + c * seg.param.element_size();
         chunk.decay = decay ? 1.0f : 0.0f;
@@ -51,7 +51,7 @@ class FusedCudaOptimizer final : public Optimizer {
   FusedCudaOptimizer(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel,
                      torch::Tensor scalars)
       : Optimizer(config, std::move(segments), scalars, numel, torch::TensorOptions().device(scalars.device())) {
-    ZEST_CHECK(segments_.empty() || segments_.front().offset == 0, "fused optimizer: segments must start at 0");
+    ZEST_CHECK(segments_.empty() || segments_.front().in_flat.begin == 0, "fused optimizer: segments must start at 0");
     master_ = segments_.empty() ? torch::Tensor() : base_of(segments_.front().master, numel);
     const auto chunks = chunk_table(segments_);
     num_chunks_ = static_cast<int64_t>(chunks.size());

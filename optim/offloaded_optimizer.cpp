@@ -129,7 +129,7 @@ void OffloadedOptimizer::update_chunk(const HostChunk& chunk, const StepValues& 
   const OptimSegment& seg = segments_[piece.segment];
   const int slot = slot_of(chunk.piece);
   const int64_t in_slot = chunk.begin - piece.begin;
-  const int64_t at = seg.offset + chunk.begin;  // in the flat state buffers
+  const int64_t at = seg.in_flat.begin + chunk.begin;  // in the flat state buffers
   const HostRange range{seg.master.data_ptr<float>() + chunk.begin,
                         {state_at(0, at), state_at(1, at)},
                         ring_->grad_at(slot, in_slot),
@@ -154,7 +154,7 @@ void OffloadedOptimizer::plan_pieces(int64_t piece_numel) {
       pieces_.push_back({i, begin, end});
       int64_t count = 0;
       for (const auto& [range, decay] : runs) {
-        const int64_t from = std::max(range.begin, begin), to = std::min(range.end, end);
+        const int64_t from = std::max(range.begin, begin), to = std::min(range.end(), end);
         for (int64_t b = from; b < to; b += kChunkNumel) {
           chunks_.push_back({piece, b, std::min(to, b + kChunkNumel), decay});
           ++count;

@@ -19,13 +19,13 @@ std::unique_ptr<Optimizer> make_cpu_optimizer(const OptimConfig& config, std::ve
 std::vector<DecayRun> decay_runs(const OptimSegment& segment) {
   std::vector<DecayRun> runs;
   int64_t at = 0;
-  for (const auto& r : segment.decay_ranges) {
-    if (r.begin > at) runs.push_back({{at, r.begin}, false});
-    runs.push_back({r, true});
-    at = r.end;
+  for (const ElementSpan& span : segment.decay_spans) {
+    if (span.begin > at) runs.push_back({{at, span.begin - at}, false});
+    runs.push_back({span, true});
+    at = span.end();
   }
   const int64_t n = segment.master.numel();
-  if (at < n) runs.push_back({{at, n}, false});
+  if (at < n) runs.push_back({{at, n - at}, false});
   return runs;
 }
 

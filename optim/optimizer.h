@@ -20,21 +20,21 @@
 
 namespace zest {
 
-// One unit's part of the rank's shard. All views of persistent engine buffers.
+// The optimizer's view of one unit's owned part of the rank's shard. All views of persistent engine buffers.
 struct OptimSegment {
-  int64_t offset = 0;                      // where the segment starts in the flat state buffers
-  torch::Tensor master;                    // fp32 [numel], view into the master shard
-  torch::Tensor grad;                      // [numel], the gradient (reduce dtype; upcast on the fly)
-  torch::Tensor param;                     // [numel], compute dtype: receives the updated values
-  std::vector<ElementRange> decay_ranges;  // ranges that get weight decay, relative to the segment
+  ElementSpan in_flat;                    // the owned part's place in the flat state buffers
+  torch::Tensor master;                   // fp32 [numel], view into the master shard
+  torch::Tensor grad;                     // [numel], the gradient (reduce dtype; upcast on the fly)
+  torch::Tensor param;                    // [numel], compute dtype: receives the updated values
+  std::vector<ElementSpan> decay_spans;   // spans that get weight decay, relative to the segment
 };
 
 // A run of a segment's elements that all get weight decay, or all do not.
 struct DecayRun {
-  ElementRange range;  // relative to the segment
+  ElementSpan span;  // relative to the segment
   bool decay;
 };
-// The segment's elements, in order, as alternating runs (decay_ranges and the gaps around them).
+// The segment's elements, in order, as alternating runs (decay_spans and the gaps around them).
 std::vector<DecayRun> decay_runs(const OptimSegment& segment);
 
 // The paths that run the configured update rule (optim/optimizers.h) over the segments: on the CPU,

@@ -6,6 +6,7 @@
 #include "data/dataset.h"
 #include "data/model_features.h"
 #include "engine/memory_model.h"
+#include "engine/sharding_policy.h"
 #include "models/model_resolve.h"
 #include "optim/optimizer.h"
 #include "tools/activation_check.h"
@@ -160,7 +161,7 @@ void run_estimate(const EstimateArgs& args) {
               to_string(in.reduce_dtype), args.optimizer.c_str(), in.ema ? ", fp32 EMA" : "");
   std::printf("%-6s %12s %12s %12s %12s %12s %12s %12s %16s %16s\n", "stage", "params GB", "grads GB",
               "master GB", "optim GB", "ema GB", "total GB", "total GiB", "offload: GPU GB", "offload: host GB");
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage <= ShardingPolicy::kMaxStage; ++stage) {
     in.stage = stage;
     const ModelStateBytes b = estimate_model_state_bytes(in);
     ZEST_CHECK(b.params >= 0 && b.grads >= 0 && b.master >= 0 && b.optimizer >= 0 && b.ema >= 0 &&
@@ -168,8 +169,8 @@ void run_estimate(const EstimateArgs& args) {
                "estimate overflowed for ", params, " parameters");  // unreachable within kMaxParams
     std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f", stage, b.params / 1e9, b.grads / 1e9,
                 b.master / 1e9, b.optimizer / 1e9, b.ema / 1e9, b.total() / 1e9, b.total() / 1073741824.0);
-    if (stage == 0) {
-      std::printf(" %16s %16s\n", "-", "-");  // offload needs a sharded optimizer
+    if (!ShardingPolicy::for_stage(stage, args.world).can_offload_optimizer()) {
+      std::printf(" %16s %16s\n", "-", "-");
       continue;
     }
     MemoryModelInputs offloaded = in;

@@ -23,7 +23,7 @@ using hymotion::HyMotionConfig;
 
 // config.yml's train_pipeline_args.test_cfg.text_guidance_scale (the scale the release samples with), if any.
 std::optional<double> release_guidance_scale(const std::string& config_file) {
-  const auto entries = hymotion::read_yaml_entries(read_text_file(config_file, "the release configuration"),
+  const auto entries = read_yaml_entries(read_text_file(config_file, "the release configuration"),
                                                    config_file, {"train_pipeline_args"});
   const auto args = entries.find("train_pipeline_args");
   if (args == entries.end() || !args->is_object()) return std::nullopt;

@@ -180,10 +180,10 @@ inline std::map<std::string, torch::Tensor> flat_by_name(Engine& engine, const t
   std::map<std::string, torch::Tensor> out;
   for (size_t u = 0; u < engine.units().size(); ++u) {
     const Unit& unit = engine.units()[u];
-    const ElementSpan mine = unit.layout().shard_span(rank), owned = unit.shard_span();
+    const ElementSpan slice = unit.layout().slice(rank), owned = unit.owned();
     auto full = torch::zeros({unit.layout().padded_numel}, torch::kFloat32);
-    full.narrow(0, mine.begin, mine.numel)
-        .copy_(values.narrow(0, engine.master_span(u).begin + (mine.begin - owned.begin), mine.numel));
+    full.narrow(0, slice.begin, slice.numel)
+        .copy_(values.narrow(0, unit.in_flat().begin + (slice.begin - owned.begin), slice.numel));
     engine.comm().allreduce(full, ReduceOp::sum)->wait();
     for (const ParamSlot& slot : unit.layout().slots) {
       const auto value = full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();

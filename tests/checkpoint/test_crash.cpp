@@ -58,12 +58,12 @@ std::vector<torch::Tensor> state_of_step(Engine& engine, int64_t step) {
   std::vector<torch::Tensor> flats(1 + engine.optimizer().state_tensors().size());
   for (auto& flat : flats) flat = torch::zeros_like(engine.master_shard());
   for (size_t u = 0; u < engine.units().size(); ++u) {
-    const ElementSpan owned = engine.units()[u].shard_span();
+    const ElementSpan owned = engine.units()[u].owned();
     const auto position = torch::arange(owned.begin, owned.end(), torch::kFloat32);
     const auto real = position < static_cast<double>(engine.units()[u].layout().numel);
     const auto values = (position * 1e-3f + static_cast<float>(step) + 100.0f * static_cast<float>(u)) * real;
     for (size_t k = 0; k < flats.size(); ++k)
-      flats[k].narrow(0, engine.master_span(u).begin, owned.numel).copy_(values * (1.0f / (1 + k)));
+      flats[k].narrow(0, engine.units()[u].in_flat().begin, owned.numel).copy_(values * (1.0f / (1 + k)));
   }
   return flats;
 }

@@ -77,9 +77,9 @@ Named gather_by_name(Engine& engine, const torch::Tensor& shard) {
   Named out;
   for (size_t u = 0; u < engine.units().size(); ++u) {
     const UnitLayout& layout = engine.units()[u].layout();
-    const ElementSpan span = engine.master_span(u);
+    const ElementSpan span = engine.units()[u].in_flat();
     torch::Tensor full = shard.narrow(0, span.begin, span.numel).contiguous();
-    if (engine.policy().shard_optimizer) {
+    if (!engine.policy().owns_whole_units()) {
       torch::Tensor gathered = torch::empty({layout.padded_numel}, full.options());
       engine.comm().allgather(full, gathered)->wait();
       full = gathered;

@@ -34,11 +34,11 @@ inline OptimizerBench make_bench(const OptimConfig& config, int64_t n1, int64_t 
   std::vector<OptimSegment> segments;
   for (const auto& [offset, numel] : {std::pair<int64_t, int64_t>{0, n1}, {n1, n2}}) {
     OptimSegment s;
-    s.offset = offset;
+    s.in_flat = {offset, numel};
     s.master = b.master.narrow(0, offset, numel);
     s.grad = b.grad.narrow(0, offset, numel);
     s.param = b.param.narrow(0, offset, numel);
-    s.decay_ranges = {{0, numel / 2}};
+    s.decay_spans = {{0, numel / 2}};
     segments.push_back(s);
   }
   b.optimizer = make_optimizer(config, std::move(segments), n, b.scalars);

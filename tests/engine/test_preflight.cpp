@@ -41,6 +41,17 @@ TEST(Preflight, TransientBuffersCount) {
   EXPECT_EQ(preflight_bytes(in, 1) - preflight_bytes(ten_billion(3, 8), 1), 0);
 }
 
+// The pre-flight asks the engine's ShardingPolicy: stage 2 on one rank keeps its gradients in the
+// persistent buffer (no transient buckets), on two ranks it reduces transient buckets into the shard.
+TEST(Preflight, TransientGradientsAsTheEngineKeepsThem) {
+  for (const int world : {1, 2}) {
+    PreflightInputs in = ten_billion(2, world);
+    const int64_t without = preflight_bytes(in, 2);
+    in.largest_bucket_numel = 1'000'000;
+    EXPECT_EQ(preflight_bytes(in, 2) - without, world == 1 ? 0 : 3 * 4'000'000) << world << " rank(s)";
+  }
+}
+
 // One GPU, 10B parameters: no stage fits 139.8 GB (stage 3 on one rank is the whole 180 GB), but with the
 // optimizer in host memory stage 1 keeps only bf16 parameters and fp32 gradients: 2P + 4P = 60 GB.
 TEST(Preflight, OffloadIsNamedWhenItFitsAndCountsOnlyWhatStaysOnTheGpu) {

@@ -83,7 +83,7 @@ inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, in
   pipeline["special_game_ctxt_feat"] = torch::randn({1, 1, args["ctxt_input_dim"].get<int64_t>()});
   pipeline["mean"] = torch::randn({args["input_dim"].get<int64_t>()});
   pipeline["std"] = torch::rand({args["input_dim"].get<int64_t>()}) + 0.5;
-  hymotion::TorchArchiveWriter writer(dir + "/" + hymotion::kReleaseWeightsName);
+  TorchArchiveWriter writer(dir + "/" + hymotion::kReleaseWeightsName);
   for (const auto& [name, tensor] : network) writer.add(hymotion::kReleaseNetworkPrefix + name, tensor);
   for (const auto& [name, tensor] : pipeline) writer.add(name, tensor);
   writer.finish(hymotion::kReleaseStateDictKey);
@@ -96,7 +96,7 @@ inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, in
                                    {"test_cfg", {{"mean_std_dir", "stats"}, {"text_guidance_scale", 5.0}}},
                                    {"losses_cfg", nlohmann::ordered_json::array({"mse", "velocity"})}};
   std::ofstream(dir + "/" + hymotion::kReleaseConfigName)
-      << "# tiny HY-Motion release for tests\n" << hymotion::write_yaml(config) << "output_fps: 30  # trailing\n";
+      << "# tiny HY-Motion release for tests\n" << write_yaml(config) << "output_fps: 30  # trailing\n";
   return {network, pipeline};
 }
 

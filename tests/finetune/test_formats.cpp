@@ -62,7 +62,7 @@ train_pipeline_args: !!python/object:whatever {a: 1}
 other: |
   block scalar that is never parsed
 )";
-  const Json v = hymotion::read_yaml_entries(text, "c.yml", {"network_module", "network_module_args", "absent"});
+  const Json v = read_yaml_entries(text, "c.yml", {"network_module", "network_module_args", "absent"});
   EXPECT_FALSE(v.contains("absent"));
   EXPECT_EQ(v["network_module"], "hymotion/network/hymotion_mmdit.HunyuanMotionMMDiT");
   const Json& a = v["network_module_args"];
@@ -88,7 +88,7 @@ other: |
 
 TEST(YamlSubset, RefusesWhatItDoesNotReadNamingTheLine) {
   const auto error = [](const std::string& text) {
-    return error_of([&] { hymotion::read_yaml_entries(text, "c.yml", {"k"}); });
+    return error_of([&] { read_yaml_entries(text, "c.yml", {"k"}); });
   };
   EXPECT_NE(error("k:\n  a: &anchor 1\n").find("c.yml:2: an anchor, alias or tag is not supported"), std::string::npos);
   EXPECT_NE(error("k: |\n  text\n").find("c.yml:1: a block scalar"), std::string::npos);
@@ -102,8 +102,8 @@ TEST(YamlSubset, WrittenYamlReadsBackToTheSameValues) {
   const Json value = Json::parse(R"({"s": "plain", "yes_word": "yes", "num_text": "12", "colon": "a: b",
       "quote": "it's", "nl": "a\nb", "empty": "", "f": 1e-05, "big": 65536.0, "i": -3, "b": false, "n": null,
       "list": [1, "x", {"k": [true, 2.5]}, []], "map": {"inner": {"deep": "v"}, "e": {}}})");
-  const std::string text = hymotion::write_yaml(value);
-  const Json back = hymotion::read_yaml_entries(text, "w.yml", {"s", "yes_word", "num_text", "colon", "quote", "nl",
+  const std::string text = write_yaml(value);
+  const Json back = read_yaml_entries(text, "w.yml", {"s", "yes_word", "num_text", "colon", "quote", "nl",
                                                                 "empty", "f", "big", "i", "b", "n", "list", "map"});
   EXPECT_EQ(back, value) << text;
 }
@@ -113,12 +113,12 @@ TEST(YamlSubset, PyYamlReadsWhatZestWrites) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import yaml";
   const TempDir dir("yaml");
   const Json value = Json::parse(R"({"a": {"f": 1e-05, "g": 2.0, "s": "on", "l": [1, {"x": "y: z"}]}, "t": true})");
-  std::ofstream(dir.file("c.yml")) << hymotion::write_yaml(value);
+  std::ofstream(dir.file("c.yml")) << write_yaml(value);
   std::ofstream(dir.file("expected.json")) << value.dump();
   const std::string command = "/usr/bin/python3 -c \"import json, sys, yaml; a = yaml.safe_load(open(sys.argv[1])); "
                               "b = json.load(open(sys.argv[2])); sys.exit(0 if a == b else 1)\" " +
                               dir.file("c.yml") + " " + dir.file("expected.json");
-  EXPECT_EQ(std::system(command.c_str()), 0) << hymotion::write_yaml(value);
+  EXPECT_EQ(std::system(command.c_str()), 0) << write_yaml(value);
 }
 
 // ---- torch.save archives ----
@@ -134,12 +134,12 @@ TEST(TorchArchive, RoundTripsDtypesShapesAndReportsKeys) {
   tensors["scalar"] = torch::tensor(2.5);
   tensors["empty"] = torch::empty({0, 4});
   {
-    hymotion::TorchArchiveWriter writer(path);
+    TorchArchiveWriter writer(path);
     for (const auto& [name, t] : tensors) writer.add(name, t);
     EXPECT_FALSE(fs::exists(path));  // only the .tmp file until finish()
     writer.finish("model_state_dict");
   }
-  const hymotion::TorchArchiveReader reader(path);
+  const TorchArchiveReader reader(path);
   EXPECT_EQ(reader.top_level_keys(), std::vector<std::string>{"model_state_dict"});
   const auto entries = reader.state_dict("model_state_dict");
   ASSERT_EQ(entries.size(), tensors.size());
@@ -156,12 +156,12 @@ TEST(TorchArchive, RoundTripsDtypesShapesAndReportsKeys) {
 TEST(TorchArchive, AnUnfinishedWriterLeavesNothingAndBadFilesAreNamed) {
   const TempDir dir("archive_bad");
   {
-    hymotion::TorchArchiveWriter writer(dir.file("x.ckpt"));
+    TorchArchiveWriter writer(dir.file("x.ckpt"));
     writer.add("a", torch::ones({4}));
   }
   EXPECT_TRUE(fs::is_empty(dir.path()));
   std::ofstream(dir.file("pickle.ckpt")) << "\x80\x02}q\x00.";  // a legacy (pre-zip) torch.save
-  EXPECT_NE(error_of([&] { hymotion::TorchArchiveReader r(dir.file("pickle.ckpt")); })
+  EXPECT_NE(error_of([&] { TorchArchiveReader r(dir.file("pickle.ckpt")); })
                 .find("pickle.ckpt: not a torch.save zip archive"),
             std::string::npos);
 }
@@ -174,7 +174,7 @@ TEST(TorchArchive, InteroperatesWithPyTorch) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
   const TempDir dir("archive_py");
   {
-    hymotion::TorchArchiveWriter writer(dir.file("zest.ckpt"));
+    TorchArchiveWriter writer(dir.file("zest.ckpt"));
     writer.add("motion_transformer.w", torch::arange(6.0).reshape({2, 3}));
     writer.add("mean", torch::full({4}, 0.5, torch::kBFloat16));
     writer.finish("model_state_dict");
@@ -200,7 +200,7 @@ print("ok")
   const std::string command =
       "/usr/bin/python3 " + dir.file("check.py") + " " + dir.path() + " > " + dir.file("py.log") + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << read_text(dir.file("py.log"));
-  const hymotion::TorchArchiveReader reader(dir.file("latest.ckpt"));
+  const TorchArchiveReader reader(dir.file("latest.ckpt"));
   std::map<std::string, torch::Tensor> got;
   for (const auto& entry : reader.state_dict("model_state_dict")) got[entry.name] = reader.read(entry);
   const torch::Tensor base = torch::arange(12.0).reshape({3, 4});

@@ -182,7 +182,7 @@ TEST(FinetuneRoundTrip, HyMotionReleaseFolder) {
           (w / "export").string()});
   EXPECT_EQ(read_text((w / "export" / "config.yml").string()), read_text((w / "base" / "config.yml").string()));
   expect_identical(load_as_pretrained((w / "export").string()), trained, "exported network");
-  const hymotion::TorchArchiveReader archive((w / "export" / "latest.ckpt").string());
+  const TorchArchiveReader archive((w / "export" / "latest.ckpt").string());
   Named carried;
   for (const auto& entry : archive.state_dict("model_state_dict")) {
     if (entry.name.rfind("motion_transformer.", 0) != 0) carried[entry.name] = archive.read(entry);
@@ -249,7 +249,7 @@ TEST(FinetuneRoundTrip, AResumedFineTuneDoesNotReloadTheBaseWeights) {
   run_ok({zest_binary(), "merge", (w / "split" / "checkpoints").string(), "--format", "hymotion", "-o",
           (w / "export").string()});
   EXPECT_EQ(read_text((w / "export" / "config.yml").string()), read_text((w / "base" / "config.yml").string()));
-  const hymotion::TorchArchiveReader archive((w / "export" / "latest.ckpt").string());
+  const TorchArchiveReader archive((w / "export" / "latest.ckpt").string());
   size_t carried = 0;
   for (const auto& entry : archive.state_dict("model_state_dict")) carried += entry.name == "null_vtxt_feat";
   EXPECT_EQ(carried, 1u);

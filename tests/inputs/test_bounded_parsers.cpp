@@ -23,7 +23,6 @@ namespace zest::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using hymotion::unpickle;
 
 std::string repeat(const std::string& piece, size_t n) {
   std::string out;
@@ -37,25 +36,25 @@ std::string repeat(const std::string& piece, size_t n) {
 TEST(BoundedParsers, YamlNestingIsBounded) {
   for (const std::string& open : {std::string("["), std::string("{a: ")}) {
     const std::string text = "network_module_args: " + repeat(open, 100000) + "\n";
-    expect_error([&] { hymotion::read_yaml_entries(text, "deep.yml", {"network_module_args"}); },
+    expect_error([&] { read_yaml_entries(text, "deep.yml", {"network_module_args"}); },
                  {"deep.yml:1: flow collections nested deeper than 64 levels"});
   }
   std::string block = "network_module_args:\n";
   for (int i = 1; i <= 5000; ++i) block += std::string(static_cast<size_t>(i), ' ') + "k:\n";
-  expect_error([&] { hymotion::read_yaml_entries(block, "blocks.yml", {"network_module_args"}); },
+  expect_error([&] { read_yaml_entries(block, "blocks.yml", {"network_module_args"}); },
                {"blocks.yml:", "nested deeper than 64 levels"});
   // A flow list over 200,000 lines is read in linear time (it used to rescan the text per line).
   std::string long_list = "network_module_args: [\n";
   for (int i = 0; i < 200000; ++i) long_list += "  1,\n";
   long_list += "  1]\n";
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(hymotion::read_yaml_entries(long_list, "long.yml", {"network_module_args"})["network_module_args"].size(),
+  EXPECT_EQ(read_yaml_entries(long_list, "long.yml", {"network_module_args"})["network_module_args"].size(),
             200001u);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
 }
 
 TEST(BoundedParsers, YamlNumbersNeverThrowLibraryErrors) {
-  const auto v = hymotion::read_yaml_entries("a: 1.0e+999\nb: -1.0e+999\nc: 99999999999999999999999\n", "n.yml",
+  const auto v = read_yaml_entries("a: 1.0e+999\nb: -1.0e+999\nc: 99999999999999999999999\n", "n.yml",
                                              {"a", "b", "c"});
   EXPECT_TRUE(std::isinf(v["a"].get<double>()));  // as PyYAML's float() reads it
   EXPECT_LT(v["b"].get<double>(), 0);
@@ -127,8 +126,8 @@ TEST(BoundedParsers, PickleDeepNestingNeitherRecursesNorCrashes) {
   const size_t n = 1000000;
   const std::string program = "\x80\x02" + repeat("]", n) + repeat("a", n - 1) + ".";
   {
-    const hymotion::PickleRef root = unpickle(program, "deep.pkl");
-    EXPECT_EQ(root->kind, hymotion::PickleValue::Kind::list);
+    const PickleRef root = unpickle(program, "deep.pkl");
+    EXPECT_EQ(root->kind, PickleValue::Kind::list);
   }  // destroyed here, iteratively
   SUCCEED();
 }
@@ -175,8 +174,8 @@ std::string view_error(const std::string& path, int64_t storage_numel, int64_t o
   write_archive(path, state_dict_program("w", storage_numel, offset, size, stride),
                 {{"0", std::string(record_floats * 4, '\0')}});
   return error_of([&] {
-    const hymotion::TorchArchiveReader archive(path);
-    for (const hymotion::ArchiveTensor& t : archive.state_dict("model_state_dict")) archive.read(t);
+    const TorchArchiveReader archive(path);
+    for (const ArchiveTensor& t : archive.state_dict("model_state_dict")) archive.read(t);
   });
 }
 
@@ -185,7 +184,7 @@ TEST(BoundedParsers, BadTensorViewsAreRefusedByName) {
   const std::string path = dir.sub("latest.ckpt");
   write_archive(path, state_dict_program("w", 4, 0, {2, 2}, {2, 1}), {{"0", std::string(16, '\0')}});
   {
-    const hymotion::TorchArchiveReader archive(path);
+    const TorchArchiveReader archive(path);
     const auto tensors = archive.state_dict("model_state_dict");
     ASSERT_EQ(tensors.size(), 1u);
     EXPECT_EQ(archive.read(tensors[0]).sizes(), (std::vector<int64_t>{2, 2}));
@@ -228,18 +227,18 @@ TEST(BoundedParsers, ZipRecordSizesAreBoundedByTheArchive) {
   const std::string path = dir.sub("latest.ckpt");
   write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
   patch_directory_size(path, "/data.pkl", 0x7fff0000u);
-  expect_error([&] { hymotion::TorchArchiveReader archive(path); },
+  expect_error([&] { TorchArchiveReader archive(path); },
                {path + ": data.pkl: record data.pkl states 2147418112 bytes, more than the 268435456 it may hold"});
   write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
   patch_directory_size(path, "/data/0", 0x7fff0000u);
-  const hymotion::TorchArchiveReader archive(path);
+  const TorchArchiveReader archive(path);
   const auto tensors = archive.state_dict("model_state_dict");
   ASSERT_EQ(tensors.size(), 1u);
   expect_error([&] { archive.read(tensors[0]); },
                {path + ": tensor 'w': record data/0 states 2147418112 bytes, more than the whole archive's",
                 "torch.save stores records uncompressed"});
   write_text(path, "PK" + std::string(100, '\0'));  // no directory at all
-  expect_error([&] { hymotion::TorchArchiveReader archive(path); }, {path});
+  expect_error([&] { TorchArchiveReader archive(path); }, {path});
 }
 
 // ---- memory for a model, checked before it is built ----

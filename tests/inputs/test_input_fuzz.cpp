@@ -204,7 +204,7 @@ void fuzz_archives(Fuzzer& f, int cases) {
   fs::create_directories(f.scratch());
   const std::string base_path = f.scratch() + "/base.ckpt";
   {
-    hymotion::TorchArchiveWriter writer(base_path);
+    TorchArchiveWriter writer(base_path);
     writer.add("motion_transformer.w", torch::arange(12, torch::kFloat32).view({3, 4}));
     writer.add("motion_transformer.b", torch::ones({4}, torch::kFloat16));
     writer.add("mean", torch::zeros({2}, torch::kFloat64));
@@ -244,8 +244,8 @@ void fuzz_archives(Fuzzer& f, int cases) {
       write_text(path, bytes);
     }
     f.run("torch.save archive", what, [&] {
-      const hymotion::TorchArchiveReader archive(path);
-      for (const hymotion::ArchiveTensor& t : archive.state_dict(hymotion::kReleaseStateDictKey)) archive.read(t);
+      const TorchArchiveReader archive(path);
+      for (const ArchiveTensor& t : archive.state_dict(hymotion::kReleaseStateDictKey)) archive.read(t);
     });
   }
 }
