@@ -4,6 +4,7 @@
 #include "checkpoint/directory.h"
 #include "core/check.h"
 #include "engine/engine_config.h"
+#include "engine/sharding_policy.h"
 #include "optim/optimizer_spec.h"
 
 #include <filesystem>
@@ -12,11 +13,9 @@
 namespace zest::checkpoint {
 namespace {
 
-constexpr int kMaxStage = 3;  // stage 3 writes the same files; it is reserved for the engine's stage 3
-
 void check_identity(const Manifest& m, std::vector<std::string>& problems) {
-  if (m.stage < 0 || m.stage > kMaxStage)
-    problems.push_back(str("stage is ", m.stage, ", expected 0 to ", kMaxStage));
+  if (!ShardingPolicy::is_stage(m.stage))
+    problems.push_back(str("stage is ", m.stage, ", expected 0 to ", ShardingPolicy::kMaxStage));
   if (!precision_named(m.precision))
     problems.push_back("precision is '" + m.precision + "', expected fp32, bf16 or fp16");
   if (m.config_hash != config_hash(m.model_name, m.model_config))

@@ -228,9 +228,9 @@ TokenizerFiles read_tokenizer_json(const fs::path& path) {
     ZEST_FAIL(path.string(), ": expected a JSON object with a \"model\" object (a tokenizers library file)");
   }
   const nlohmann::json& model = file["model"];
-  if (model.value("type", "") != "BPE") {
-    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", model.value("type", nlohmann::json()).dump(),
-              "; expected \"BPE\" (a CLIP tokenizer)");
+  const nlohmann::json type = model.value("type", nlohmann::json());
+  if (!type.is_string() || type.get<std::string>() != "BPE") {
+    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", printable(type.dump()), "; expected \"BPE\" (a CLIP tokenizer)");
   }
   TokenizerFiles files{vocab_of(model.value("vocab", nlohmann::json()), path), {}};
   const nlohmann::json& merges = model.contains("merges") ? model["merges"] : nlohmann::json();

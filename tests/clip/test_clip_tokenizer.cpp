@@ -216,6 +216,9 @@ TEST(CLIPTokenizer, ReadsTokenizerJsonWhereThereIsNoVocabJson) {
   write_text(bad / "tokenizer.json", nlohmann::json{{"model", {{"type", "WordPiece"}}}}.dump());
   EXPECT_NE(error_of([&] { CLIPTokenizer::from_folder(bad); }).find("tokenizer.json: \"model\".\"type\" is \"WordPiece\""),
             std::string::npos);
+  write_text(bad / "tokenizer.json", nlohmann::json{{"model", {{"type", 5}}}}.dump());
+  EXPECT_NE(error_of([&] { CLIPTokenizer::from_folder(bad); }).find("tokenizer.json: \"model\".\"type\" is 5"),
+            std::string::npos);
   write_text(bad / "tokenizer.json",
              nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"i n", 7}}}}}.dump());
   EXPECT_NE(error_of([&] { CLIPTokenizer::from_folder(bad); }).find("tokenizer.json: merge 1 is 7"), std::string::npos);
