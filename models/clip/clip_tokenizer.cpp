@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace zest::clip {
@@ -197,6 +198,14 @@ std::unordered_map<std::string, int64_t> vocab_of(const nlohmann::json& vocab, c
 
 std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) { return vocab_of(read_json(path), path); }
 
+// A merge written "first second": exactly two words, else nullopt.
+std::optional<std::pair<std::string, std::string>> merge_of(const std::string& text) {
+  std::istringstream fields(text);
+  std::string first, second, extra;
+  if (!(fields >> first >> second) || (fields >> extra)) return std::nullopt;
+  return std::pair{std::move(first), std::move(second)};
+}
+
 std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& path) {
   std::istringstream in(read_file(path));
   std::vector<std::pair<std::string, std::string>> merges;
@@ -204,12 +213,9 @@ std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& pat
   for (int line_number = 1; std::getline(in, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
-    std::istringstream fields(line);
-    std::string first, second, extra;
-    if (!(fields >> first >> second) || (fields >> extra)) {
-      ZEST_FAIL(path.string(), ":", line_number, ": expected a merge \"first second\", found \"", line, "\"");
-    }
-    merges.emplace_back(std::move(first), std::move(second));
+    std::optional<std::pair<std::string, std::string>> merge = merge_of(line);
+    if (!merge) ZEST_FAIL(path.string(), ":", line_number, ": expected a merge \"first second\", found \"", line, "\"");
+    merges.push_back(std::move(*merge));
   }
   if (merges.empty()) ZEST_FAIL(path.string(), ": no merges");
   return merges;
@@ -238,18 +244,16 @@ TokenizerFiles read_tokenizer_json(const fs::path& path) {
   files.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
     const nlohmann::json& merge = merges[i];
-    std::string first, second, extra;
-    bool ok = false;
+    std::optional<std::pair<std::string, std::string>> pair;
     if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      first = merge[0].get<std::string>(), second = merge[1].get<std::string>(), ok = true;
+      pair.emplace(merge[0].get<std::string>(), merge[1].get<std::string>());
     } else if (merge.is_string()) {
-      std::istringstream fields(merge.get<std::string>());
-      ok = (fields >> first >> second) && !(fields >> extra);
+      pair = merge_of(merge.get<std::string>());
     }
-    if (!ok) {
+    if (!pair) {
       ZEST_FAIL(path.string(), ": merge ", i, " is ", printable(merge.dump()), "; expected \"first second\" or [first, second]");
     }
-    files.merges.emplace_back(std::move(first), std::move(second));
+    files.merges.push_back(std::move(*pair));
   }
   return files;
 }
