@@ -12,9 +12,6 @@ Bucket::Bucket(size_t first, size_t last, const BucketEnv& env) : first_(first),
              env.units->size(), " units");
   const ShardingPolicy& policy = *env_.policy;
   FlatBuffers& buffers = *env_.buffers;
-  if (!policy.has_transient_grads()) {
-    for (size_t u : unit_indices()) unit(u).point_grads_at(buffers.grad_full(u));
-  }
   if (!policy.gathers_per_unit()) {
     for (size_t u : unit_indices()) unit(u).point_params_at(buffers.param_full(u));
     return;
@@ -50,10 +47,18 @@ int64_t Bucket::padded_numel() const {
   return n;
 }
 
-void Bucket::ensure_grad_buffer() {
-  if (!env_.policy->has_transient_grads() || grad_buffer_.defined()) return;
+void Bucket::ensure_grads() {
   torch::NoGradGuard no_grad;
-  const auto& buffers = *env_.buffers;
+  FlatBuffers& buffers = *env_.buffers;
+  if (!env_.policy->has_transient_grads()) {
+    for (size_t u : unit_indices()) {
+      if (buffers.has_grads(u)) continue;
+      buffers.allocate_grads(u);
+      unit(u).point_grads_at(buffers.grad_full(u));
+    }
+    return;
+  }
+  if (grad_buffer_.defined()) return;
   grad_buffer_ = torch::zeros({padded_numel()},
                               torch::TensorOptions().dtype(buffers.dtypes().reduce).device(buffers.device()));
   grad_bytes_in_flight_ = static_cast<int64_t>(grad_buffer_.nbytes());
@@ -65,11 +70,17 @@ void Bucket::ensure_grad_buffer() {
   }
 }
 
+void Bucket::release_grads() {
+  if (env_.policy->has_transient_grads()) return;  // released at their reduction already
+  for (size_t u : unit_indices()) unit(u).drop_grads();
+}
+
 void Bucket::reduce_grads(bool accumulate) {
   ZEST_CHECK(reduce_work_ == nullptr, describe(), ": gradients reduced twice without a wait");
   const CollectiveLabel label(describe());  // a collective that times out names the bucket's units
   torch::NoGradGuard no_grad;
   FlatBuffers& buffers = *env_.buffers;
+  ensure_grads();  // every rank takes part even if no gradient reached these units here (zeros then)
   std::vector<torch::Tensor> inputs, outputs;
   switch (env_.policy->grad_reduction()) {
     case GradReduction::allreduce:
@@ -84,8 +95,6 @@ void Bucket::reduce_grads(bool accumulate) {
       reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum);
       return;
     case GradReduction::reduce_scatter_to_shard: {
-      // Every rank takes part even if no gradient reached these units here (zeros then).
-      ensure_grad_buffer();
       for (size_t u : unit_indices()) {
         inputs.push_back(unit(u).grad_flat());
         outputs.push_back(buffers.grad_shard(u));

@@ -1,7 +1,7 @@
 // Bucket: a run of consecutive units whose collectives go out together (one group of NCCL calls, one
 // packed MPI call) — FSDP2's parameter group. It holds its parameters' residency and owns the verbs the
 // stages are made of:
-//   gradients:  ensure_grad_buffer → reduce_grads → (step) wait_reduce
+//   gradients:  ensure_grads → reduce_grads → (step) wait_reduce → release_grads
 //   parameters: unshard → wait_unshard, reshard, and slices_updated after the optimizer wrote the slices
 // What each verb does is the ShardingPolicy's choice (a verb a stage does not need is a no-op); the engine
 // and ParamResidency only order the verbs. A bucket of one unit is just a bucket.
@@ -49,8 +49,7 @@ enum class Residency {
 class Bucket {
  public:
   // Points the units' parameters at the buffer they live in at rest (the full buffer; stage 3: the bucket's
-  // own, freed until the first unshard) and, without transient gradients, their .grad at the persistent
-  // full gradient buffer.
+  // own, freed until the first unshard).
   Bucket(size_t first, size_t last, const BucketEnv& env);
 
   size_t first() const { return first_; }
@@ -59,10 +58,13 @@ class Bucket {
   std::string describe() const;  // "bucket 3 (blocks.4..blocks.6)"
 
   // ---- gradients ----
-  // Stages 2–3: gives the bucket's units a zeroed reduce-dtype gradient buffer (their .grad views) the
-  // first time one of their gradients arrives in a backward. No-op when it exists or without transient
-  // gradients (the policy's has_transient_grads: stages 0–1, stage 2 on one rank).
-  void ensure_grad_buffer();
+  // Gives the bucket's units zeroed reduce-dtype gradients (their .grad views) where they have none yet:
+  // stages 2–3 a transient buffer for the bucket, until its reduction; stages 0–1 (and 2 on one rank)
+  // each unit's per-step full gradients (FlatBuffers), until release_grads. Called when a unit's backward
+  // starts or a gradient arrives, so fused kernels and autograd always find their slots.
+  void ensure_grads();
+  // After the optimizer step: the units' .grad undefined and their per-step gradient memory released.
+  void release_grads();
   // Launches the bucket's gradient collective (the policy's GradReduction). accumulate: add into the
   // gradient shard (a later micro-step of the same step) instead of overwriting it.
   void reduce_grads(bool accumulate);

@@ -186,6 +186,7 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
   grad_accumulators_ = register_grad_hooks(units_, events_link_);
+  buffers_->reset_grads();  // every view of the per-step gradients is made: their memory waits for backward
 }
 
 // Units from the declarations: layouts for this world size, this rank's owned parts, tied-parameter users.
@@ -351,7 +352,8 @@ void Engine::step() {
     ema_->update(buffers_->master(), scalars[kAppliedStepsIndex].to(torch::kLong),
                  scalars[kAppliedIndex].to(torch::kFloat32));
   }
-  buffers_->zero_grads();
+  for (Bucket& bucket : buckets_) bucket.release_grads();
+  buffers_->reset_grads();  // the per-step gradients' memory is free for the next forward's activations
   residency_->after_step();                        // stages 1–2: gathers the next forward waits for
   if (is_capturing_) {
     residency_->join_gathers();  // a graph must join what it forks; each replay counts the step itself

@@ -1,7 +1,8 @@
-// The rank's persistent flat tensors (see flat_buffers.h).
+// The rank's flat tensors (see flat_buffers.h).
 #include "engine/flat_buffers.h"
 
 #include "core/check.h"
+#include "engine/storage.h"
 
 namespace zest {
 namespace {
@@ -41,7 +42,9 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
   if (policy.has_transient_grads()) {
     grad_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.reduce));
   } else {
-    grad_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.reduce));
+    // With memory until the engine has made its views of them (a view of freed storage cannot be made);
+    // the engine then releases it (reset_grads) until the first backward.
+    for (const Unit& unit : units) grad_full_.push_back(torch::zeros({unit.padded_numel()}, on_device.dtype(dtypes.reduce)));
   }
 }
 
@@ -56,8 +59,16 @@ torch::Tensor FlatBuffers::param_shard(size_t u) const {
 }
 
 torch::Tensor FlatBuffers::grad_full(size_t u) const {
-  ZEST_CHECK(grad_full_.defined(), "grad_full: gradients are sharded (stage >= 2)");
-  return grad_full_.narrow(0, full_offsets_[u], units_[u].padded_numel());
+  ZEST_CHECK(has_per_step_grads(), "grad_full: gradients are sharded (stage >= 2)");
+  return grad_full_[u];
+}
+
+bool FlatBuffers::has_grads(size_t u) const { return has_per_step_grads() && is_storage_allocated(grad_full_[u]); }
+
+void FlatBuffers::allocate_grads(size_t u) {
+  const torch::Tensor& grad = grad_full(u);
+  allocate_storage(grad, static_cast<size_t>(grad.numel()) * grad.element_size());
+  grad.zero_();
 }
 
 torch::Tensor FlatBuffers::grad_shard(size_t u) const {
@@ -77,8 +88,8 @@ void FlatBuffers::load_unit(size_t u, const torch::Tensor& values) {
   }
 }
 
-void FlatBuffers::zero_grads() {
-  if (grad_full_.defined()) grad_full_.zero_();
+void FlatBuffers::reset_grads() {
+  for (const torch::Tensor& grad : grad_full_) free_storage(grad);
   if (grad_shard_.defined()) grad_shard_.zero_();
 }
 
@@ -87,7 +98,9 @@ int64_t FlatBuffers::param_bytes() const {
 }
 
 int64_t FlatBuffers::grad_bytes() const {
-  return (grad_full_.defined() ? grad_full_.nbytes() : 0) + (grad_shard_.defined() ? grad_shard_.nbytes() : 0);
+  int64_t bytes = grad_shard_.defined() ? static_cast<int64_t>(grad_shard_.nbytes()) : 0;
+  for (const torch::Tensor& grad : grad_full_) bytes += grad.numel() * static_cast<int64_t>(grad.element_size());
+  return bytes;
 }
 
 }  // namespace zest

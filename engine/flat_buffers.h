@@ -1,8 +1,9 @@
-// FlatBuffers: the rank's persistent flat tensors, allocated once on the engine's device — full
-// compute-dtype parameters (stages 0–2), the parameter shard (stage 3), the full gradient buffer
-// (stages 0–1), the gradient shard (stages 2–3) and the fp32 master shard — and every unit's views of
-// them. "Full" tensors concatenate the units' padded buffers; "shard" tensors concatenate this rank's
-// slice of each unit (at stage 0 the slice is the whole unit, so shard = full layout).
+// FlatBuffers: the rank's flat tensors on the engine's device — full compute-dtype parameters (stages
+// 0–2), the parameter shard (stage 3), the gradient shard (stages 2–3) and the fp32 master shard, allocated
+// once; and each unit's full gradients (stages 0–1, stage 2 on one rank), whose memory exists only within
+// a step — and every unit's views of them. "Full" tensors concatenate the units' padded buffers; "shard"
+// tensors concatenate this rank's slice of each unit (at stage 0 the slice is the whole unit, so shard =
+// full layout).
 #pragma once
 
 #include "engine/sharding_policy.h"
@@ -30,7 +31,9 @@ class FlatBuffers {
   // This rank's slice of the parameters: its own tensor at stage 3, else the slice inside param_full
   // (stages 1–2 update it there and allgather in place).
   torch::Tensor param_shard(size_t u) const;
-  torch::Tensor grad_full(size_t u) const;    // stages 0–1
+  // Stages 0–1 (and 2 on one rank): the unit's full gradient tensor. Its memory is there only between
+  // allocate_grads(u) and reset_grads() (views of it stay valid objects throughout).
+  torch::Tensor grad_full(size_t u) const;
   torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full
   torch::Tensor master(size_t u) const;
   // Writes unit u's full values ([padded_numel], on the device) into what the rank keeps of it: its owned
@@ -39,9 +42,16 @@ class FlatBuffers {
 
   const torch::Tensor& master() const { return master_; }  // [Σ shard] fp32, on the device or the host
   bool has_param_full() const { return param_full_.defined(); }
-  // Gradient storage every step starts from zero: the full buffer (stages 0–1) or the shard (2–3).
-  void zero_grads();
-  // Bytes of each kind this rank holds (the model-state report).
+  // Full gradients live per step, like PyTorch's gradients with zero_grad(set_to_none=True): a unit's
+  // memory is allocated (zeroed) when its first gradient of a step arrives and released after the
+  // optimizer has read it, so between steps — through the next forward — it is free for activations.
+  bool has_per_step_grads() const { return !grad_full_.empty(); }
+  bool has_grads(size_t u) const;
+  void allocate_grads(size_t u);
+  // After the optimizer: full gradients released, the persistent gradient shard (stages 2–3) zeroed.
+  void reset_grads();
+  // Bytes of each kind this rank holds (the model-state report); per-step gradients count whole, as they
+  // are during every backward and optimizer update.
   int64_t param_bytes() const;
   int64_t grad_bytes() const;
   FlatDtypes dtypes() const { return dtypes_; }
@@ -54,7 +64,7 @@ class FlatBuffers {
   std::vector<int64_t> full_offsets_;  // where each unit's padded buffer starts in the full tensors
   torch::Tensor param_full_;   // [Σ padded_numel] compute dtype
   torch::Tensor param_shard_;  // [Σ shard numel] compute dtype (stage 3)
-  torch::Tensor grad_full_;    // [Σ padded_numel] reduce dtype
+  std::vector<torch::Tensor> grad_full_;  // per unit [padded_numel] reduce dtype, memory within a step only
   torch::Tensor grad_shard_;   // [Σ shard numel] reduce dtype
   torch::Tensor master_;       // [Σ shard numel] fp32
 };

@@ -46,16 +46,15 @@ void GradReducer::begin_backward(bool reduce, bool accumulate) {
 
 void GradReducer::unit_backward_starting(size_t u) {
   const size_t b = bucket_of_unit_[u];
-  if (is_reducing_ && !is_launched_[b]) buckets_[b].ensure_grad_buffer();
+  if (!is_launched_[b]) buckets_[b].ensure_grads();
 }
 
 void GradReducer::grad_arriving(size_t u) {
-  if (!is_reducing_) return;
   const size_t b = bucket_of_unit_[u];
-  ZEST_CHECK(!is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ", buckets_[b].describe(),
+  ZEST_CHECK(!is_reducing_ || !is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ", buckets_[b].describe(),
              " was reduced in this backward; the unit's parameters are used after its backward finished "
              "(a parameter shared with a unit declared later?)");
-  buckets_[b].ensure_grad_buffer();
+  buckets_[b].ensure_grads();
 }
 
 void GradReducer::grad_accumulated(size_t u, size_t slot) {

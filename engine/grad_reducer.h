@@ -29,8 +29,8 @@ class GradReducer {
   void marker_attached(size_t unit_idx);  // forward: the unit's inputs carry a marker
   // reduce = false (stages 0–1 before the last micro-step): gradients only accumulate locally.
   void begin_backward(bool reduce, bool accumulate);
-  // The unit's backward is about to start: its gradient slots exist from here on (stages 2–3 allocate
-  // the bucket's transient buffer), so fused kernels can accumulate into .grad before autograd would.
+  // The unit's backward is about to start: its gradient slots exist from here on (the bucket's
+  // ensure_grads), so fused kernels can accumulate into .grad before autograd would.
   void unit_backward_starting(size_t unit_idx);
   void grad_arriving(size_t unit_idx);
   void grad_accumulated(size_t unit_idx, size_t slot_idx);

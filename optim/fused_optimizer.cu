@@ -75,15 +75,15 @@ __device__ __forceinline__ float update_one(const OptimHyper& h, const StepValue
 // on an H200, 73% of what a copy moves. The rest of the chunk, and chunks that do not allow it, go one
 // element at a time. Either way each element sees the same arithmetic.
 template <typename Rule, typename G, typename P>
-__global__ void update_kernel(const FusedChunk* chunks, float* master, float* s0, float* s1, const double* scalars,
-                              OptimHyper h) {
+__global__ void update_kernel(const FusedChunk* chunks, const void* const* grads, float* master, float* s0, float* s1,
+                              const double* scalars, OptimHyper h) {
   constexpr int kStates = static_cast<int>(sizeof(Rule::kStates) / sizeof(Rule::kStates[0]));
   const StepScalars& scalars_of_step = *reinterpret_cast<const StepScalars*>(scalars);
   if (scalars_of_step.skip != 0.0) return;
   const FusedChunk chunk = chunks[blockIdx.x];
   const StepValues s = step_values(scalars_of_step);
   const float wd = h.weight_decay * chunk.decay;
-  const auto* grad = static_cast<const G*>(chunk.grad);
+  const auto* grad = static_cast<const G*>(grads[chunk.segment]) + chunk.grad_offset;
   auto* param = static_cast<P*>(chunk.param);
   const bool vectors = chunk.state_offset % kVector == 0 && aligned_for_vectors<G>(grad) &&
                        aligned_for_vectors<P>(param);
@@ -118,6 +118,17 @@ __global__ void update_kernel(const FusedChunk* chunks, float* master, float* s0
   }
 }
 
+// Pointers handed to store_pointers_kernel by value, kPointerBatch at a time (kernel arguments stay
+// within the 4 KiB every architecture accepts).
+constexpr int kPointerBatch = 256;
+struct PointerBatch {
+  const void* pointers[kPointerBatch];
+};
+
+__global__ void store_pointers_kernel(const void** dst, PointerBatch batch, int count) {
+  if (static_cast<int>(threadIdx.x) < count) dst[threadIdx.x] = batch.pointers[threadIdx.x];
+}
+
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
@@ -143,7 +154,19 @@ void dispatch(FusedDtype grad, FusedDtype param, Fn&& fn) {
 
 }  // namespace
 
-void launch_fused_update(OptimizerKind kind, const FusedChunk* chunks, int64_t num_chunks, float* master,
+void launch_store_pointers(const void** dst, const void* const* pointers, int64_t count, void* cuda_stream) {
+  auto stream = static_cast<cudaStream_t>(cuda_stream);
+  for (int64_t first = 0; first < count; first += kPointerBatch) {
+    const int n = static_cast<int>(count - first < kPointerBatch ? count - first : kPointerBatch);
+    PointerBatch batch{};
+    for (int i = 0; i < n; ++i) batch.pointers[i] = pointers[first + i];
+    store_pointers_kernel<<<1, kPointerBatch, 0, stream>>>(dst + first, batch, n);
+    check_launch("gradient pointer table");
+  }
+}
+
+void launch_fused_update(OptimizerKind kind, const FusedChunk* chunks, int64_t num_chunks, const void* const* grads,
+                         float* master,
                          float* const (&state)[kMaxStates], const double* scalars, const OptimHyper& hyper,
                          FusedDtype grad_dtype, FusedDtype param_dtype, void* cuda_stream) {
   if (num_chunks == 0) return;
@@ -151,7 +174,7 @@ void launch_fused_update(OptimizerKind kind, const FusedChunk* chunks, int64_t n
   with_rule(kind, [&]<typename Rule>(Rule) {
     dispatch(grad_dtype, param_dtype, [&]<typename G, typename P>() {
       update_kernel<Rule, G, P><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
-          chunks, master, state[0], state[1], scalars, hyper);
+          chunks, grads, master, state[0], state[1], scalars, hyper);
     });
   });
   check_launch("fused optimizer");

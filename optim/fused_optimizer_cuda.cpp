@@ -1,6 +1,6 @@
-// The CUDA optimizer: builds the chunk table of the rank's segments once (the buffers are persistent, so
-// the pointers never change), keeps it on the device, and runs one fused kernel per step on the current
-// stream with the configured rule (see fused_optimizer.h).
+// The CUDA optimizer: builds the chunk table of the rank's segments once and keeps it on the device; each
+// step writes the segments' current gradient pointers (the engine's per-step gradients move between
+// steps) and runs one fused kernel on the current stream with the configured rule (see fused_optimizer.h).
 #include "core/check.h"
 #include "optim/fused_optimizer.h"
 #include "optim/optimizer.h"
@@ -24,13 +24,15 @@ FusedDtype fused_dtype(torch::Dtype dtype, const char* what) {
 // Splits every segment at its decay boundaries and into pieces of at most kFusedChunkNumel elements.
 std::vector<FusedChunk> chunk_table(const std::vector<OptimSegment>& segments) {
   std::vector<FusedChunk> chunks;
-  for (const auto& seg : segments) {
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const OptimSegment& seg = segments[s];
     for (const auto& [range, decay] : decay_runs(seg)) {
       for (int64_t c = range.begin; c < range.end(); c += kFusedChunkNumel) {
         FusedChunk chunk;
         chunk.state_offset = seg.in_flat.begin + c;
         chunk.numel = std::min(kFusedChunkNumel, range.end() - c);
-        chunk.grad = static_cast<const char*>(seg.grad.data_ptr()) + c * seg.grad.element_size();
+        chunk.grad_offset = c;
+        chunk.segment = static_cast<int32_t>(s);
         chunk.param = static_cast<char*>(seg.param.data_ptr()) + c * seg.param.element_size();
         chunk.decay = decay ? 1.0f : 0.0f;
         chunks.push_back(chunk);
@@ -56,6 +58,8 @@ class FusedCudaOptimizer final : public Optimizer {
     const auto chunks = chunk_table(segments_);
     num_chunks_ = static_cast<int64_t>(chunks.size());
     chunks_ = upload(chunks, scalars_.device());
+    grad_pointers_ = torch::empty({static_cast<int64_t>(segments_.size())},
+                                  torch::TensorOptions().dtype(torch::kInt64).device(scalars_.device()));
     if (!segments_.empty()) {
       grad_dtype_ = fused_dtype(segments_.front().grad.scalar_type(), "gradient");
       param_dtype_ = fused_dtype(segments_.front().param.scalar_type(), "parameter");
@@ -68,7 +72,12 @@ class FusedCudaOptimizer final : public Optimizer {
     const auto* scalars = scalars_.data_ptr<double>();
     void* stream = c10::cuda::getCurrentCUDAStream(scalars_.device().index()).stream();
     float* const state[kMaxStates] = {state_at(0, 0), state_at(1, 0)};
-    launch_fused_update(config_.name, chunks, num_chunks_, master_.data_ptr<float>(), state, scalars, hyper_,
+    std::vector<const void*> grads;
+    grads.reserve(segments_.size());
+    for (const OptimSegment& seg : segments_) grads.push_back(seg.grad.data_ptr());
+    auto* table = reinterpret_cast<const void**>(grad_pointers_.data_ptr());
+    launch_store_pointers(table, grads.data(), static_cast<int64_t>(grads.size()), stream);
+    launch_fused_update(config_.name, chunks, num_chunks_, table, master_.data_ptr<float>(), state, scalars, hyper_,
                         grad_dtype_, param_dtype_, stream);
   }
 
@@ -81,6 +90,7 @@ class FusedCudaOptimizer final : public Optimizer {
 
   torch::Tensor master_;  // [numel] fp32, the master shard (a view: the engine owns it)
   torch::Tensor chunks_;  // FusedChunk[num_chunks_] as bytes, on the device
+  torch::Tensor grad_pointers_;  // [segments] the segments' gradient pointers, rewritten every step
   int64_t num_chunks_ = 0;
   FusedDtype grad_dtype_ = FusedDtype::fp32;
   FusedDtype param_dtype_ = FusedDtype::fp32;

@@ -1,6 +1,6 @@
 // The two halves of the accumulating linear that other fused layers reuse (CUDA builds only; defined in
 // linear_cuda.cpp): the forward product of a [tokens, in] input, and the backward that accumulates the
-// weight and bias gradients into their float32 .grad slots (linear_op.h says when).
+// weight and bias gradients into their .grad slots (linear_op.h says when).
 #pragma once
 
 #include <torch/torch.h>
@@ -18,7 +18,7 @@ torch::Tensor linear_forward_2d(const torch::Tensor& x2, const torch::Tensor& we
                                 c10::IntArrayRef input_sizes);
 
 // From dY [.., out]: dX = dY·W (when wants_input_grad), and dW = dYᵀ·X2, db = Σ dY — accumulated into the
-// parameters' float32 .grad slots with cuBLAS when both exist, else returned.
+// parameters' .grad slots (float32 or the weight's dtype) with cuBLAS when both exist, else returned.
 LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool wants_input_grad);
 

@@ -1,6 +1,6 @@
 // The accumulating linear's autograd function (see linear_op.h): forward is ATen's (addmm with the bias
 // in cuBLASLt's epilogue, as torch::linear runs it); backward computes dX with ATen and has cuBLAS
-// accumulate the weight and bias gradients into their float32 .grad slots.
+// accumulate the weight and bias gradients into their .grad slots (float32, or the weight's 16-bit dtype).
 //
 // cuBLAS is the copy LibTorch loaded: its entry point is looked up in the process (dlsym) rather than
 // linked, so zest never pairs LibTorch with a second cuBLAS from the toolkit.
@@ -38,26 +38,34 @@ cudaDataType cuda_type_of(torch::ScalarType dtype) {
   return dtype == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-// C [m, n] (column-major, ldc) += op_a(A) · op_b(B) with 16-bit A and B, float32 C, float32 accumulation.
+// C [m, n] (column-major, ldc) += op_a(A) · op_b(B) with 16-bit A and B, float32 accumulation, and C in
+// float32 or in A's dtype (a 16-bit gradient slot: engine.reduce_dtype = the compute dtype).
 void gemm_accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* a,
-                     int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc, torch::ScalarType dtype) {
+                     int64_t lda, const void* b, int64_t ldb, const torch::Tensor& c, int64_t ldc,
+                     torch::ScalarType dtype) {
   ZEST_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX,
              "accumulating linear: matrix of more than 2^31 rows or columns");
   const float one = 1.0f;
   const cudaDataType ab = cuda_type_of(dtype);
   const cublasStatus_t status =
       gemm_ex()(at::cuda::getCurrentCUDABlasHandle(), op_a, op_b, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one, c,
-                CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one, c.data_ptr(),
+                c.scalar_type() == torch::kFloat32 ? CUDA_R_32F : ab, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                CUBLAS_GEMM_DEFAULT);
   ZEST_CHECK(status == CUBLAS_STATUS_SUCCESS, "accumulating linear: cublasGemmEx failed with status ",
              static_cast<int>(status));
 }
 
-// The float32 slot autograd would accumulate p's gradient into, or an undefined tensor.
-torch::Tensor float_slot_of(const torch::Tensor& p) {
+// The slot autograd would accumulate p's gradient into, or an undefined tensor: a float32 .grad, or a
+// 16-bit one in p's dtype that is a view of a larger buffer (the engine's flat gradient buffer with
+// engine.reduce_dtype = the compute dtype). A 16-bit .grad autograd made itself stays autograd's, so plain
+// PyTorch code gets autograd's gradients.
+torch::Tensor grad_slot_of(const torch::Tensor& p) {
   const torch::Tensor& g = p.grad();
-  const bool usable = g.defined() && g.scalar_type() == torch::kFloat32 && g.device() == p.device() &&
-                      g.sizes() == p.sizes() && g.is_contiguous() && !g.requires_grad();
+  const bool is_slot = g.defined() && (g.scalar_type() == torch::kFloat32 ||
+                                       (g.scalar_type() == p.scalar_type() && g.is_view()));
+  const bool usable = is_slot && g.device() == p.device() && g.sizes() == p.sizes() && g.is_contiguous() &&
+                      !g.requires_grad();
   return usable ? g : torch::Tensor();
 }
 
@@ -96,17 +104,17 @@ LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tenso
   const auto x_c = x2.contiguous();
   LinearGrads g;
   if (wants_input_grad) g.dinput = torch::mm(dy, weight);
-  const auto weight_slot = float_slot_of(weight);
-  const auto bias_slot = bias.defined() ? float_slot_of(bias) : torch::Tensor();
+  const auto weight_slot = grad_slot_of(weight);
+  const auto bias_slot = bias.defined() ? grad_slot_of(bias) : torch::Tensor();
   if (weight_slot.defined() && (!bias.defined() || bias_slot.defined())) {
     // Row-major dW [out, in] is column-major [in, out]: dWᵀ += Xᵀ·dY, X column-major [in, tokens].
     // Named for the profiler and the FLOP counter as dYᵀ [out, tokens] @ X [tokens, in].
     RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({dy.t(), x_c}));
     gemm_accumulate(CUBLAS_OP_N, CUBLAS_OP_T, in, out, tokens, x_c.data_ptr(), in, dy.data_ptr(), out,
-                    weight_slot.data_ptr<float>(), in, weight.scalar_type());
+                    weight_slot, in, weight.scalar_type());
     if (bias.defined()) {  // db [out] += dY column-major [out, tokens] · 1 [tokens]
       gemm_accumulate(CUBLAS_OP_N, CUBLAS_OP_N, out, 1, tokens, dy.data_ptr(), out, ones_column(tokens, dy).data_ptr(),
-                      tokens, bias_slot.data_ptr<float>(), out, weight.scalar_type());
+                      tokens, bias_slot, out, weight.scalar_type());
     }
     ++fused_backwards;
   } else {

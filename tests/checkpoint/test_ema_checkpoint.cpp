@@ -132,7 +132,9 @@ TEST(CheckpointEma, ResumingWithoutEmaIgnoresTheSavedOneWithANote) {
     expected.erase("ema");
     expect_bitwise_equal(expected, engine_state(*b.engine), "state without the EMA");
     checkpoint::save(*b.engine, toy_save_request(dir.sub("without")));
-    if (rank == 0) EXPECT_FALSE(checkpoint::read_manifest(dir.sub("without/step_00000007")).has_ema());
+    if (rank == 0) {
+      EXPECT_FALSE(checkpoint::read_manifest(dir.sub("without/step_00000007")).has_ema());
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 #include "../engine/toy_models.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
 
@@ -262,6 +263,52 @@ TEST(DistGpuNoHostSync, TenStepsWithoutASingleSync) {
     }
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
     EXPECT_EQ(engine.read_stats().step, 11);
+  }
+}
+
+int64_t allocated_bytes() {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].current;
+}
+
+// Full gradients (stages 0–1, stage 2 on one rank) have memory only from a unit's first gradient of a step
+// to the optimizer's update: after backward they are all there, after step() none is, with and without
+// accumulation — so the next forward's activations can use that memory, as the peer's do.
+TEST(GpuPerStepGrads, FullGradientsExistOnlyWithinAStep) {
+  auto comm = world_communicator();
+  for (int stage : {0, 1, 2}) {
+    if (stage == 2 && comm->size() > 1) continue;  // stage 2 on N ranks keeps a persistent shard
+    for (int accumulation : {1, 2}) {
+      auto model = std::make_shared<ToyNet>(5);
+      EngineConfig ec;
+      ec.device = DeviceKind::cuda;
+      ec.stage = stage;
+      ec.precision = Precision::bf16;
+      ec.accumulation_steps = accumulation;
+      ec.bucket_mb = 1e-6;
+      Engine engine(model, ec, adamw(), SchedulerConfig{}, comm);
+      const int64_t grads = engine.model_state_bytes().grads;
+      ASSERT_GT(grads, 0);
+      auto [x, y] = toy_batch(0, 16);
+      x = x.to(engine.device());
+      y = y.to(engine.device());
+      auto step = [&](int64_t at_rest) {
+        for (int m = 0; m < accumulation; ++m) {
+          engine.backward(torch::mse_loss(model->forward(x).to(torch::kFloat32), y));
+          EXPECT_GE(allocated_bytes(), at_rest + grads) << "stage " << stage << ": every unit's gradients exist";
+          EXPECT_TRUE(model->lin[0]->weight.grad().defined());
+        }
+        engine.step();
+        EXPECT_FALSE(model->lin[0]->weight.grad().defined());
+      };
+      step(0);  // the first step's lazy allocations (cuBLAS workspace, step scalars' copies) stay
+      const int64_t at_rest = allocated_bytes();
+      for (int i = 0; i < 3; ++i) {
+        step(at_rest);
+        EXPECT_LT(allocated_bytes(), at_rest + grads)
+            << "stage " << stage << ": gradients kept " << allocated_bytes() - at_rest << " bytes past the step";
+      }
+      EXPECT_EQ(engine.read_stats().step, 4);
+    }
   }
 }
 

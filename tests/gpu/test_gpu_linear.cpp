@@ -32,17 +32,20 @@ struct Grads {
   torch::Tensor dx, dweight, dbias;
 };
 
-// Two micro-steps of y = linear(x, W, b), loss Σ y·r, with float32 .grad slots set beforehand (as the
-// engine does) when `slots`, else autograd's own .grad.
-Grads two_micro_steps(torch::ScalarType dtype, bool fused, bool slots, bool strided_input) {
+// Two micro-steps of y = linear(x, W, b), loss Σ y·r, with .grad slots of slot_dtype set beforehand (as
+// the engine does) when `slots`, else autograd's own .grad.
+Grads two_micro_steps(torch::ScalarType dtype, bool fused, bool slots, bool strided_input,
+                      torch::ScalarType slot_dtype = torch::kFloat32) {
   const FusionSwitch fusion(fused);
   torch::manual_seed(11);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   auto weight = (torch::randn({80, 96}, cuda) * 0.1).to(dtype).requires_grad_(true);
   auto bias = (torch::randn({80}, cuda) * 0.1).to(dtype).requires_grad_(true);
   if (slots) {
-    weight.mutable_grad() = torch::zeros({80, 96}, cuda);
-    bias.mutable_grad() = torch::zeros({80}, cuda);
+    // Views of one flat buffer, as the engine's slots are.
+    const auto flat = torch::zeros({80 * 96 + 80}, cuda.dtype(slot_dtype));
+    weight.mutable_grad() = flat.narrow(0, 0, 80 * 96).view({80, 96});
+    bias.mutable_grad() = flat.narrow(0, 80 * 96, 80);
   }
   torch::Tensor last_dx;
   for (int micro = 0; micro < 2; ++micro) {
@@ -89,6 +92,29 @@ TEST(GpuAccumulatingLinear, SlotsGetFloat32SumsOfTheMicroSteps) {
   }
 }
 
+// engine.reduce_dtype = the compute dtype: the slots are 16-bit, cuBLAS still accumulates in float32 and
+// rounds once per micro-step into the slot, as autograd's 16-bit accumulation does.
+TEST(GpuAccumulatingLinear, SixteenBitSlotsAccumulateInTheirOwnDtype) {
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    const auto before = linear_grad_fusion_counts();
+    const Grads fused = two_micro_steps(dtype, /*fused=*/true, /*slots=*/true, false, dtype);
+    EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 2) << "both backwards used the 16-bit slots";
+    const Grads plain = two_micro_steps(dtype, /*fused=*/false, /*slots=*/true, false, dtype);
+    const Grads wide = two_micro_steps(dtype, /*fused=*/true, /*slots=*/true, false);
+    EXPECT_EQ(fused.dweight.scalar_type(), dtype);
+    EXPECT_EQ(fused.dbias.scalar_type(), dtype);
+    const auto want_w = wide.dweight.to(torch::kFloat64), want_b = wide.dbias.to(torch::kFloat64);
+    // One 16-bit rounding per micro-step (2^-8 relative for bf16), like autograd's own 16-bit sums.
+    const double tolerance = dtype == torch::kBFloat16 ? 8e-3 : 1e-3;
+    EXPECT_LT(relative(fused.dweight, want_w), tolerance);
+    EXPECT_LT(relative(fused.dbias, want_b), tolerance);
+    EXPECT_LT(relative(plain.dweight, want_w), tolerance);
+    EXPECT_GT(relative(fused.dweight, want_w), 0.0) << "the slot really is 16-bit";
+    EXPECT_TRUE(torch::equal(fused.dx, plain.dx));
+  }
+}
+
+// Also on the second micro-step, where autograd's own 16-bit .grad exists: that is not an engine slot.
 TEST(GpuAccumulatingLinear, WithoutSlotsItReturnsAutogradsGradients) {
   const auto before = linear_grad_fusion_counts();
   const Grads fused = two_micro_steps(torch::kBFloat16, /*fused=*/true, /*slots=*/false, false);
@@ -201,7 +227,8 @@ class LinearNet : public UnitModule {
   std::vector<torch::Tensor> weights, biases;
 };
 
-std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, CheckpointPolicy recompute) {
+std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, CheckpointPolicy recompute,
+                                                      Precision reduce_dtype = Precision::fp32) {
   const FusionSwitch fusion(fused);
   auto comm = world_communicator();
   auto model = std::make_shared<LinearNet>();
@@ -209,6 +236,7 @@ std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, Che
   ec.device = DeviceKind::cuda;
   ec.stage = stage;
   ec.precision = Precision::bf16;
+  ec.reduce_dtype = reduce_dtype;
   ec.accumulation_steps = 2;
   ec.clip_norm = 1.0;
   ec.bucket_mb = 1e-6;  // a bucket per unit: stage 2–3 transient buffers come and go within backward
@@ -233,18 +261,21 @@ std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, Che
 }
 
 TEST(DistGpuLinearFusion, TrainsLikeTheUnfusedPathAtEveryStage) {
-  for (int stage : {0, 1, 2, 3}) {
-    for (const auto recompute : {CheckpointPolicy::none, CheckpointPolicy::all}) {
-      const auto before = linear_grad_fusion_counts();
-      const auto fused = train_linear_net(stage, true, recompute);
-      const auto after = linear_grad_fusion_counts();
-      EXPECT_GT(after.fused - before.fused, 0) << "stage " << stage;
-      EXPECT_EQ(after.unfused - before.unfused, 0) << "stage " << stage << ": every backward found its slots";
-      const auto plain = train_linear_net(stage, false, recompute);
-      for (const auto& [name, want] : plain) {
-        const double scale = std::max(want.abs().max().item<double>(), 1e-3);
-        EXPECT_LT((fused.at(name) - want).abs().max().item<double>() / scale, 2e-2)
-            << "stage " << stage << " " << name << (recompute == CheckpointPolicy::all ? " (recomputed)" : "");
+  for (const auto reduce_dtype : {Precision::fp32, Precision::bf16}) {
+    for (int stage : {0, 1, 2, 3}) {
+      for (const auto recompute : {CheckpointPolicy::none, CheckpointPolicy::all}) {
+        const std::string what = std::string("stage ") + std::to_string(stage) + ", reduce_dtype " +
+                                 to_string(reduce_dtype) + (recompute == CheckpointPolicy::all ? ", recomputed" : "");
+        const auto before = linear_grad_fusion_counts();
+        const auto fused = train_linear_net(stage, true, recompute, reduce_dtype);
+        const auto after = linear_grad_fusion_counts();
+        EXPECT_GT(after.fused - before.fused, 0) << what;
+        EXPECT_EQ(after.unfused - before.unfused, 0) << what << ": every backward found its slots";
+        const auto plain = train_linear_net(stage, false, recompute, reduce_dtype);
+        for (const auto& [name, want] : plain) {
+          const double scale = std::max(want.abs().max().item<double>(), 1e-3);
+          EXPECT_LT((fused.at(name) - want).abs().max().item<double>() / scale, 2e-2) << what << " " << name;
+        }
       }
     }
   }
