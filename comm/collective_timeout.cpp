@@ -2,6 +2,7 @@
 #include "comm/collective_timeout.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -16,13 +17,7 @@ std::atomic<int64_t>& timeout_ms() {
 
 // ZEST_COMM_TIMEOUT_S in milliseconds, or -1 when unset.
 int64_t env_timeout_ms() {
-  const char* value = std::getenv("ZEST_COMM_TIMEOUT_S");
-  if (value == nullptr || *value == '\0') return -1;
-  char* end = nullptr;
-  const double seconds = std::strtod(value, &end);
-  ZEST_CHECK(end != value && *end == '\0' && seconds > 0, "environment variable ZEST_COMM_TIMEOUT_S='", value,
-             "' must be a positive number of seconds");
-  return static_cast<int64_t>(seconds * 1000.0);
+  return env_seconds_in_ms("ZEST_COMM_TIMEOUT_S").value_or(-1);
 }
 
 }  // namespace

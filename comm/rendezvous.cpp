@@ -8,6 +8,7 @@
 
 #include "comm/net_interface.h"
 #include "core/check.h"
+#include "core/number_text.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -289,14 +290,7 @@ void set_rendezvous_timeout(double s) {
 }
 
 std::chrono::milliseconds rendezvous_timeout() {
-  const char* value = std::getenv("ZEST_RENDEZVOUS_TIMEOUT_S");
-  if (value != nullptr && *value != '\0') {
-    char* end = nullptr;
-    const double s = std::strtod(value, &end);
-    if (end == value || *end != '\0' || !(s > 0))
-      throw Error(str("environment variable ZEST_RENDEZVOUS_TIMEOUT_S='", value, "' must be a positive number of seconds"));
-    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
-  }
+  if (const auto ms = env_seconds_in_ms("ZEST_RENDEZVOUS_TIMEOUT_S")) return std::chrono::milliseconds(*ms);
   return std::chrono::milliseconds(timeout_ms().load());
 }
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace zest::checkpoint {
+namespace zest {
 namespace {
 
 // " >= 0", " in [1, 4]", or "" for a bound that is only the C++ type's (int or int64).
@@ -141,4 +141,4 @@ const Json& JsonField::object() const {
   return value;
 }
 
-}  // namespace zest::checkpoint
+}  // namespace zest

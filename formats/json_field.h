@@ -1,5 +1,6 @@
-// JsonField: typed, checked access to one value of a parsed JSON document (the checkpoint manifest).
-// Every error names the file, the value's path and what was expected, e.g.
+// JsonField: typed, checked access to one value of a parsed JSON document (the checkpoint manifest),
+// and the JSON library's errors as sentences (also for safetensors headers). Every error names the file,
+// the value's path and what was expected, e.g.
 // "DIR/manifest.json: units[2].params[0].shape: expected an array of integers >= 0, got a string".
 #pragma once
 
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace zest::checkpoint {
+namespace zest {
 
 using Json = nlohmann::ordered_json;  // keeps member order: the manifest checksum hashes it as written
 
@@ -64,4 +65,4 @@ std::string json_type_phrase(const Json& value);
 // "[json.exception.parse_error.101]" tag.
 std::string json_error_text(const std::exception& error);
 
-}  // namespace zest::checkpoint
+}  // namespace zest

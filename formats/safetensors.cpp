@@ -105,7 +105,7 @@ Json parse_header_json(const std::string& text, const std::string& path) {
   try {
     header = Json::parse(text, on_event);
   } catch (const Json::exception& e) {
-    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", printable(checkpoint::json_error_text(e), 300));
+    ZEST_FAIL(path, ": safetensors header is not valid JSON: ", printable(json_error_text(e), 300));
   }
   ZEST_CHECK(duplicate.empty(), path, ": safetensors header names tensor '", printable(duplicate), "' twice");
   ZEST_CHECK(header.is_object(), path, ": safetensors header must be a JSON object, got ", header.type_name());

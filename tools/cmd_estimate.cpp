@@ -3,6 +3,7 @@
 #include "tools/commands.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 #include "data/dataset.h"
 #include "data/model_features.h"
 #include "engine/memory_model.h"
@@ -67,15 +68,9 @@ std::string format_count(int64_t n) {
 
 // --params as a whole number of parameters in [1, kMaxParams]; "1e9", "1.5e9" and "7000000000" all read.
 int64_t parse_params(const std::string& text) {
-  double value = 0.0;
-  size_t used = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || !std::isfinite(value))
-    throw Error("--params must be a number of parameters (e.g. 1.3e9), got '" + text + "'");
+  const std::optional<double> number = number_in(text);
+  if (!number) throw Error("--params must be a number of parameters (e.g. 1.3e9), got '" + text + "'");
+  const double value = *number;
   if (value < 1 || value > kMaxParams || value != std::floor(value))
     throw Error("--params must be a whole number between 1 and 1e15, got " + text);
   return static_cast<int64_t>(value);

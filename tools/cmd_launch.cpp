@@ -3,6 +3,7 @@
 // (the process logic is tools/launcher.cpp); or `zest launch -H node1:4,node2:4 -- CMD` (--hostfile),
 // which starts that on every node, over ssh for the others. The exit status is the launcher's result.
 #include "tools/commands.h"
+#include "core/number_text.h"
 #include "tools/launcher.h"
 
 #include <CLI/CLI.hpp>
@@ -26,14 +27,8 @@ constexpr double kMaxGraceS = 3600;
 CLI::Validator number_between(double low, double high, const std::string& what, bool whole) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        double value = 0.0;
-        size_t used = 0;
-        try {
-          value = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        const bool ok = used == text.size() && value >= low && value <= high && (!whole || value == std::floor(value));
+        const std::optional<double> value = number_in(text);
+        const bool ok = value && *value >= low && *value <= high && (!whole || *value == std::floor(*value));
         if (ok) return "";
         char range[96];
         std::snprintf(range, sizeof(range), "%s between %g and %g", whole ? "a whole number" : "a number", low, high);

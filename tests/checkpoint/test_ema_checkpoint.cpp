@@ -189,18 +189,18 @@ class EmaManifest : public ::testing::Test {
     });
     path_ = dir_.sub("step_00000002/manifest.json");
     std::ifstream in(path_);
-    json_ = checkpoint::Json::parse(in);
+    json_ = Json::parse(in);
   }
   // The edited manifest, re-hashed (a consistent lie), through the one parser every reader uses.
-  void expect_refused(const std::function<void(checkpoint::Json&)>& edit, const std::string& part) {
-    checkpoint::Json j = json_;
+  void expect_refused(const std::function<void(Json&)>& edit, const std::string& part) {
+    Json j = json_;
     edit(j);
     const std::string text = checkpoint::with_manifest_checksum(j.dump(1), path_);
     expect_error([&] { checkpoint::parse_manifest(text, path_); }, {path_, part});
   }
   TempDir dir_;
   std::string path_;
-  checkpoint::Json json_;
+  Json json_;
 };
 
 TEST_F(EmaManifest, KindsAndSettingsAgree) {

@@ -1,0 +1,18 @@
+// Strict reading of numbers people type: command-line options and environment variables.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace zest {
+
+// The whole of `text` as a finite number ("7000000000", "1.5e9", "0.25"), or nullopt when any of it is not
+// one (empty, "12abc", "inf", "nan").
+std::optional<double> number_in(const std::string& text);
+
+// Environment variable `name` as a positive number of seconds, in milliseconds; nullopt when it is unset or
+// empty. Any other value is an Error naming the variable and what it must be.
+std::optional<int64_t> env_seconds_in_ms(const char* name);
+
+}  // namespace zest
