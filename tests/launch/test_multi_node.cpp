@@ -404,7 +404,7 @@ TEST_F(MultiNode, TwoNodesWithSeparateFilesystemsRefuseOrKeepFilesPerNode) {
   // Gathered (what rsync from node 1 would do), the folder merges to the run's merged model.
   const fs::path gathered = run.parent_path() / "gathered";
   fs::create_directories(gathered);
-  for (const fs::path from : {step, own / "step_00000003"})
+  for (const fs::path& from : {step, own / "step_00000003"})
     for (const auto& f : fs::directory_iterator(from))
       fs::copy_file(f.path(), gathered / f.path().filename(), fs::copy_options::skip_existing);
   Background merge({zest_binary(), "merge", gathered.string(), "-o", (run.parent_path() / "merged.safetensors").string()});

@@ -75,7 +75,9 @@ class RunFolder : public ::testing::Test {
   static CliResult train(const std::string& run, std::vector<std::string> extra = {}) {
     std::vector<std::string> argv{zest_binary(), "train", run};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_cli(argv, {.timeout_s = 300});
+    CliOptions options;
+    options.timeout_s = 300;
+    return run_cli(argv, options);
   }
   static inline TempDir* dir_ = nullptr;
 };
