@@ -44,7 +44,9 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
   } else {
     // With memory until the engine has made its views of them (a view of freed storage cannot be made);
     // the engine then releases it (reset_grads) until the first backward.
-    for (const Unit& unit : units) grad_full_.push_back(torch::zeros({unit.padded_numel()}, on_device.dtype(dtypes.reduce)));
+    for (const Unit& unit : units) {
+      grad_full_.push_back(torch::zeros({unit.padded_numel()}, on_device.dtype(dtypes.reduce)));
+    }
   }
 }
 

@@ -51,9 +51,9 @@ void GradReducer::unit_backward_starting(size_t u) {
 
 void GradReducer::grad_arriving(size_t u) {
   const size_t b = bucket_of_unit_[u];
-  ZEST_CHECK(!is_reducing_ || !is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ", buckets_[b].describe(),
-             " was reduced in this backward; the unit's parameters are used after its backward finished "
-             "(a parameter shared with a unit declared later?)");
+  ZEST_CHECK(!is_reducing_ || !is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ",
+             buckets_[b].describe(), " was reduced in this backward; the unit's parameters are used after its "
+             "backward finished (a parameter shared with a unit declared later?)");
   buckets_[b].ensure_grads();
 }
 

@@ -49,9 +49,9 @@ void gemm_accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, 
   const cudaDataType ab = cuda_type_of(dtype);
   const cublasStatus_t status =
       gemm_ex()(at::cuda::getCurrentCUDABlasHandle(), op_a, op_b, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one, c.data_ptr(),
-                c.scalar_type() == torch::kFloat32 ? CUDA_R_32F : ab, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
-                CUBLAS_GEMM_DEFAULT);
+                static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one,
+                c.data_ptr(), c.scalar_type() == torch::kFloat32 ? CUDA_R_32F : ab, static_cast<int>(ldc),
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   ZEST_CHECK(status == CUBLAS_STATUS_SUCCESS, "accumulating linear: cublasGemmEx failed with status ",
              static_cast<int>(status));
 }

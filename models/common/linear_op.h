@@ -1,9 +1,10 @@
 // linear(x, weight, bias): the matrix product of every Linear layer, with gradient-accumulation fusion.
 // On CUDA with 16-bit weights whose .grad is a slot of the engine's flat gradient buffer (float32, or the
-// weight's own dtype when engine.reduce_dtype is the compute dtype), backward has cuBLAS accumulate dW += dYᵀ·X and db += Σ dY straight into
-// those slots (beta = 1): no 16-bit weight-gradient temporary, no accumulation kernel per parameter
-// (Megatron calls this gradient-accumulation fusion). Everywhere else — CPU, fp32, frozen weights, a
-// .grad that is not such a slot — it is torch::linear with autograd's own accumulation.
+// weight's own dtype when engine.reduce_dtype is the compute dtype), backward has cuBLAS accumulate
+// dW += dYᵀ·X and db += Σ dY straight into those slots (beta = 1): no 16-bit weight-gradient temporary, no
+// accumulation kernel per parameter (Megatron calls this gradient-accumulation fusion). Everywhere else —
+// CPU, fp32, frozen weights, a .grad that is not such a slot — it is torch::linear with autograd's own
+// accumulation.
 #pragma once
 
 #include <torch/torch.h>
