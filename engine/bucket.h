@@ -21,7 +21,7 @@
 namespace zest {
 
 // Bytes of transient gradient buffers (stages 2–3) from their allocation until their reduction is
-// waited for: what stage 2 holds instead of stage 1's persistent full gradients.
+// waited for: what stage 2 holds instead of stage 1's full gradients (which live the whole backward).
 struct TransientBytes {
   int64_t current = 0;
   int64_t peak = 0;

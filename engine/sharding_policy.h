@@ -15,7 +15,7 @@ namespace zest {
 // How a bucket's gradients leave backward.
 enum class GradReduction {
   allreduce,          // stage 0: every rank keeps the full, summed gradient
-  reduce_scatter,     // stage 1: reduced into the rank's slice of the persistent full gradient buffer
+  reduce_scatter,     // stage 1: reduced into the rank's slice of its per-step full gradient buffer
   reduce_scatter_to_shard,  // stages 2–3: reduced into the persistent gradient shard; full gradients are transient
 };
 
@@ -28,10 +28,10 @@ struct ShardingPolicy {
   bool shard_params = false;           // parameters sharded at rest, gathered per unit (stage 3)
   bool reshard_after_forward = true;   // stage 3: free a unit's gathered parameters after its forward
 
-  // With one rank a stage-2 gradient shard is the whole gradient: the gradients then stay in the
-  // persistent buffer autograd accumulates into (stage 1's way), which saves a transient buffer's zero
-  // fill and the copy that a one-rank reduce-scatter is, at the same memory. Stage 3 keeps its own path.
   static bool is_stage(int stage) { return stage >= 0 && stage <= kMaxStage; }
+  // With one rank a stage-2 gradient shard is the whole gradient: the gradients then stay in the per-step
+  // full buffers autograd accumulates into (stage 1's way), which saves a transient buffer's zero fill
+  // and the copy that a one-rank reduce-scatter is, at the same memory. Stage 3 keeps its own path.
   static ShardingPolicy for_stage(int stage, int world_size, bool reshard_after_forward = true) {
     ZEST_CHECK(is_stage(stage), "ZeRO stage ", stage, " is not supported (0, 1, 2 or 3)");
     const bool shard_grads = stage >= 3 || (stage == 2 && world_size > 1);
@@ -64,7 +64,7 @@ struct ShardingPolicy {
   // Full gradients exist only from a bucket's first gradient to its reduction (stages 2–3, more than one
   // rank at stage 2): the buckets' transient buffers.
   bool has_transient_grads() const { return shard_grads; }
-  // Stages 0/1 accumulate micro-batches in the persistent full buffer and communicate once per step;
+  // Stages 0/1 accumulate micro-batches in the per-step full buffers and communicate once per step;
   // stages 2/3 keep only the shard, so they reduce every micro-step (and add into the shard after the first).
   bool reduces_every_micro_step() const { return shard_grads; }
 

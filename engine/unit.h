@@ -55,7 +55,7 @@ class Unit {
   ElementSpan owned_;
   ElementSpan in_flat_;
   torch::Tensor param_flat_;  // [padded_numel] compute dtype
-  torch::Tensor grad_flat_;   // [padded_numel] reduce dtype (persistent at stages 0/1, transient at 2/3)
+  torch::Tensor grad_flat_;   // [padded_numel] reduce dtype (per step at stages 0/1, until reduced at 2/3)
   std::vector<size_t> tied_users_;
 };
 
