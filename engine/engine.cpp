@@ -15,6 +15,8 @@
 #include "engine/step_decision.h"
 #include "engine/unit_partition.h"
 
+#include <ATen/Context.h>
+
 #include <algorithm>
 #include <map>
 
@@ -103,6 +105,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> u
   comm_ = communicator_for_device(comm, device_);
   set_collective_timeout(config_.collective_timeout_s);
   if (config_.threads > 0) at::set_num_threads(config_.threads);
+  // Process-wide, as torch.backends.cudnn.benchmark is: set by the engine that drives the GPU.
+  if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   dtypes_ = {to_dtype(config_.precision), to_dtype(config_.reduce_dtype)};
   build(*model_, units);
 }

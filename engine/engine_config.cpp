@@ -89,6 +89,7 @@ const std::map<std::string, std::string> kEngineHints = {
     {"communication_data_type", "zest calls it reduce_dtype"},
     {"zero_optimization", "the ZeRO stage is engine.stage"},
     {"offload_optimizer", "zest reads [engine.offload] optimizer = \"cpu\""},
+    {"benchmark", "zest calls it cudnn_benchmark"},
 };
 const std::map<std::string, std::string> kOffloadHints = {
     {"device", "zest calls it optimizer = \"cpu\""},
@@ -188,6 +189,7 @@ EngineConfig EngineConfig::from_toml(ConfigTable& table) {
   c.max_nonfinite_steps = table.get("max_nonfinite_steps", c.max_nonfinite_steps);
   c.threads = table.get("threads", c.threads);
   c.cuda_graphs = table.get_enum("cuda_graphs", c.cuda_graphs, kCudaGraphs);
+  c.cudnn_benchmark = table.get("cudnn_benchmark", c.cudnn_benchmark);
   ConfigTable offload = table.table("offload");
   c.offload_optimizer = offload.get_enum("optimizer", c.offload_optimizer, kOffloadTargets);
   c.offload_staging_mb = offload.get("staging_mb", c.offload_staging_mb);
@@ -233,6 +235,7 @@ void to_toml(const EngineConfig& c, ConfigWriter& out) {
   t.set("max_nonfinite_steps", c.max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops");
   t.set("threads", c.threads, "intra-op threads per rank; 0 = cores / local ranks");
   t.set("cuda_graphs", to_string(c.cuda_graphs), "auto|off: replay whole steps as CUDA graphs (auto: where capturable)");
+  t.set("cudnn_benchmark", c.cudnn_benchmark, "CUDA: time cuDNN's convolution algorithms per shape, keep the fastest");
   if (c.offload_optimizer != OffloadTarget::none) {
     ConfigWriter& off = t.table("offload", "ZeRO-Offload: master weights and optimizer state in host memory");
     off.set("optimizer", to_string(c.offload_optimizer), "none|cpu: where the master and optimizer state live");

@@ -65,6 +65,7 @@ struct EngineConfig {
   OffloadTarget offload_optimizer = OffloadTarget::none;  // [engine.offload] optimizer (stages 1–3)
   double offload_staging_mb = 256.0;  // [engine.offload] staging_mb: the page-locked ring the shard streams through
   CudaGraphs cuda_graphs = CudaGraphs::auto_;  // capture whole steps as CUDA graphs and replay them
+  bool cudnn_benchmark = true;  // CUDA: time cuDNN's convolution algorithms once per shape, keep the fastest
   LossScaleConfig loss_scale;
 
   // Reads [engine], [engine.offload] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and

@@ -31,6 +31,7 @@ TEST(EngineConfigToml, EmptyTableGivesDefaults) {
   EXPECT_EQ(c.accumulation_steps, 1);
   EXPECT_DOUBLE_EQ(c.bucket_mb, 25.0);
   EXPECT_EQ(c.activation_checkpointing, CheckpointPolicy::none);
+  EXPECT_TRUE(c.cudnn_benchmark);
   EXPECT_EQ(to_dtype(c.precision), torch::kBFloat16);
 }
 
@@ -45,6 +46,7 @@ activation_checkpointing = "every_k"
 checkpoint_every = 3
 max_nonfinite_steps = 2
 threads = 8
+cudnn_benchmark = false
 [engine.loss_scale]
 initial = 1024.0
 window = 200
@@ -62,6 +64,7 @@ at_min = "warn"
   EXPECT_EQ(c.checkpoint_every, 3);
   EXPECT_EQ(c.max_nonfinite_steps, 2);
   EXPECT_EQ(c.threads, 8);
+  EXPECT_FALSE(c.cudnn_benchmark);
   EXPECT_DOUBLE_EQ(c.loss_scale.initial, 1024.0);
   EXPECT_EQ(c.loss_scale.window, 200);
   EXPECT_EQ(c.loss_scale.hysteresis, 2);
@@ -73,6 +76,7 @@ at_min = "warn"
   to_toml(c, out);
   const EngineConfig back = read_section<EngineConfig>(out.str(), "engine");
   EXPECT_EQ(back.checkpoint_every, 3);
+  EXPECT_FALSE(back.cudnn_benchmark);
   EXPECT_DOUBLE_EQ(back.loss_scale.initial, 1024.0);
   EXPECT_EQ(back.loss_scale.at_min, AtMinScale::warn);
 }
@@ -157,6 +161,7 @@ TEST(EngineConfigToml, UnknownKeysSuggestOrTranslateDeepSpeed) {
   expect_error([] { engine("stgae = 1\n"); }, {"cfg.toml:2:1: engine.stgae: unknown key (did you mean 'stage'?)"});
   expect_error([] { engine("gradient_accumulation_steps = 4\n"); },
                {"engine.gradient_accumulation_steps: unknown key (zest calls it accumulation_steps)"});
+  expect_error([] { engine("benchmark = true\n"); }, {"engine.benchmark: unknown key (zest calls it cudnn_benchmark)"});
   expect_error([] { engine("precision = \"fp16\"\n[engine.loss_scale]\ninitial_scale_power = 16\n"); },
                {"engine.loss_scale.initial_scale_power: unknown key (zest takes the scale itself"});
   expect_error([] { engine("[engine.loss_scail]\n"); },

@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 #include "../engine/toy_models.h"
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
@@ -309,6 +310,18 @@ TEST(GpuPerStepGrads, FullGradientsExistOnlyWithinAStep) {
       }
       EXPECT_EQ(engine.read_stats().step, 4);
     }
+  }
+}
+
+// engine.cudnn_benchmark is LibTorch's process-wide cuDNN switch, set by the engine on the GPU it drives.
+TEST(GpuCudnnBenchmark, TheEngineSetsItFromTheConfig) {
+  auto comm = world_communicator();
+  for (const bool benchmark : {false, true, false}) {
+    EngineConfig ec;
+    ec.device = DeviceKind::cuda;
+    ec.cudnn_benchmark = benchmark;
+    Engine engine(std::make_shared<ToyNet>(3), ec, adamw(), SchedulerConfig{}, comm);
+    EXPECT_EQ(at::globalContext().benchmarkCuDNN(), benchmark);
   }
 }
 
