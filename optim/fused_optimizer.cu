@@ -55,20 +55,6 @@ __device__ __forceinline__ bool aligned_for_vectors(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Vector<T>) == 0;
 }
 
-// The rule's update of element i of a chunk (k = its index into master and state).
-template <typename Rule, int kStates>
-__device__ __forceinline__ float update_one(const OptimHyper& h, const StepValues& s, float wd, float g, float* master,
-                                            float* s0, float* s1, int64_t k) {
-  float state[kMaxStates];
-  if constexpr (kStates > 0) state[0] = s0[k];
-  if constexpr (kStates > 1) state[1] = s1[k];
-  const float p = Rule::update(h, s, wd, g, master[k], state);
-  if constexpr (kStates > 0) s0[k] = state[0];
-  if constexpr (kStates > 1) s1[k] = state[1];
-  master[k] = p;
-  return p;
-}
-
 // One block per chunk; the rule's update per element (optim/adamw.h, sgd.h, lion.h). Where the chunk's
 // master/state index and its gradient and parameter pointers allow, four elements per thread and access
 // (one 16-byte load or store per fp32 array): with one element per access the AdamW pass moved 3.2 TB/s
@@ -77,7 +63,7 @@ __device__ __forceinline__ float update_one(const OptimHyper& h, const StepValue
 template <typename Rule, typename G, typename P>
 __global__ void update_kernel(const FusedChunk* chunks, const void* const* grads, float* master, float* s0, float* s1,
                               const double* scalars, OptimHyper h) {
-  constexpr int kStates = static_cast<int>(sizeof(Rule::kStates) / sizeof(Rule::kStates[0]));
+  constexpr int kStates = kStateCount<Rule>;
   const StepScalars& scalars_of_step = *reinterpret_cast<const StepScalars*>(scalars);
   if (scalars_of_step.skip != 0.0) return;
   const FusedChunk chunk = chunks[blockIdx.x];
@@ -99,12 +85,7 @@ __global__ void update_kernel(const FusedChunk* chunks, const void* const* grads
     Vector<P> out;
 #pragma unroll
     for (int j = 0; j < kVector; ++j) {
-      float state[kMaxStates];
-      if constexpr (kStates > 0) state[0] = st0[j];
-      if constexpr (kStates > 1) state[1] = st1[j];
-      p[j] = Rule::update(h, s, wd, to_float(g.v[j]) * s.multiplier, p[j], state);
-      if constexpr (kStates > 0) st0[j] = state[0];
-      if constexpr (kStates > 1) st1[j] = state[1];
+      p[j] = update_element<Rule>(h, s, wd, to_float(g.v[j]) * s.multiplier, p[j], st0, st1, j);
       out.v[j] = from_float<P>(p[j]);
     }
     *reinterpret_cast<float4*>(master + k) = *reinterpret_cast<const float4*>(p);
@@ -113,8 +94,10 @@ __global__ void update_kernel(const FusedChunk* chunks, const void* const* grads
     *reinterpret_cast<Vector<P>*>(param + i) = out;
   }
   for (int64_t i = vector_end + threadIdx.x; i < chunk.numel; i += blockDim.x) {
-    const float g = to_float(grad[i]) * s.multiplier;
-    param[i] = from_float<P>(update_one<Rule, kStates>(h, s, wd, g, master, s0, s1, chunk.state_offset + i));
+    const int64_t k = chunk.state_offset + i;
+    const float p = update_element<Rule>(h, s, wd, to_float(grad[i]) * s.multiplier, master[k], s0, s1, k);
+    master[k] = p;
+    param[i] = from_float<P>(p);
   }
 }
 

@@ -8,7 +8,6 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include <iterator>
 
 namespace zest {
 namespace {
@@ -17,18 +16,12 @@ template <typename Rule, typename Grad, typename Param>
 void update_range(const OptimHyper& hyper, const StepValues& step, bool decay, float* __restrict master,
                   float* __restrict s0, float* __restrict s1, const Grad* __restrict grad,
                   Param* __restrict param, int64_t n) {
-  constexpr int kStates = static_cast<int>(std::size(Rule::kStates));
   const OptimHyper h = hyper;
   const StepValues s = step;
   const float wd = decay ? h.weight_decay : 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float g = static_cast<float>(grad[i]) * s.multiplier;
-    float state[kMaxStates];
-    if constexpr (kStates > 0) state[0] = s0[i];
-    if constexpr (kStates > 1) state[1] = s1[i];
-    const float p = Rule::update(h, s, wd, g, master[i], state);
-    if constexpr (kStates > 0) s0[i] = state[0];
-    if constexpr (kStates > 1) s1[i] = state[1];
+    const float p = update_element<Rule>(h, s, wd, g, master[i], s0, s1, i);
     master[i] = p;
     param[i] = static_cast<Param>(p);
   }

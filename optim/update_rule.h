@@ -48,6 +48,27 @@ struct StepValues {
   bool first_step = false;             // this update is the first one applied (SGD's momentum start)
 };
 
+// How many state tensors `Rule` declares (its kStates[]).
+template <typename Rule>
+inline constexpr int kStateCount = static_cast<int>(sizeof(Rule::kStates) / sizeof(Rule::kStates[0]));
+
+// One element of `Rule` at index k of the state arrays s0 and s1 (those the rule declares; the others may be
+// null): reads the element's state, applies the update to the fp32 master value p with the scaled gradient
+// g, writes the state back and returns the new master value. Every path (host loops, the fused kernel's
+// scalar and four-wide loops) updates an element through this one function.
+template <typename Rule>
+ZEST_HOST_DEVICE inline float update_element(const OptimHyper& h, const StepValues& s, float wd, float g, float p,
+                                             float* s0, float* s1, int64_t k) {
+  constexpr int kStates = kStateCount<Rule>;
+  float state[kMaxStates];
+  if constexpr (kStates > 0) state[0] = s0[k];
+  if constexpr (kStates > 1) state[1] = s1[k];
+  p = Rule::update(h, s, wd, g, p, state);
+  if constexpr (kStates > 0) s0[k] = state[0];
+  if constexpr (kStates > 1) s1[k] = state[1];
+  return p;
+}
+
 ZEST_HOST_DEVICE inline StepValues step_values(const StepScalars& s) {
   StepValues v;
   v.lr = static_cast<float>(s.lr);
