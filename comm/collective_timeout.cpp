@@ -10,7 +10,7 @@
 namespace zest {
 namespace {
 
-std::atomic<int64_t>& timeout_ms() {
+std::atomic<int64_t>& collective_timeout_ms() {
   static std::atomic<int64_t> ms{600'000};
   return ms;
 }
@@ -24,12 +24,12 @@ int64_t env_timeout_ms() {
 
 std::chrono::milliseconds collective_timeout() {
   const int64_t env = env_timeout_ms();
-  return std::chrono::milliseconds(env > 0 ? env : timeout_ms().load());
+  return std::chrono::milliseconds(env > 0 ? env : collective_timeout_ms().load());
 }
 
 void set_collective_timeout(double seconds) {
   ZEST_CHECK(seconds > 0, "collective timeout must be > 0 seconds, got ", seconds);
-  timeout_ms() = static_cast<int64_t>(seconds * 1000.0);
+  collective_timeout_ms() = static_cast<int64_t>(seconds * 1000.0);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "comm/gloo_communicator.h"
 
 #include "comm/collective_timeout.h"
+#include "comm/cpu_collective_rules.h"
 #include "comm/exposure.h"
 #include "comm/net_interface.h"
 #include "comm/peer_watch.h"
@@ -136,11 +137,6 @@ class GlooWork final : public Work {
   bool done_ = false;
 };
 
-bool is_half_float(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kFloat16; }
-
-// The dtype a reduction is computed in: 16-bit floats go through fp32 (as in MpiCommunicator).
-torch::Dtype reduction_dtype(torch::Dtype dtype) { return is_half_float(dtype) ? torch::kFloat32 : dtype; }
-
 c10d::AllreduceOptions allreduce_options(ReduceOp op) {
   c10d::AllreduceOptions options;
   // avg: a sum, divided by the world size once it has arrived.
@@ -148,20 +144,11 @@ c10d::AllreduceOptions allreduce_options(ReduceOp op) {
   return options;
 }
 
-void check_cpu_contiguous(const torch::Tensor& t, const char* what) {
-  ZEST_CHECK(t.device().is_cpu(), what, ": Gloo communicator needs CPU tensors, got ", t.device());
-  ZEST_CHECK(t.is_contiguous(), what, ": tensor must be contiguous");
-}
+void check_gloo_operand(const torch::Tensor& t, const char* what) { check_cpu_contiguous(t, what, "Gloo"); }
 
 // Data movement (broadcast, allgather) is dtype-blind: send every dtype as bytes, so bf16 and bool
 // need no Gloo support.
 torch::Tensor as_bytes(const torch::Tensor& t) { return t.reshape({-1}).view(torch::kUInt8); }
-
-bool overlaps(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.data_ptr());
-  const auto* b0 = static_cast<const char*>(b.data_ptr());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
 
 // Makes the group on a thread of its own, so that a stop signal or a peer that died after joining
 // ends this rank within a second instead of after Gloo's connect timeout. On an early end the thread
@@ -270,7 +257,7 @@ Issue issue_now(GlooCommunicator::Impl& impl, const char* op, const torch::Tenso
 }  // namespace
 
 WorkHandle GlooCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) {
-  check_cpu_contiguous(tensor, "allreduce");
+  check_gloo_operand(tensor, "allreduce");
   if (tensor.numel() == 0 || size() == 1) return std::make_unique<DoneWork>();
   const torch::Dtype compute = reduction_dtype(tensor.scalar_type());
   torch::Tensor buffer = compute == tensor.scalar_type() ? tensor : tensor.to(compute);
@@ -290,8 +277,8 @@ WorkHandle GlooCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op)
 
 WorkHandle GlooCommunicator::reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
                                             ReduceOp op) {
-  check_cpu_contiguous(input, "reduce_scatter input");
-  check_cpu_contiguous(output, "reduce_scatter output");
+  check_gloo_operand(input, "reduce_scatter input");
+  check_gloo_operand(output, "reduce_scatter output");
   const int64_t n = output.numel();
   ZEST_CHECK(input.numel() == n * size(), "reduce_scatter: input has ", input.numel(),
              " elements, expected world size ", size(), " x output ", n);
@@ -320,8 +307,8 @@ WorkHandle GlooCommunicator::reduce_scatter(const torch::Tensor& input, const to
 }
 
 WorkHandle GlooCommunicator::allgather(const torch::Tensor& input, const torch::Tensor& output) {
-  check_cpu_contiguous(input, "allgather input");
-  check_cpu_contiguous(output, "allgather output");
+  check_gloo_operand(input, "allgather input");
+  check_gloo_operand(output, "allgather output");
   ZEST_CHECK(input.scalar_type() == output.scalar_type(), "allgather: input dtype ", input.scalar_type(),
              " differs from output dtype ", output.scalar_type());
   const int64_t n = input.numel();
@@ -347,7 +334,7 @@ WorkHandle GlooCommunicator::allgather(const torch::Tensor& input, const torch::
 }
 
 WorkHandle GlooCommunicator::broadcast(const torch::Tensor& tensor, int root) {
-  check_cpu_contiguous(tensor, "broadcast");
+  check_gloo_operand(tensor, "broadcast");
   ZEST_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside world of size ", size());
   if (tensor.numel() == 0 || size() == 1) return std::make_unique<DoneWork>();
   std::vector<torch::Tensor> tensors{as_bytes(tensor)};

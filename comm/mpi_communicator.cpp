@@ -3,6 +3,7 @@
 #include "comm/mpi_communicator.h"
 
 #include "comm/collective_timeout.h"
+#include "comm/cpu_collective_rules.h"
 #include "comm/exposure.h"
 #include "comm/net_interface.h"
 #include "comm/peer_watch.h"
@@ -98,11 +99,6 @@ MPI_Datatype arithmetic_type(torch::Dtype dtype) {
   }
 }
 
-bool is_half_float(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kFloat16; }
-
-// The dtype a reduction is computed in: 16-bit floats go through fp32.
-torch::Dtype reduction_dtype(torch::Dtype dtype) { return is_half_float(dtype) ? torch::kFloat32 : dtype; }
-
 // avg is a sum divided by the world size once the sum has arrived (see finish_average).
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
@@ -111,16 +107,7 @@ int checked_count(int64_t count, const char* what) {
   return static_cast<int>(count);
 }
 
-void check_cpu_contiguous(const torch::Tensor& t, const char* what) {
-  ZEST_CHECK(t.device().is_cpu(), what, ": MPI communicator needs CPU tensors, got ", t.device());
-  ZEST_CHECK(t.is_contiguous(), what, ": tensor must be contiguous");
-}
-
-bool overlaps(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.data_ptr());
-  const auto* b0 = static_cast<const char*>(b.data_ptr());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
+void check_mpi_operand(const torch::Tensor& t, const char* what) { check_cpu_contiguous(t, what, "MPI"); }
 
 }  // namespace
 
@@ -138,7 +125,7 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 WorkHandle MpiCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) {
-  check_cpu_contiguous(tensor, "allreduce");
+  check_mpi_operand(tensor, "allreduce");
   const torch::Dtype compute = reduction_dtype(tensor.scalar_type());
   torch::Tensor buffer = compute == tensor.scalar_type() ? tensor : tensor.to(compute);
   MPI_Request request;
@@ -158,8 +145,8 @@ WorkHandle MpiCommunicator::allreduce(const torch::Tensor& tensor, ReduceOp op) 
 
 WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const torch::Tensor& output,
                                            ReduceOp op) {
-  check_cpu_contiguous(input, "reduce_scatter input");
-  check_cpu_contiguous(output, "reduce_scatter output");
+  check_mpi_operand(input, "reduce_scatter input");
+  check_mpi_operand(output, "reduce_scatter output");
   const int64_t n = output.numel();
   ZEST_CHECK(input.numel() == n * size_, "reduce_scatter: input has ", input.numel(),
              " elements, expected world size ", size_, " x output ", n);
@@ -186,8 +173,8 @@ WorkHandle MpiCommunicator::reduce_scatter(const torch::Tensor& input, const tor
 }
 
 WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::Tensor& output) {
-  check_cpu_contiguous(input, "allgather input");
-  check_cpu_contiguous(output, "allgather output");
+  check_mpi_operand(input, "allgather input");
+  check_mpi_operand(output, "allgather output");
   ZEST_CHECK(input.scalar_type() == output.scalar_type(), "allgather: input dtype ",
              input.scalar_type(), " differs from output dtype ", output.scalar_type());
   const int64_t n = input.numel();
@@ -207,7 +194,7 @@ WorkHandle MpiCommunicator::allgather(const torch::Tensor& input, const torch::T
 }
 
 WorkHandle MpiCommunicator::broadcast(const torch::Tensor& tensor, int root) {
-  check_cpu_contiguous(tensor, "broadcast");
+  check_mpi_operand(tensor, "broadcast");
   ZEST_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside world of size ", size_);
   MPI_Request request;
   ZEST_MPI_CHECK(MPI_Ibcast(compat::mutable_data(tensor), checked_count(tensor.nbytes(), "broadcast"),

@@ -2,6 +2,7 @@
 // stands still is not answering, one whose issued count is below the late collective's never issued it.
 #include "comm/peer_watch.h"
 
+#include "comm/store_text.h"
 #include "core/check.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -14,7 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kBeatEvery = std::chrono::milliseconds(250);
 
-std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
 }  // namespace
 
@@ -39,7 +39,7 @@ void PeerWatch::beat_loop() {
   for (int64_t counter = 0; !stopping_; ++counter) {
     try {
       std::lock_guard<std::mutex> lock(store_mutex_);
-      store_->set(key, bytes_of(std::to_string(counter) + " " + std::to_string(issued_.load())));
+      store_->set(key, store_bytes(std::to_string(counter) + " " + std::to_string(issued_.load())));
     } catch (...) {  // the store's host is gone: the diagnosis will say so
     }
     std::this_thread::sleep_for(kBeatEvery);
@@ -57,7 +57,7 @@ bool PeerWatch::observe() {
       const std::string key = prefix_ + "beat/" + std::to_string(p.rank);
       if (!store_->check({key})) continue;
       const auto value = store_->get(key);
-      std::istringstream in(std::string(value.begin(), value.end()));
+      std::istringstream in(store_text(value));
       int64_t counter = -1, issued = -1;
       in >> counter >> issued;
       if (counter != b.counter) b.changed = now;
@@ -106,7 +106,7 @@ std::string PeerWatch::never_arrived(int64_t sequence) {
 void PeerWatch::post_failure() {
   try {
     std::lock_guard<std::mutex> lock(store_mutex_);
-    store_->set(prefix_ + "failed/" + std::to_string(rank_), bytes_of("1"));
+    store_->set(prefix_ + "failed/" + std::to_string(rank_), store_bytes("1"));
   } catch (...) {
   }
 }

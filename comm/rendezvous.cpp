@@ -7,6 +7,7 @@
 #include "comm/rendezvous.h"
 
 #include "comm/net_interface.h"
+#include "comm/store_text.h"
 #include "core/check.h"
 #include "core/number_text.h"
 
@@ -27,7 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::atomic<int64_t>& timeout_ms() {
+std::atomic<int64_t>& rendezvous_timeout_ms() {
   static std::atomic<int64_t> ms{300'000};
   return ms;
 }
@@ -40,8 +41,6 @@ std::function<bool()>& interrupt_check() {
   return check;
 }
 
-std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 std::vector<std::string> split_tabs(const std::string& s) {
   std::vector<std::string> out;
@@ -85,7 +84,7 @@ class Joiner {
   // Fails the whole world: every rank still polling the store ends with this message.
   [[noreturn]] void abort_all(const std::string& message) {
     try {
-      store_->set(w_.store_prefix + "abort", bytes_of(message));
+      store_->set(w_.store_prefix + "abort", store_bytes(message));
     } catch (...) {
     }
     // The store lives in rank 0's process: keep it up while the others read the reason.
@@ -166,9 +165,9 @@ class Joiner {
     const std::string host = host_name_of_this_machine();
     const std::string route = route_source_address(w_.master_addr).value_or("127.0.0.1");
     const std::string fp = fingerprint().empty() ? "-" : fingerprint();
-    if (w_.rank == 0) store_->set(key("world"), bytes_of(str(w_.size, "\t", fp, "\t", host)));
+    if (w_.rank == 0) store_->set(key("world"), store_bytes(str(w_.size, "\t", fp, "\t", host)));
     store_->set(key(str("join/", w_.rank)),
-                bytes_of(str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid())));
+                store_bytes(str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid())));
   }
 
   // A peer's joined record, checked against ours (rank 0 checks everyone; the others check rank 0).
@@ -222,15 +221,15 @@ class Joiner {
     for (;;) {
       check_interrupt("waiting for the other ranks to join");
       try {
-        if (store_->check({key("abort")})) fail(text_of(store_->get(key("abort"))));
+        if (store_->check({key("abort")})) fail(store_text(store_->get(key("abort"))));
         if (!checked_world && store_->check({key("world")})) {
-          const auto f = split_tabs(text_of(store_->get(key("world"))));
+          const auto f = split_tabs(store_text(store_->get(key("world"))));
           parse_and_check(0, f.size() >= 3 ? str(f[0], "\t", f[1], "\t", f[2], "\t-\t0\t0") : "");
           checked_world = true;
         }
         for (int r = 0; r < w_.size; ++r) {
           if (joined[static_cast<size_t>(r)] || !store_->check({key(str("join/", r))})) continue;
-          const std::string value = text_of(store_->get(key(str("join/", r))));
+          const std::string value = store_text(store_->get(key(str("join/", r))));
           peers_[static_cast<size_t>(r)] = w_.rank == 0 ? parse_and_check(r, value) : parse_unchecked(r, value);
           joined[static_cast<size_t>(r)] = true;
           ++count;
@@ -286,12 +285,12 @@ class Joiner {
 
 void set_rendezvous_timeout(double s) {
   ZEST_CHECK(s > 0, "rendezvous timeout must be > 0 seconds, got ", s);
-  timeout_ms() = static_cast<int64_t>(s * 1000.0);
+  rendezvous_timeout_ms() = static_cast<int64_t>(s * 1000.0);
 }
 
 std::chrono::milliseconds rendezvous_timeout() {
   if (const auto ms = env_seconds_in_ms("ZEST_RENDEZVOUS_TIMEOUT_S")) return std::chrono::milliseconds(*ms);
-  return std::chrono::milliseconds(timeout_ms().load());
+  return std::chrono::milliseconds(rendezvous_timeout_ms().load());
 }
 
 void set_rendezvous_fingerprint(const std::string& f) { fingerprint() = f; }

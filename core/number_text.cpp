@@ -1,9 +1,10 @@
-// Strict number reading (see number_text.h).
+// Numbers as text (see number_text.h).
 #include "core/number_text.h"
 
 #include "core/check.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace zest {
@@ -23,6 +24,12 @@ std::optional<int64_t> env_seconds_in_ms(const char* name) {
   if (!seconds || !(*seconds > 0))
     throw Error(str("environment variable ", name, "='", value, "' must be a positive number of seconds"));
   return static_cast<int64_t>(*seconds * 1000.0);
+}
+
+std::string gigabytes_text(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
+  return text;
 }
 
 }  // namespace zest

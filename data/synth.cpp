@@ -22,7 +22,6 @@ namespace zest {
 namespace {
 
 namespace fs = std::filesystem;
-using Tensors = safetensors::NamedTensors;
 
 constexpr int64_t kCode = 4;  // latent "meaning" of a sample's text, shared by its features and target
 constexpr double kPi = 3.14159265358979323846;
@@ -122,7 +121,8 @@ Widths resolve_widths(const ExpectedFeatures& model, const SynthOptions& o) {
 
 torch::Dtype text_dtype(const Widths& w) { return w["text_dim"] >= 1024 ? torch::kBFloat16 : torch::kFloat32; }
 
-Tensors motion_shard(const World& world, const Widths& w, uint64_t seed, int64_t first, int64_t n) {
+safetensors::NamedTensors motion_shard(const World& world, const Widths& w, uint64_t seed, int64_t first,
+                                       int64_t n) {
   std::vector<torch::Tensor> motion, tokens, masks, pooled;
   std::vector<int64_t> offsets{0};
   for (int64_t i = first; i < first + n; ++i) {
@@ -145,7 +145,8 @@ Tensors motion_shard(const World& world, const Widths& w, uint64_t seed, int64_t
           {"text_pooled", torch::stack(pooled)}};
 }
 
-Tensors latent_shard(const World& world, const Widths& w, uint64_t seed, int64_t first, int64_t n) {
+safetensors::NamedTensors latent_shard(const World& world, const Widths& w, uint64_t seed, int64_t first,
+                                       int64_t n) {
   std::vector<torch::Tensor> latents, tokens, pooled, time_ids;
   const double h = double(w["height"]) * 8.0, wd = double(w["width"]) * 8.0;  // pixel size (VAE factor 8)
   for (int64_t i = first; i < first + n; ++i) {
@@ -158,7 +159,8 @@ Tensors latent_shard(const World& world, const Widths& w, uint64_t seed, int64_t
     pooled.push_back(text.pooled);
     time_ids.push_back(torch::tensor({h, wd, 0.0, 0.0, h, wd}, torch::kFloat32));
   }
-  Tensors shard{{"latents", torch::stack(latents)}, {"text_embeds_seq", torch::stack(tokens).to(text_dtype(w))}};
+  safetensors::NamedTensors shard{{"latents", torch::stack(latents)},
+                                  {"text_embeds_seq", torch::stack(tokens).to(text_dtype(w))}};
   if (w["pooled_dim"] > 0) shard.emplace_back("pooled", torch::stack(pooled));
   if (w["time_ids"] != 0) shard.emplace_back("time_ids", torch::stack(time_ids));
   return shard;
@@ -274,7 +276,7 @@ DatasetManifest synthesize_dataset(const std::string& dir, const ExpectedFeature
     throw_if_interrupted(str("writing ", dir, " (shard ", shard + 1, " of ", names.size() - (motion ? 1 : 0), ")"));
     const int64_t n = std::min(per_shard, o.samples - first);
     const std::string name = shard_name(shard);
-    const Tensors tensors =
+    const safetensors::NamedTensors tensors =
         motion ? motion_shard(world, w, o.seed, first, n) : latent_shard(world, w, o.seed, first, n);
     safetensors::save_file((staging.path() / name).string(), tensors, {{"format", format_name(m.format)}});
     m.shards.push_back({name, n});

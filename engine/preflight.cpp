@@ -2,11 +2,11 @@
 #include "engine/preflight.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 #include "engine/sharding_policy.h"
 #include "optim/optimizer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 
 namespace zest {
@@ -17,12 +17,6 @@ int64_t cuda_total_bytes(int device_index);
 #endif
 
 namespace {
-
-std::string gb(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
-  return text;
-}
 
 // The policy `stage` would run under with the inputs' world size (the engine's own choice, ShardingPolicy).
 ShardingPolicy policy_of(const MemoryModelInputs& m, int stage) {
@@ -62,14 +56,15 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
   const int stage = in.model_state.stage;
   const int64_t need = preflight_bytes(in, stage);
   if (need <= free_bytes) return "";
-  std::string message = str("stage ", stage, " needs ", gb(need), " of model state per GPU (", in.model_state.numel,
-                            " parameters on ", in.model_state.world_size, " GPU(s)); this ", device_name, " has ",
-                            gb(free_bytes), " free");
+  std::string message = str("stage ", stage, " needs ", gigabytes_text(need), " of model state per GPU (",
+                            in.model_state.numel, " parameters on ", in.model_state.world_size, " GPU(s)); this ",
+                            device_name, " has ", gigabytes_text(free_bytes), " free");
   std::string fits;
   for (int other = 0; other <= ShardingPolicy::kMaxStage; ++other) {
     if (other == stage) continue;
     const int64_t other_need = preflight_bytes(in, other);
-    if (other_need <= free_bytes) fits += str(fits.empty() ? "; " : ", ", "stage ", other, " needs ", gb(other_need));
+    if (other_need <= free_bytes)
+      fits += str(fits.empty() ? "; " : ", ", "stage ", other, " needs ", gigabytes_text(other_need));
   }
   // The fewest GPUs that fit the asked-for stage (one that owns whole units does not shrink with more GPUs).
   std::string gpus;
@@ -92,7 +87,7 @@ std::string preflight_problem(const PreflightInputs& in, int64_t free_bytes, con
       const int64_t with_offload = preflight_bytes(offloaded, s);
       if (with_offload > free_bytes) continue;
       fits += str(fits.empty() ? "; " : ", ", "stage ", s, " with [engine.offload] optimizer = \"cpu\" needs ",
-                  gb(with_offload), " on the GPU");
+                  gigabytes_text(with_offload), " on the GPU");
       break;
     }
   }
@@ -114,11 +109,12 @@ std::string host_preflight_problem(const PreflightInputs& in, int ranks_on_host,
   const int64_t per_rank = preflight_host_bytes(in);
   if (per_rank * ranks_on_host <= available_bytes) return "";
   std::string message =
-      str("stage ", in.model_state.stage, " with [engine.offload] optimizer = \"cpu\" needs ", gb(per_rank),
-          " of host memory per rank (master, optimizer state", in.ema ? ", EMA" : "", " and staging for ",
-          in.model_state.numel, " parameters on ", in.model_state.world_size, " rank(s), with ", gb(kProcessHostBytes),
-          " for the process), ", gb(per_rank * ranks_on_host), " for the ", ranks_on_host,
-          " rank(s) on this host; this host has ", gb(available_bytes), " available (MemAvailable)");
+      str("stage ", in.model_state.stage, " with [engine.offload] optimizer = \"cpu\" needs ",
+          gigabytes_text(per_rank), " of host memory per rank (master, optimizer state", in.ema ? ", EMA" : "",
+          " and staging for ", in.model_state.numel, " parameters on ", in.model_state.world_size, " rank(s), with ",
+          gigabytes_text(kProcessHostBytes), " for the process), ", gigabytes_text(per_rank * ranks_on_host),
+          " for the ", ranks_on_host, " rank(s) on this host; this host has ", gigabytes_text(available_bytes),
+          " available (MemAvailable)");
   PreflightInputs more = in;
   for (int n = in.model_state.world_size + 1; n <= 65536; ++n) {
     more.model_state.world_size = n;

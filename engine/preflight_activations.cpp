@@ -2,18 +2,12 @@
 #include "engine/preflight_activations.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 
-#include <cstdio>
 #include <vector>
 
 namespace zest {
 namespace {
-
-std::string gb(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
-  return text;
-}
 
 const char* quoted(CheckpointPolicy p) {
   switch (p) {
@@ -43,22 +37,22 @@ std::string memory_advice(const ActivationPlan& plan, int64_t budget) {
   const int64_t batch = plan.batch_size;
   const int64_t largest = largest_batch(plan, plan.policy, budget, std::max<int64_t>(1, batch - 1));
   if (largest >= 1 && largest < batch)
-    fits.push_back(str("at most data.batch_size = ", largest, " fits (", gb(plan.bytes_with(largest, plan.policy)),
-                       " of activations)"));
+    fits.push_back(str("at most data.batch_size = ", largest, " fits (",
+                       gigabytes_text(plan.bytes_with(largest, plan.policy)), " of activations)"));
   if (plan.policy != CheckpointPolicy::all && plan.bytes_with(batch, CheckpointPolicy::all) <= budget)
     fits.push_back(str("data.batch_size = ", batch, " fits with engine.activation_checkpointing = \"all\" (",
-                       gb(plan.bytes_with(batch, CheckpointPolicy::all)), ")"));
+                       gigabytes_text(plan.bytes_with(batch, CheckpointPolicy::all)), ")"));
   // A divisor of the batch that fits, with as many more accumulation steps: the same global batch.
   for (int64_t parts = 2; parts <= batch; ++parts) {
     if (batch % parts != 0 || plan.bytes_with(batch / parts, plan.policy) > budget) continue;
     fits.push_back(str("data.batch_size = ", batch / parts, " with engine.accumulation_steps = ",
                        plan.accumulation_steps * parts, " keeps the global batch (",
-                       gb(plan.bytes_with(batch / parts, plan.policy)), ")"));
+                       gigabytes_text(plan.bytes_with(batch / parts, plan.policy)), ")"));
     break;
   }
   if (fits.empty()) {
     return str("even data.batch_size = 1 with engine.activation_checkpointing = \"all\" needs ",
-               gb(plan.bytes_with(1, CheckpointPolicy::all)), ": shorten the samples (data.seq_len or the "
+               gigabytes_text(plan.bytes_with(1, CheckpointPolicy::all)), ": shorten the samples (data.seq_len or the "
                "resolution), use more GPUs with a higher stage, or offload the optimizer");
   }
   std::string text;
@@ -69,9 +63,9 @@ std::string memory_advice(const ActivationPlan& plan, int64_t budget) {
 std::string activation_problem(const ActivationPlan& plan, int64_t free_bytes, const std::string& device_name) {
   const int64_t need = plan.bytes();
   if (need <= free_bytes) return "";
-  return str("data.batch_size = ", plan.batch_size, " needs about ", gb(need),
+  return str("data.batch_size = ", plan.batch_size, " needs about ", gigabytes_text(need),
              " of activations per micro-batch with engine.activation_checkpointing = ", quoted(plan.policy),
-             ", and this ", device_name, " has ", gb(free_bytes), " free after the model state: ",
+             ", and this ", device_name, " has ", gigabytes_text(free_bytes), " free after the model state: ",
              memory_advice(plan, free_bytes));
 }
 

@@ -3,6 +3,7 @@
 #include "models/model_memory.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 #include "core/untrusted_file.h"
 #include "engine/preflight.h"
 
@@ -33,12 +34,6 @@ void collect_integers(const toml::table& table, const std::string& prefix,
   }
 }
 
-std::string bytes_text(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
-  return text;
-}
-
 }  // namespace
 
 std::string largest_size_fields(const ConfigTable& config, size_t count) {
@@ -58,8 +53,8 @@ std::string model_memory_problem(const std::string& source, const std::string& f
   const bool overflows = __builtin_mul_overflow(parameters, element_bytes, &bytes);
   if (!overflows && bytes <= available_bytes) return "";
   return str(source, ": this model has ", parameters, " parameters: ",
-             overflows ? std::string("more bytes than a 64-bit count holds") : bytes_text(bytes), " of weights (",
-             element_bytes, " bytes each), more than ", memory, " of ", bytes_text(available_bytes),
+             overflows ? std::string("more bytes than a 64-bit count holds") : gigabytes_text(bytes), " of weights (",
+             element_bytes, " bytes each), more than ", memory, " of ", gigabytes_text(available_bytes),
              "; refused before building it. Its largest size fields: ", fields.empty() ? "(none)" : fields);
 }
 

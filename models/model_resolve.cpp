@@ -2,23 +2,14 @@
 #include "models/model_resolve.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "models/model_memory.h"
 #include "models/pretrained_source.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace zest {
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  ZEST_CHECK(in.good(), "cannot read model configuration file ", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 const ModelFamily& family_for_file(const ModelSelection& selection, const std::string& path) {
   if (!selection.family.empty()) return model_family(selection.family);
@@ -31,6 +22,10 @@ const ModelFamily& family_for_file(const ModelSelection& selection, const std::s
 }
 
 }  // namespace
+
+std::string read_model_config_text(const std::string& path) {
+  return read_text_file(path, "model configuration", 16ull << 20);
+}
 
 ResolvedModel resolve_model(const ModelSelection& selection) {
   if (selection.has_pretrained_folder()) return resolve_pretrained_folder(selection.pretrained);
@@ -46,7 +41,7 @@ ResolvedModel resolve_model(const ModelSelection& selection) {
     const std::filesystem::path path = selection.config_path;
     model.family = &family_for_file(selection, path.string());
     model.name = path.stem().string();
-    model.toml_text = read_text(path.string());
+    model.toml_text = read_model_config_text(path.string());
     model.source = path.string();
   }
   model.description = model.name + " (" + model.family->name + ")";

@@ -30,6 +30,10 @@ struct ResolvedModel {
 // model.config was already made relative to its run file when the run file was read (ConfigTable::get_path).
 ResolvedModel resolve_model(const ModelSelection& selection);
 
+// The text of a model configuration file (a zest TOML or a folder's config), at most 16 MiB; errors name the
+// file and what is wrong with it.
+std::string read_model_config_text(const std::string& path);
+
 // The configuration as a ConfigTable (errors name the configuration's source).
 ConfigTable model_config_table(const ResolvedModel& model);
 std::shared_ptr<UnitModule> build_model(const ResolvedModel& model);

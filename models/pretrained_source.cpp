@@ -3,7 +3,6 @@
 #include "models/pretrained_source.h"
 
 #include "core/check.h"
-#include "core/untrusted_file.h"
 #include "formats/config_json.h"
 
 #include <filesystem>
@@ -12,8 +11,6 @@ namespace zest {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text(const std::string& path) { return read_text_file(path, "model configuration", 16ull << 20); }
 
 // "a, b or c": what every family's folder formats look for, by format name.
 std::string expected_folder_files() {
@@ -39,7 +36,7 @@ ResolvedModel resolved_from_folder(const PretrainedLayout& layout, const std::st
   const fs::path given = fs::path(path).lexically_normal();
   model.name = given.has_filename() ? given.filename().string() : given.parent_path().filename().string();
   model.source = layout.config_file + " (as a zest model configuration)";
-  FolderConfig read = owned.format->read_config(read_text(layout.config_file), layout.config_file);
+  FolderConfig read = owned.format->read_config(read_model_config_text(layout.config_file), layout.config_file);
   model.notes = std::move(read.notes);
   model.family = owned.family;
   const std::string header = "architecture of " + layout.config_file + " (" + owned.format->config_fields + ")";
@@ -81,7 +78,7 @@ nlohmann::json model_source_record(const ResolvedModel& model) {
   const PretrainedLayout layout = find_pretrained_layout(model.pretrained);
   if (layout.format == kSafetensorsFormat) return record;
   record["format"] = layout.format;
-  record["config_text"] = read_text(layout.config_file);
+  record["config_text"] = read_model_config_text(layout.config_file);
   const OwnedFolderFormat owned = folder_format_of(layout);
   if (owned.format->add_source_record) owned.format->add_source_record(layout, record);
   return record;

@@ -5,6 +5,7 @@
 
 #include "comm/net_interface.h"
 #include "core/check.h"
+#include "core/fd_write.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -33,17 +34,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Writes all of `text` to `fd`; a closed reader (EPIPE) drops the output rather than failing the run.
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
+void write_or_drop(int fd, const std::string& text) { (void)write_all(fd, text); }
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "zest launch: " + message + "\n"); }
+void say(const std::string& message) { write_or_drop(STDERR_FILENO, "zest launch: " + message + "\n"); }
 
 std::string signal_name(int sig) {
   switch (sig) {
@@ -292,9 +285,9 @@ void Launch::emit_lines(Stream& s, bool at_eof) {
     std::string line = s.pending.substr(start, nl + 1 - start);
     if (s.prefix_unlabelled_only) {
       if (line.size() >= 2 && line[line.size() - 2] == '\r') line.erase(line.size() - 2, 1);  // a remote pty's
-      write_all(s.target, (line.rfind('[', 0) == 0 ? "" : s.prefix) + line);
+      write_or_drop(s.target, (line.rfind('[', 0) == 0 ? "" : s.prefix) + line);
     } else {
-      write_all(s.target, s.prefix + line);
+      write_or_drop(s.target, s.prefix + line);
     }
     s.tail.push_back(s.pending.substr(start, std::min<size_t>(nl - start, 4096)));
     if (s.tail.size() > 20) s.tail.pop_front();
@@ -303,7 +296,7 @@ void Launch::emit_lines(Stream& s, bool at_eof) {
   s.pending.erase(0, start);
   constexpr size_t kMaxLine = 1 << 20;  // a runaway line without '\n' is cut rather than buffered forever
   if ((at_eof && !s.pending.empty()) || s.pending.size() > kMaxLine) {
-    write_all(s.target, s.prefix + s.pending + "\n");
+    write_or_drop(s.target, s.prefix + s.pending + "\n");
     s.pending.clear();
   }
 }

@@ -3,6 +3,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/check.h"
+#include "core/fd_write.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,17 +19,6 @@ namespace fs = std::filesystem;
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Writes all of `text` to `fd`; false with errno set on failure.
-bool write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 }  // namespace
 

@@ -9,7 +9,6 @@ namespace zest {
 
 #ifdef ZEST_WITH_CUDA
 bool layer_norm_modulate_covers(int64_t dim);  // layer_norm_modulate.h (nvcc-compiled)
-#endif
 
 namespace {
 
@@ -20,6 +19,7 @@ bool is_per_sample(const torch::Tensor& m, const torch::Tensor& x) {
 }
 
 }  // namespace
+#endif
 
 bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
 #ifdef ZEST_WITH_CUDA

@@ -6,6 +6,7 @@
 #include "thread_world.h"
 
 #include "formats/safetensors.h"
+#include "common/zest_cli_run.h"
 
 #include <gtest/gtest.h>
 
@@ -18,21 +19,6 @@
 namespace zest::testing {
 namespace {
 
-struct Ran {
-  int status = -1;
-  std::string output;
-};
-
-Ran run_zest(const std::string& args, const std::string& log) {
-  const std::string command = std::string(ZEST_BINARY_DIR) + "/zest " + args + " > " + log + " 2>&1";
-  Ran ran;
-  const int rc = std::system(command.c_str());
-  ran.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  std::ifstream in(log);
-  ran.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return ran;
-}
-
 TEST(CheckpointCli, MergeAndInspect) {
   if (!std::filesystem::exists(std::string(ZEST_BINARY_DIR) + "/zest")) GTEST_SKIP() << "zest not built";
   TempDir dir;
@@ -43,7 +29,7 @@ TEST(CheckpointCli, MergeAndInspect) {
     checkpoint::save(*run.engine, toy_save_request(dir.sub("ckpt")));
     if (rank == 0) params = params_of(*run.model);
   });
-  const Ran merged = run_zest("merge " + dir.sub("ckpt") + " -o " + dir.sub("m.safetensors") + " --dtype bf16",
+  const ZestRun merged = run_zest("merge " + dir.sub("ckpt") + " -o " + dir.sub("m.safetensors") + " --dtype bf16",
                               dir.sub("merge.log"));
   ASSERT_EQ(merged.status, 0) << merged.output;
   EXPECT_NE(merged.output.find("14 tensors"), std::string::npos) << merged.output;
@@ -51,7 +37,7 @@ TEST(CheckpointCli, MergeAndInspect) {
   ASSERT_EQ(file.size(), params.size());
   for (const auto& [name, t] : file) EXPECT_TRUE(torch::equal(t, params.at(name).to(torch::kBFloat16))) << name;
 
-  const Ran inspect = run_zest("ckpt inspect " + dir.sub("ckpt") + " --verify", dir.sub("inspect.log"));
+  const ZestRun inspect = run_zest("ckpt inspect " + dir.sub("ckpt") + " --verify", dir.sub("inspect.log"));
   EXPECT_EQ(inspect.status, 0) << inspect.output;
   for (const char* part : {"step_00000003", "world size   2, stage 2", "toynet", "rank_00001.safetensors",
                            "all verified", "adamw (3 updates)"})
@@ -63,11 +49,11 @@ TEST(CheckpointCli, MergeAndInspect) {
     f.seekp(-3, std::ios::end);
     f.put('\x55');
   }
-  const Ran bad = run_zest("ckpt inspect " + dir.sub("ckpt") + " --verify", dir.sub("bad.log"));
+  const ZestRun bad = run_zest("ckpt inspect " + dir.sub("ckpt") + " --verify", dir.sub("bad.log"));
   EXPECT_EQ(bad.status, 1) << bad.output;
   EXPECT_NE(bad.output.find("BAD: " + rank1 + ": xxh64 checksum"), std::string::npos) << bad.output;
 
-  const Ran missing = run_zest("merge " + dir.sub("nothing") + " -o " + dir.sub("x.safetensors"), dir.sub("x.log"));
+  const ZestRun missing = run_zest("merge " + dir.sub("nothing") + " -o " + dir.sub("x.safetensors"), dir.sub("x.log"));
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.output.find("no such checkpoint folder"), std::string::npos) << missing.output;
 }
@@ -82,21 +68,21 @@ TEST(CheckpointCli, LatestFileAndStepFolderWorkAsTheRoot) {
   });
   // inspect and merge accept the same names (both go through locate_checkpoint): each is run on two.
   for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003")}) {
-    const Ran inspect = run_zest("ckpt inspect " + name + " --verify", dir.sub("i.log"));
+    const ZestRun inspect = run_zest("ckpt inspect " + name + " --verify", dir.sub("i.log"));
     EXPECT_EQ(inspect.status, 0) << name << ":\n" << inspect.output;
     const std::string shown = "checkpoint   " + dir.sub("ckpt/step_00000003");
     EXPECT_NE(inspect.output.find(shown), std::string::npos) << inspect.output;
     EXPECT_NE(inspect.output.find("all verified"), std::string::npos) << inspect.output;
   }
   for (const std::string& name : {dir.sub("ckpt/latest"), dir.sub("ckpt/step_00000003/manifest.json")}) {
-    const Ran merge = run_zest("merge " + name + " -o " + dir.sub("m.safetensors"), dir.sub("m.log"));
+    const ZestRun merge = run_zest("merge " + name + " -o " + dir.sub("m.safetensors"), dir.sub("m.log"));
     EXPECT_EQ(merge.status, 0) << name << ":\n" << merge.output;
     EXPECT_EQ(safetensors::load_file(dir.sub("m.safetensors")).size(), 14u);
     std::filesystem::remove(dir.sub("m.safetensors"));
   }
   // `latest` naming nothing: the newest committed checkpoint, with a note saying so.
   std::ofstream(dir.sub("ckpt/latest"), std::ios::trunc) << "step_00000099\n";
-  const Ran dangling = run_zest("ckpt inspect " + dir.sub("ckpt/latest"), dir.sub("d.log"));
+  const ZestRun dangling = run_zest("ckpt inspect " + dir.sub("ckpt/latest"), dir.sub("d.log"));
   EXPECT_EQ(dangling.status, 0) << dangling.output;
   EXPECT_NE(dangling.output.find("names 'step_00000099', which is not a committed checkpoint; using"),
             std::string::npos) << dangling.output;
@@ -111,17 +97,17 @@ TEST(CheckpointCli, MergeRefusalsExitOneWithOneMessage) {
   });
   const std::string rank0 = dir.sub("ckpt/step_00000000/rank_00000.safetensors");
   const auto size = std::filesystem::file_size(rank0);
-  const Ran inside = run_zest("merge " + dir.sub("ckpt") + " -o " + rank0, dir.sub("a.log"));
+  const ZestRun inside = run_zest("merge " + dir.sub("ckpt") + " -o " + rank0, dir.sub("a.log"));
   EXPECT_EQ(inside.status, 1);
   EXPECT_NE(inside.output.find("zest: error: " + rank0 + ": is inside the checkpoint folder"), std::string::npos)
       << inside.output;
   EXPECT_EQ(std::filesystem::file_size(rank0), size);
   std::filesystem::create_directories(dir.sub("adir"));
-  const Ran onto_dir = run_zest("merge " + dir.sub("ckpt") + " -o " + dir.sub("adir"), dir.sub("b.log"));
+  const ZestRun onto_dir = run_zest("merge " + dir.sub("ckpt") + " -o " + dir.sub("adir"), dir.sub("b.log"));
   EXPECT_EQ(onto_dir.status, 1);
   EXPECT_NE(onto_dir.output.find("the merge output would replace a folder"), std::string::npos) << onto_dir.output;
   EXPECT_FALSE(std::filesystem::exists(dir.sub("adir.tmp")));
-  for (const Ran& ran : {inside, onto_dir})  // one line: no stack trace, no second message
+  for (const ZestRun& ran : {inside, onto_dir})  // one line: no stack trace, no second message
     EXPECT_EQ(std::count(ran.output.begin(), ran.output.end(), '\n'), 1) << ran.output;
 }
 
@@ -140,22 +126,22 @@ TEST(CheckpointCli, MergeEmaAndInspectShowTheEma) {
     ToyRun without = make_toy_run(comm, {2, false, 7});
     checkpoint::save(*without.engine, toy_save_request(dir.sub("without")));
   });
-  const Ran merged = run_zest("merge " + dir.sub("with") + " --ema -o " + dir.sub("ema.safetensors"), dir.sub("m.log"));
+  const ZestRun merged = run_zest("merge " + dir.sub("with") + " --ema -o " + dir.sub("ema.safetensors"), dir.sub("m.log"));
   ASSERT_EQ(merged.status, 0) << merged.output;
   EXPECT_NE(merged.output.find("14 tensors (EMA weights)"), std::string::npos) << merged.output;
   const auto file = safetensors::load_file(dir.sub("ema.safetensors"));
   ASSERT_EQ(file.size(), ema.size());
   for (const auto& [name, t] : file) EXPECT_TRUE(torch::equal(t, ema.at(name))) << name;
 
-  const Ran inspect = run_zest("ckpt inspect " + dir.sub("with"), dir.sub("i.log"));
+  const ZestRun inspect = run_zest("ckpt inspect " + dir.sub("with"), dir.sub("i.log"));
   EXPECT_EQ(inspect.status, 0) << inspect.output;
   for (const char* part :
        {"exp_avg_sq, ema\n", "ema          decay 0.9 (min 0), update_every 2, start_step 1, warm-up"})
     EXPECT_NE(inspect.output.find(part), std::string::npos) << part << " not in:\n" << inspect.output;
-  const Ran plain = run_zest("ckpt inspect " + dir.sub("without"), dir.sub("p.log"));
+  const ZestRun plain = run_zest("ckpt inspect " + dir.sub("without"), dir.sub("p.log"));
   EXPECT_NE(plain.output.find("ema          none"), std::string::npos) << plain.output;
 
-  const Ran refused =
+  const ZestRun refused =
       run_zest("merge " + dir.sub("without") + " --ema -o " + dir.sub("no.safetensors"), dir.sub("n.log"));
   EXPECT_EQ(refused.status, 1);
   EXPECT_NE(refused.output.find("zest: error: " + dir.sub("without/step_00000000") +

@@ -17,6 +17,7 @@
 
 #include "formats/safetensors.h"
 #include "checkpoint/verify.h"
+#include "common/zest_cli_run.h"
 
 #include <gtest/gtest.h>
 
@@ -231,31 +232,17 @@ class Watchdog {
   std::thread thread_;
 };
 
-struct CliRun {
-  int status = -1;
-  std::string output;
-};
-
-CliRun run_zest(const std::string& args, const std::string& log) {
-  const int rc = std::system((std::string(ZEST_BINARY_DIR) + "/zest " + args + " > " + log + " 2>&1").c_str());
-  CliRun ran;
-  ran.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  std::ifstream in(log);
-  ran.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return ran;
-}
-
 // The CLI gives the in-process verdicts, as exit status 0 or 1 and at most one error line.
 void check_cli(const std::string& path, const std::string& dir, bool inspect_ok, bool merge_ok,
                const std::string& what, int& cli_runs) {
   if (!fs::exists(std::string(ZEST_BINARY_DIR) + "/zest")) return;
   fs::create_directories(dir);
-  const CliRun inspect = run_zest("ckpt inspect " + path + " --verify", dir + "/inspect.log");
-  const CliRun merge = run_zest("merge " + path + " -o " + dir + "/cli.safetensors", dir + "/merge.log");
+  const ZestRun inspect = run_zest("ckpt inspect " + path + " --verify", dir + "/inspect.log");
+  const ZestRun merge = run_zest("merge " + path + " -o " + dir + "/cli.safetensors", dir + "/merge.log");
   cli_runs += 2;
   EXPECT_EQ(inspect.status, inspect_ok ? 0 : 1) << what << ":\n" << inspect.output;
   EXPECT_EQ(merge.status, merge_ok ? 0 : 1) << what << ":\n" << merge.output;
-  for (const CliRun* ran : {&inspect, &merge}) {
+  for (const ZestRun* ran : {&inspect, &merge}) {
     size_t errors = 0;
     for (size_t at = 0; (at = ran->output.find("zest: error:", at)) != std::string::npos; ++at) ++errors;
     EXPECT_LE(errors, 1u) << what << ":\n" << ran->output;
@@ -350,7 +337,8 @@ TEST(CheckpointFuzz, MutatedCheckpointsEndInOkOrAClearError) {
   const TempDir work("fuzz");
   FuzzRun run{{{work.sub("base"), make_base(work.sub("base"), false)},
                {work.sub("base_ema"), make_base(work.sub("base_ema"), true)}},
-              work};
+              work,
+              {}};
   std::mt19937 rng(kSeed);
   std::ostringstream notes;  // load's notes (`latest` fallbacks, ...) would flood the test output
   std::streambuf* const stderr_buffer = std::cerr.rdbuf(notes.rdbuf());

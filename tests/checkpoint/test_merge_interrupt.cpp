@@ -25,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> tmp_files(const std::string& dir) {
+std::vector<std::string> top_level_tmp_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.path().string().ends_with(".tmp")) out.push_back(entry.path().string());
@@ -52,7 +52,7 @@ TEST(MergeInterrupt, StopSignalRemovesTemporaryFilesAndReplacesNothing) {
     options.shard_size_bytes = shard_size;
     expect_error([&] { checkpoint::merge_offline(dir.sub("ckpt"), dir.sub("out/model.safetensors"), options); },
                  {"stopped by SIGTERM while merging into", "temporary files were removed and nothing was replaced"});
-    EXPECT_EQ(tmp_files(dir.sub("out")), std::vector<std::string>{}) << "shard size " << shard_size;
+    EXPECT_EQ(top_level_tmp_files(dir.sub("out")), std::vector<std::string>{}) << "shard size " << shard_size;
     std::ifstream in(dir.sub("out/model.safetensors"));
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the previous merge");
     EXPECT_FALSE(fs::exists(dir.sub("out/model.safetensors.index.json")));
@@ -84,7 +84,7 @@ TEST(MergeInterrupt, SignalToTheBinaryStopsCleanlyOrCompletes) {
     ::waitpid(pid, &status, 0);
     std::ifstream in(log);
     const std::string text(std::istreambuf_iterator<char>(in), {});
-    EXPECT_EQ(tmp_files(out), std::vector<std::string>{}) << text;
+    EXPECT_EQ(top_level_tmp_files(out), std::vector<std::string>{}) << text;
     if (WIFSIGNALED(status)) continue;  // killed before the guard was installed: nothing was written yet
     ASSERT_TRUE(WIFEXITED(status)) << text;
     if (WEXITSTATUS(status) == 0) {

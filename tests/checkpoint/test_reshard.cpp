@@ -23,7 +23,7 @@ void PrintTo(const ReshardCase& c, std::ostream* os) {
       << " -> " << c.to_world << " ranks stage " << c.to_stage;
 }
 
-std::string case_name(const ::testing::TestParamInfo<ReshardCase>& info) {
+std::string reshard_case_name(const ::testing::TestParamInfo<ReshardCase>& info) {
   const ReshardCase& c = info.param;
   return "np" + std::to_string(c.from_world) + "s" + std::to_string(c.from_stage) + "_to_np" +
          std::to_string(c.to_world) + "s" + std::to_string(c.to_stage);
@@ -66,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, Reshard,
                                            ReshardCase{4, 1, 0, 0}, ReshardCase{4, 1, 1, 1}, ReshardCase{4, 1, 2, 2},
                                            ReshardCase{1, 3, 0, 0}, ReshardCase{1, 3, 1, 1}, ReshardCase{1, 3, 2, 2},
                                            ReshardCase{2, 3, 2, 0}, ReshardCase{3, 2, 0, 1}),
-                         case_name);
+                         reshard_case_name);
 
 // A rank reads only the files that hold its slices: rank 0 of 2 at stage 2 needs files 0 and 1 of a
 // 4-rank checkpoint, never 2 or 3.

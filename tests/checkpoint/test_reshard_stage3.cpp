@@ -18,7 +18,7 @@ struct Stage3Case {
   bool to_offload = false;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Stage3Case>& info) {
+std::string stage3_case_name(const ::testing::TestParamInfo<Stage3Case>& info) {
   const Stage3Case& c = info.param;
   return "np" + std::to_string(c.from_world) + "s" + std::to_string(c.from_stage) + "_to_np" +
          std::to_string(c.to_world) + "s" + std::to_string(c.to_stage) + (c.from_offload ? "_from_offload" : "") +
@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, ReshardStage3,
                                            // Offloaded optimizer state is the same checkpoint state.
                                            Stage3Case{2, 2, 2, 2, false, true}, Stage3Case{2, 3, 3, 1, true, false},
                                            Stage3Case{1, 2, 1, 3, true, true}),
-                         case_name);
+                         stage3_case_name);
 
 }  // namespace
 }  // namespace zest::testing

@@ -23,7 +23,7 @@ void PrintTo(const ResumeCase& c, std::ostream* os) {
       << (c.sgd ? " sgd" : " adamw") << (c.async ? " async" : " sync");
 }
 
-std::string case_name(const ::testing::TestParamInfo<ResumeCase>& info) {
+std::string resume_case_name(const ::testing::TestParamInfo<ResumeCase>& info) {
   const ResumeCase& c = info.param;
   return "np" + std::to_string(c.world_size) + "_stage" + std::to_string(c.stage) + (c.sgd ? "_sgd" : "_adamw") +
          (c.async ? "_async" : "_sync");
@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, ExactResume,
                                            ResumeCase{1, 1, true, false}, ResumeCase{2, 0, false, false},
                                            ResumeCase{2, 1, false, true}, ResumeCase{2, 2, false, false},
                                            ResumeCase{2, 2, true, true}, ResumeCase{3, 2, false, true}),
-                         case_name);
+                         resume_case_name);
 
 // fp16: the dynamic loss scaler's state (scale, clean-step count, hysteresis) survives a resume.
 TEST(CheckpointResume, Fp16LossScalerStateIsRestored) {

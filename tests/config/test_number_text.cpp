@@ -1,11 +1,17 @@
 // The strict number reader behind command-line options and environment variables: the whole text or
-// nothing, and a timeout variable that is not a positive number of seconds named in one message.
+// nothing, and a timeout variable that is not a positive number of seconds named in one message; memory
+// sizes as messages print them; whole writes to a file descriptor.
 #include "core/check.h"
+#include "core/fd_write.h"
 #include "core/number_text.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <string>
 
 namespace zest::testing {
 namespace {
@@ -38,6 +44,33 @@ TEST(NumberText, EnvironmentSecondsInMilliseconds) {
     }
   }
   ::unsetenv(name);
+}
+
+TEST(NumberText, GigabytesAreDecimalWithOneDecimal) {
+  EXPECT_EQ(gigabytes_text(0), "0.0 GB");
+  EXPECT_EQ(gigabytes_text(12'345'678'901), "12.3 GB");
+  EXPECT_EQ(gigabytes_text(999'999'999), "1.0 GB");
+  EXPECT_EQ(gigabytes_text(-2'000'000'000), "-2.0 GB");
+}
+
+TEST(FdWrite, WritesEverythingAndReportsAClosedReader) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string text(10'000, 'z');  // more than one small write may take
+  EXPECT_TRUE(write_all(fds[1], text));
+  std::string read_back(text.size(), '\0');
+  size_t done = 0;
+  while (done < read_back.size()) {
+    const ssize_t n = ::read(fds[0], read_back.data() + done, read_back.size() - done);
+    ASSERT_GT(n, 0);
+    done += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(read_back, text);
+  ::close(fds[0]);
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);  // a closed reader is an error, not a signal
+  EXPECT_FALSE(write_all(fds[1], "x"));
+  std::signal(SIGPIPE, previous);
+  ::close(fds[1]);
 }
 
 }  // namespace

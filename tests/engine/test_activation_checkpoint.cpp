@@ -163,7 +163,9 @@ void expect_bitwise_equal(const RunResult& expected, const RunResult& actual) {
     EXPECT_TRUE(torch::equal(grad, actual.grads.at(name)))
         << name << ": max abs diff " << (grad - actual.grads.at(name)).abs().max().item<float>();
   }
-  if (expected.x_grad.defined()) EXPECT_TRUE(torch::equal(expected.x_grad, actual.x_grad));
+  if (expected.x_grad.defined()) {
+    EXPECT_TRUE(torch::equal(expected.x_grad, actual.x_grad));
+  }
 }
 
 // Records every unit it runs and whether grad mode was on, then runs the unit.

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/memory_model.h"
 #include "comm/world.h"
+#include "cpu_engine_config.h"
 #include "toy_models.h"
 
 #include <gtest/gtest.h>
@@ -40,15 +41,6 @@ TEST(MemoryModel, ZeroPaperFigures) {
     const double gb = estimate_model_state_bytes(in).total() / 1e9;
     EXPECT_NEAR(gb, expected[stage], 0.05) << "stage " << stage;
   }
-}
-
-EngineConfig cpu_config(int stage, Precision precision, Precision reduce) {
-  EngineConfig ec;
-  ec.device = DeviceKind::cpu;
-  ec.stage = stage;
-  ec.precision = precision;
-  ec.reduce_dtype = reduce;
-  return ec;
 }
 
 TEST(DistMemory, EngineBuffersMatchTheFormula) {
@@ -143,7 +135,9 @@ TEST(DistMemory, Stage2GradientPeakIsBelowStage1) {
   const int64_t unit_bytes = 64 * 64 * 4;
   EXPECT_EQ(peak[1], 8 * unit_bytes);                 // the full buffer, always
   EXPECT_LE(peak[2], 8 * unit_bytes / comm->size() + 3 * unit_bytes);  // the shard + at most 3 in flight
-  if (comm->size() >= 2) EXPECT_LT(peak[2], peak[1]);  // (one rank's shard is the whole model)
+  if (comm->size() >= 2) {
+    EXPECT_LT(peak[2], peak[1]);  // (one rank's shard is the whole model)
+  }
 }
 
 // Full gradients (stages 0–1, stage 2 on one rank) live per step: after backward every parameter's .grad
@@ -232,11 +226,15 @@ TEST(DistCommPattern, NonBoundaryMicroStepsByStage) {
       counting->reset();
       auto loss = model->forward(x).pow(2).mean();
       // Stage 3 gathers each bucket for its forward (once: the last stays gathered into backward) ...
-      if (stage == 3) EXPECT_EQ(counting->allgathers, 4) << "micro-step " << m;
+      if (stage == 3) {
+        EXPECT_EQ(counting->allgathers, 4) << "micro-step " << m;
+      }
       counting->reset();
       engine.backward(loss);
       // ... and again for its backward, except the last one.
-      if (stage == 3) EXPECT_EQ(counting->allgathers, 3) << "micro-step " << m;
+      if (stage == 3) {
+        EXPECT_EQ(counting->allgathers, 3) << "micro-step " << m;
+      }
       const bool boundary = m == 2;
       const int units = 4;
       if (stage == 0) {

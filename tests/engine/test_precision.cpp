@@ -4,6 +4,7 @@
 #include "comm/world.h"
 #include "engine/engine.h"
 #include "engine/step_scalars.h"
+#include "cpu_engine_config.h"
 #include "toy_models.h"
 
 #include <gtest/gtest.h>
@@ -34,15 +35,6 @@ double relative_difference(const std::vector<torch::Tensor>& a, const std::vecto
     worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
   }
   return worst;
-}
-
-EngineConfig cpu_config(int stage, Precision precision, Precision reduce = Precision::fp32) {
-  EngineConfig ec;
-  ec.device = DeviceKind::cpu;
-  ec.stage = stage;
-  ec.precision = precision;
-  ec.reduce_dtype = reduce;
-  return ec;
 }
 
 TEST(DistFp16, OverflowOnOneRankSkipsEverywhereAndScaleRecovers) {

@@ -1,6 +1,7 @@
 // The file formats of released weights, read and written without Python: config.yml's YAML (as PyYAML
 // resolves it), torch.save archives (round trip, and files written by PyTorch itself), diffusers'
 // config.json fields, and recognising a pretrained folder by its files.
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "finetune_test_util.h"
 #include "models/pretrained_source.h"
@@ -16,15 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // ---- YAML ----
 
@@ -88,7 +80,7 @@ other: |
 
 TEST(YamlSubset, RefusesWhatItDoesNotReadNamingTheLine) {
   const auto error = [](const std::string& text) {
-    return error_of([&] { read_yaml_entries(text, "c.yml", {"k"}); });
+    return exception_text([&] { read_yaml_entries(text, "c.yml", {"k"}); });
   };
   EXPECT_NE(error("k:\n  a: &anchor 1\n").find("c.yml:2: an anchor, alias or tag is not supported"), std::string::npos);
   EXPECT_NE(error("k: |\n  text\n").find("c.yml:1: a block scalar"), std::string::npos);
@@ -148,7 +140,7 @@ TEST(TorchArchive, RoundTripsDtypesShapesAndReportsKeys) {
     EXPECT_EQ(got.scalar_type(), tensors.at(entry.name).scalar_type()) << entry.name;
     EXPECT_TRUE(got.equal(tensors.at(entry.name))) << entry.name;
   }
-  EXPECT_NE(error_of([&] { reader.state_dict("state_dict"); }).find("no 'state_dict' in the archive (top-level keys: "
+  EXPECT_NE(exception_text([&] { reader.state_dict("state_dict"); }).find("no 'state_dict' in the archive (top-level keys: "
                                                                     "model_state_dict)"),
             std::string::npos);
 }
@@ -161,7 +153,7 @@ TEST(TorchArchive, AnUnfinishedWriterLeavesNothingAndBadFilesAreNamed) {
   }
   EXPECT_TRUE(fs::is_empty(dir.path()));
   std::ofstream(dir.file("pickle.ckpt")) << "\x80\x02}q\x00.";  // a legacy (pre-zip) torch.save
-  EXPECT_NE(error_of([&] { TorchArchiveReader r(dir.file("pickle.ckpt")); })
+  EXPECT_NE(exception_text([&] { TorchArchiveReader r(dir.file("pickle.ckpt")); })
                 .find("pickle.ckpt: not a torch.save zip archive"),
             std::string::npos);
 }
@@ -220,10 +212,10 @@ TEST(DiffusersConfig, ConstructorFieldsNullsAndUnknownFields) {
   EXPECT_EQ(read.architecture, Json::parse(R"({"in_channels": 4, "block_out_channels": [320, 640]})"));
   ASSERT_EQ(read.notes.size(), 1u);
   EXPECT_NE(read.notes[0].find("u/config.json: field 'brand_new_option' is not an argument"), std::string::npos);
-  EXPECT_NE(error_of([] { unet::read_diffusers_config(Json::parse(R"({"norm_num_groups": null})"), "c.json"); })
+  EXPECT_NE(exception_text([] { unet::read_diffusers_config(Json::parse(R"({"norm_num_groups": null})"), "c.json"); })
                 .find("c.json: field 'norm_num_groups' is null"),
             std::string::npos);
-  EXPECT_NE(error_of([] { unet::read_diffusers_config(Json::parse(R"({"_class_name": "UNet2DModel"})"), "c.json"); })
+  EXPECT_NE(exception_text([] { unet::read_diffusers_config(Json::parse(R"({"_class_name": "UNet2DModel"})"), "c.json"); })
                 .find("zest fine-tunes diffusers' UNet2DConditionModel"),
             std::string::npos);
 }
@@ -235,10 +227,10 @@ TEST(ReleaseConfig, NetworkArgumentsAndTheirChecks) {
   EXPECT_EQ(read.architecture, Json::parse(R"({"input_dim": 12})"));
   ASSERT_EQ(read.notes.size(), 1u);
   EXPECT_NE(read.notes[0].find("network_module_args.extra is not an argument of HunyuanMotionMMDiT"), std::string::npos);
-  EXPECT_NE(error_of([] { hymotion::read_release_config("network_module: a.B\nnetwork_module_args: {}\n", "c.yml"); })
+  EXPECT_NE(exception_text([] { hymotion::read_release_config("network_module: a.B\nnetwork_module_args: {}\n", "c.yml"); })
                 .find("c.yml: network_module is a.B; zest fine-tunes"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(exception_text([] {
               hymotion::read_release_config("network_module: hymotion/network/hymotion_mmdit.HunyuanMotionMMDiT\n"
                                             "network_module_args:\n  feat_dim: null\n", "c.yml");
             }).find("network_module_args.feat_dim is null"),
@@ -271,14 +263,14 @@ TEST(PretrainedLayout, RecognisesEveryLayoutAndSaysWhatIsMissing) {
   fs::create_directories(dir.sub("bin"));
   std::ofstream(dir.sub("bin/config.json")) << "{}";
   std::ofstream(dir.sub("bin/diffusion_pytorch_model.bin")) << "x";
-  EXPECT_NE(error_of([&] { find_pretrained_layout(dir.sub("bin")); }).find("holds only PyTorch .bin weights"),
+  EXPECT_NE(exception_text([&] { find_pretrained_layout(dir.sub("bin")); }).find("holds only PyTorch .bin weights"),
             std::string::npos);
   fs::create_directories(dir.sub("other"));
   std::ofstream(dir.sub("other/notes.txt")) << "x";
-  EXPECT_NE(error_of([&] { find_pretrained_layout(dir.sub("other")); }).find("found: notes.txt"), std::string::npos);
+  EXPECT_NE(exception_text([&] { find_pretrained_layout(dir.sub("other")); }).find("found: notes.txt"), std::string::npos);
   fs::create_directories(dir.sub("half_release"));
   std::ofstream(dir.sub("half_release/config.yml")) << "x: 1\n";
-  EXPECT_NE(error_of([&] { find_pretrained_layout(dir.sub("half_release")); }).find("needs config.yml and latest.ckpt"),
+  EXPECT_NE(exception_text([&] { find_pretrained_layout(dir.sub("half_release")); }).find("needs config.yml and latest.ckpt"),
             std::string::npos);
 }
 

@@ -3,6 +3,7 @@
 // diffusers weights load like one file; a HY-Motion release's pipeline tensors are passed over; the
 // [model] table's pretrained rules; and a resuming run never reads the base weights.
 #include "comm/self_communicator.h"
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "core/config_reader.h"
 #include "finetune_test_util.h"
@@ -17,15 +18,6 @@ namespace zest::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::shared_ptr<UnitModule> fresh(const std::string& name, int64_t seed = 99) {
   torch::manual_seed(seed);
@@ -55,7 +47,7 @@ TEST(PretrainedLoad, StrictMismatchNamesEveryTensorInOneErrorAndLoadsNothing) {
   safetensors::save_file(file, edited);
   auto model = fresh("unet_tiny");
   const Named before = named_tensors(*model);
-  const std::string message = error_of([&] { load_pretrained_weights(*model, *open_weights(dir.sub("u")), true); });
+  const std::string message = exception_text([&] { load_pretrained_weights(*model, *open_weights(dir.sub("u")), true); });
   EXPECT_NE(message.find(file + " does not match the model (strict loading; nothing was loaded)"), std::string::npos)
       << message;
   for (const char* name : {"conv_in.bias", "conv_out.bias", "time_embedding.linear_1.bias", "conv_in.weight",
@@ -108,7 +100,7 @@ TEST(PretrainedLoad, ShardedDiffusersWeightsLoadLikeOneFile) {
 
   weight_map[values.begin()->first] = "diffusion_pytorch_model-00002-of-00002.safetensors";
   std::ofstream(index) << nlohmann::json{{"weight_map", weight_map}}.dump();
-  EXPECT_NE(error_of([&] { open_weights(dir.sub("u")); }).find("which does not hold it"), std::string::npos);
+  EXPECT_NE(exception_text([&] { open_weights(dir.sub("u")); }).find("which does not hold it"), std::string::npos);
 }
 
 TEST(PretrainedLoad, HyMotionReleaseLoadsTheNetworkAndPassesOverThePipeline) {
@@ -141,19 +133,19 @@ TEST(PretrainedRunFile, FolderBringsTheArchitectureFileNeedsOne) {
   EXPECT_EQ(to_toml(parse_run(printed.substr(printed.find("[model]"), printed.find("[data]") - printed.find("[model]")))),
             printed);  // what config check prints reads back the same
 
-  EXPECT_NE(error_of([&] { parse_run(folder + "name = \"unet_tiny\"\n"); })
+  EXPECT_NE(exception_text([&] { parse_run(folder + "name = \"unet_tiny\"\n"); })
                 .find("model.name: not used with model.pretrained"),
             std::string::npos);
   const std::string file = dir.sub("u/diffusion_pytorch_model.safetensors");
-  EXPECT_NE(error_of([&] { parse_run("[model]\npretrained = \"" + file + "\"\n"); })
+  EXPECT_NE(exception_text([&] { parse_run("[model]\npretrained = \"" + file + "\"\n"); })
                 .find("a .safetensors file holds no architecture: add model.name or model.config"),
             std::string::npos);
   EXPECT_EQ(parse_run("[model]\nname = \"unet_tiny\"\npretrained = \"" + file + "\"\nstrict = false\n").model.strict,
             false);
-  EXPECT_NE(error_of([&] { parse_run("[model]\npretrained = \"" + dir.sub("nowhere") + "\"\n"); })
+  EXPECT_NE(exception_text([&] { parse_run("[model]\npretrained = \"" + dir.sub("nowhere") + "\"\n"); })
                 .find("model.pretrained: not found"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_run("[model]\nname = \"unet_tiny\"\nstrict = false\n"); })
+  EXPECT_NE(exception_text([&] { parse_run("[model]\nname = \"unet_tiny\"\nstrict = false\n"); })
                 .find("model.strict: applies to model.pretrained"),
             std::string::npos);
 }
@@ -172,7 +164,7 @@ TEST(PretrainedRunFile, StartFromPretrainedLoadsOnAFreshStart) {
   EXPECT_EQ(record["config_text"], read_text(dir.sub("u/config.json")));
   expect_equal(named_tensors(*model), values);
   std::ofstream(dir.sub("u/diffusion_pytorch_model.safetensors"), std::ios::trunc) << "not safetensors";
-  EXPECT_NE(error_of([&] { start_from_pretrained(*model, resolved, c.model, "", comm); })
+  EXPECT_NE(exception_text([&] { start_from_pretrained(*model, resolved, c.model, "", comm); })
                 .find("diffusion_pytorch_model.safetensors"),
             std::string::npos);
 }

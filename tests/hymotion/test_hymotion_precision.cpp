@@ -13,7 +13,7 @@ namespace {
 // bf16 keeps 8 significant bits (relative rounding 2^-9 ≈ 2e-3 per operation). Measured on the golden
 // inputs: output 5.7e-3, worst gradient 4.5e-2, worst activation 6.2e-3 (relative L2). A time
 // embedding computed in bf16 (t·1000 rounded to 8 bits) or a zeroed gradient shows up as errors of O(1).
-constexpr double kOutputTol = 2e-2;
+constexpr double kBf16OutputTol = 2e-2;
 constexpr double kGradTol = 1e-1;
 constexpr double kActivationTol = 2e-2;
 
@@ -35,7 +35,7 @@ TEST(HyMotionPrecision, Bf16ForwardAndGradientsTrackFloat32Golden) {
   const auto out = model->forward(golden.inputs());  // float32 inputs, bool masks
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   const double out_err = relative_error(out, golden.output("sample"));
-  EXPECT_LE(out_err, kOutputTol);
+  EXPECT_LE(out_err, kBf16OutputTol);
 
   out.to(torch::kFloat32).pow(2).mean().backward();
   double worst = 0;
