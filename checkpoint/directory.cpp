@@ -4,6 +4,7 @@
 #include "formats/safetensors.h"
 #include "checkpoint/save_phase.h"
 #include "core/check.h"
+#include "core/fd_write.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -51,15 +52,7 @@ void remove_folder(const fs::path& dir) {
 void write_file_synced(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ZEST_CHECK(fd >= 0, path, ": cannot create: ", std::strerror(errno));
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
+  const bool ok = write_all(fd, text) && ::fsync(fd) == 0;
   const std::string error = ok ? "" : std::strerror(errno);
   ::close(fd);
   ZEST_CHECK(ok, path, ": write/fsync failed: ", error);

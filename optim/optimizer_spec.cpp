@@ -12,7 +12,7 @@ namespace {
 template <typename Rule>
 OptimizerSpec spec_of(OptimizerKind kind) {
   static_assert(std::is_same_v<typename Rule::State, float>, "every path keeps optimizer state in fp32");
-  static_assert(std::size(Rule::kStates) <= kMaxStates, "more state tensors than the update paths carry");
+  static_assert(kStateCount<Rule> <= kMaxStates, "more state tensors than the update paths carry");
   OptimizerSpec s;
   s.kind = kind;
   s.name = Rule::kName;

@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 
 std::string errno_text() { return std::strerror(errno); }
 
-
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& text) {
