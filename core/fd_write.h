@@ -5,7 +5,8 @@
 
 namespace zest {
 
-// Writes all of `text` to `fd`, retrying short writes and EINTR; false (errno set) when a write fails.
+// Writes all of `text` to `fd`, retrying short writes and EINTR; false when a write fails, with errno
+// set (ENOSPC when a write took nothing without an error).
 bool write_all(int fd, std::string_view text);
 
 }  // namespace zest

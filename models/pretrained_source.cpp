@@ -3,6 +3,7 @@
 #include "models/pretrained_source.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "formats/config_json.h"
 
 #include <filesystem>

@@ -2,6 +2,7 @@
 #include "tools/progress.h"
 
 #include "core/check.h"
+#include "core/fd_write.h"
 
 #include <nlohmann/json.hpp>
 
@@ -105,16 +106,8 @@ void ProgressReporter::append_line(const std::string& line) {
   // One unbuffered write per record: a crash loses no logged step, and a full disk is found at this
   // step, not at exit. A short write is cut off again, so the file never ends in half a line.
   const off_t before = ::lseek(metrics_fd_, 0, SEEK_END);
-  size_t done = 0;
-  ssize_t n = 0;
-  while (done < line.size()) {
-    n = ::write(metrics_fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  if (done == line.size()) return;
-  const std::string reason = n < 0 ? std::strerror(errno) : "nothing could be written";
+  if (write_all(metrics_fd_, line)) return;
+  const std::string reason = std::strerror(errno);
   if (before >= 0 && ::ftruncate(metrics_fd_, before) != 0) {
     // Nothing more to do: the error below is what matters.
   }

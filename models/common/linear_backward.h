@@ -22,6 +22,20 @@ torch::Tensor linear_forward_2d(const torch::Tensor& x2, const torch::Tensor& we
 LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool wants_input_grad);
 
+// The .grad slots backward accumulates into (linear_op.h says which .grad is one); usable when the weight
+// has one and so has the bias, if any.
+struct GradSlots {
+  torch::Tensor weight, bias;
+  bool usable = false;
+};
+GradSlots grad_slots_of(const torch::Tensor& weight, const torch::Tensor& bias);
+
+// A weight as the matrix [out, in]: itself, or a pointwise convolution's [out, in, 1, 1] viewed so.
+torch::Tensor matrix_of(const torch::Tensor& weight);
+
+// Counts a backward of an accumulating layer for linear_grad_fusion_counts (fused: into .grad slots).
+void count_linear_backward(bool fused);
+
 // An IValue holding a tensor or None, as a possibly undefined tensor.
 torch::Tensor optional_tensor(const c10::IValue& value);
 

@@ -29,8 +29,10 @@ bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& 
   const bool bias_ok = !bias.defined() || (is_trainable_leaf(bias) && bias.scalar_type() == dtype &&
                                            bias.dim() == 1 && bias.size(0) == weight.size(0) &&
                                            bias.device() == weight.device());
-  return linear_grad_fusion_enabled() && torch::GradMode::is_enabled() && half_dtype && weight.is_cuda() &&
-         weight.dim() == 2 && is_trainable_leaf(weight) && bias_ok;
+  const bool matrix = weight.dim() == 2 || (weight.dim() == 4 && weight.size(2) == 1 && weight.size(3) == 1 &&
+                                             weight.is_contiguous());
+  return linear_grad_fusion_enabled() && torch::GradMode::is_enabled() && half_dtype && weight.is_cuda() && matrix &&
+         is_trainable_leaf(weight) && bias_ok;
 #else
   (void)weight, (void)bias;
   return false;

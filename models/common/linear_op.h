@@ -11,6 +11,9 @@
 
 namespace zest {
 
+// weight: [out, in]; on the accumulating path (uses_accumulating_linear) also a pointwise convolution's
+// [out, in, 1, 1], so a 1×1 convolution over channels-last activations runs as this product over its
+// [pixels, in] rows, its gradients accumulated into the convolution's own .grad slots.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 // Whether linear() takes the accumulating path for these arguments (CUDA build, fusion enabled, grad

@@ -36,7 +36,7 @@ double double_block_bytes(const Widths& w, double L, double M) {
   return 12 * rows + attention_bytes(w, L, L) + 2 * L * M * w.c;
 }
 
-// The single block's linear1 output [L, 3D + M] stays whole (q, k, v and the MLP half are views of it),
+// The single block's linear1 output [L, 3D + M] is kept (as [q | k | v] and the MLP half, or one tensor),
 // and linear2 keeps [attention | act(mlp)] of [L, D + M].
 double single_block_bytes(const Widths& w, double L, double M) {
   const double rows = L * w.D * w.c;

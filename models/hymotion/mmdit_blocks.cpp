@@ -5,6 +5,7 @@
 #include "models/common/gated_residual_op.h"
 #include "models/common/qk_norm_rope_op.h"
 #include "models/common/recomputed_linear_op.h"
+#include "models/common/split_linear_op.h"
 
 namespace zest::hymotion {
 namespace {
@@ -108,8 +109,9 @@ SingleBlockImpl::SingleBlockImpl(const HyMotionConfig& cfg, const Init& init)
 torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tensor& c,
                                        const AttnContext& ctx) const {
   const auto m = modulation_->forward(c);  // shift, scale, gate
-  const auto h = linear1_->forward(norm_modulate(z, m[0], m[1]));
-  const auto parts = h.split_with_sizes({3 * dim_, mlp_hidden_}, -1);
+  // [q | k | v] and the MLP half as two products (split_linear_op.h): no cat of their gradients in backward.
+  const auto normed = norm_modulate(z, m[0], m[1]).to(linear1_->weight.scalar_type());
+  const auto parts = split_linear(normed, linear1_->weight, linear1_->bias, {3 * dim_, mlp_hidden_});
   const std::vector<QkvProjection> stream{projection_of(parts[0], q_norm_, k_norm_)};
   torch::Tensor o;
   if (uses_qk_norm_rope_kernels(stream, num_heads_, ctx.cos, ctx.sin)) {

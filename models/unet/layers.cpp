@@ -61,8 +61,23 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
   bias = register_parameter("bias", uniform({out_channels}, bias_bound(fan_in), options));
 }
 
-torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) const {
-  return torch::conv2d(x.to(weight.scalar_type()), weight, bias, {stride_, stride_}, {padding_, padding_});
+torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) const { return convolve(x, bias); }
+
+torch::Tensor Conv2dImpl::forward_without_bias(const torch::Tensor& x) const { return convolve(x, {}); }
+
+// A 1×1 convolution over channels-last activations is one product over their [pixels, in] rows, which
+// zest::linear runs where it accumulates (linear_op.h): the bias in the product's epilogue both ways and
+// the gradients straight into the .grad slots, where the convolution adds its bias and accumulates its
+// weight gradient in passes of their own.
+torch::Tensor Conv2dImpl::convolve(const torch::Tensor& x, const torch::Tensor& b) const {
+  const auto input = x.to(weight.scalar_type());
+  const bool pointwise = weight.size(2) == 1 && weight.size(3) == 1 && stride_ == 1 && padding_ == 0 &&
+                         input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (pointwise) {
+    const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
+    if (uses_accumulating_linear(rows, weight, b)) return linear(rows, weight, b).permute({0, 3, 1, 2});
+  }
+  return torch::conv2d(input, weight, b, {stride_, stride_}, {padding_, padding_});
 }
 
 GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,

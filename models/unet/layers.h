@@ -39,11 +39,15 @@ class Conv2dImpl : public torch::nn::Module {
   Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
              int64_t padding, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
+  // The convolution alone, for a caller that adds the bias together with another per-channel term.
+  torch::Tensor forward_without_bias(const torch::Tensor& x) const;
 
   torch::Tensor weight;  // [out, in, k, k]
   torch::Tensor bias;    // [out]
 
  private:
+  torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& b) const;
+
   int64_t stride_;
   int64_t padding_;
 };

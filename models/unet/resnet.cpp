@@ -53,14 +53,17 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(const ResnetOptions& o, const torch::Tensor
 
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& temb) const {
   const bool is_silu = o_.act == Act::silu;  // the fused norm + SiLU, else the norm then the activation
-  auto h = conv1->forward(is_silu ? norm1->forward_silu(x) : activate(o_.act, norm1->forward(x)));
-  const auto t = time_emb_proj->forward(activate(o_.act, temb));
-  h = h + t.unsqueeze(-1).unsqueeze(-1);
+  auto h = conv1->forward_without_bias(is_silu ? norm1->forward_silu(x) : activate(o_.act, norm1->forward(x)));
+  // conv1's bias joins the time embedding [B, C]: one broadcast add over the activation instead of two,
+  // and one sum of its gradient in backward.
+  const auto shift = time_emb_proj->forward(activate(o_.act, temb)) + conv1->bias;
+  h = h + shift.unsqueeze(-1).unsqueeze(-1);
   h = is_silu ? norm2->forward_silu(h) : activate(o_.act, norm2->forward(h));
   if (o_.dropout > 0.0) h = torch::dropout(h, o_.dropout, is_training());
   h = conv2->forward(h);
   const auto shortcut = conv_shortcut ? conv_shortcut->forward(x) : x;
-  return (shortcut + h) / o_.output_scale_factor;
+  const auto out = shortcut + h;
+  return o_.output_scale_factor == 1.0 ? out : out / o_.output_scale_factor;  // SD's 1.0: no pass over it
 }
 
 Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding,

@@ -2,6 +2,7 @@
 #include "models/unet/unet_model.h"
 
 #include "core/check.h"
+#include "models/common/contiguous_grad.h"
 
 #include <optional>
 #include <utility>
@@ -239,7 +240,10 @@ torch::Tensor UNet2DConditionModel::run_up_block(size_t up_level, torch::Tensor 
       skips.pop_back();
       h = run_unit(step_name(prefix, steps[s]),
                    [resnet = block.resnets()[steps[s].index], upsampled](const Tensors& in) {
-                     return Tensors{upsampled(resnet->forward(torch::cat({in[0], in[1]}, 1), in[2]))};
+                     // The join's backward hands on channel slices (strided in channels-last): each is
+                     // made contiguous once here, not by every op its gradient reaches.
+                     const auto joined = torch::cat({contiguous_grad(in[0]), contiguous_grad(in[1])}, 1);
+                     return Tensors{upsampled(resnet->forward(joined, in[2]))};
                    },
                    {h, skip, temb})[0];
     } else {

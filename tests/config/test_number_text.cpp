@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -69,8 +71,18 @@ TEST(FdWrite, WritesEverythingAndReportsAClosedReader) {
   ::close(fds[0]);
   const auto previous = std::signal(SIGPIPE, SIG_IGN);  // a closed reader is an error, not a signal
   EXPECT_FALSE(write_all(fds[1], "x"));
+  EXPECT_EQ(errno, EPIPE);
   std::signal(SIGPIPE, previous);
   ::close(fds[1]);
+}
+
+TEST(FdWrite, AFullDeviceIsNoSpace) {
+  const int fd = ::open("/dev/full", O_WRONLY);
+  ASSERT_GE(fd, 0);
+  errno = 0;
+  EXPECT_FALSE(write_all(fd, "a line\n"));
+  EXPECT_EQ(errno, ENOSPC) << "the reason a caller reports";
+  ::close(fd);
 }
 
 }  // namespace

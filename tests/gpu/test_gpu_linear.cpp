@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "models/common/linear_op.h"
 #include "models/common/recomputed_linear_op.h"
+#include "models/common/split_linear_op.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -137,6 +138,77 @@ TEST(GpuAccumulatingLinear, Float32AndFrozenWeightsTakeTorchLinear) {
   EXPECT_TRUE(uses_accumulating_linear(x, w16, {}));
   torch::NoGradGuard no_grad;
   EXPECT_FALSE(uses_accumulating_linear(x, w16, {}));
+}
+
+struct SplitSwitch {
+  explicit SplitSwitch(bool on) : was(split_linear_enabled()) { set_split_linear(on); }
+  ~SplitSwitch() { set_split_linear(was); }
+  bool was;
+};
+
+struct SplitRun {
+  std::vector<torch::Tensor> parts;
+  torch::Tensor dx, dweight, dbias;
+};
+
+// parts = split_linear(x, W, b, {48, 32}) (or linear + split when !split), loss Σ partᵢ·rᵢ over the parts
+// `used`, float32 slots when `slots`.
+SplitRun run_split(bool split, bool slots, std::vector<bool> used = {true, true}) {
+  const SplitSwitch sw(split);
+  torch::manual_seed(13);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  auto weight = (torch::randn({80, 96}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+  auto bias = (torch::randn({80}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+  if (slots) {
+    const auto flat = torch::zeros({80 * 96 + 80}, cuda);
+    weight.mutable_grad() = flat.narrow(0, 0, 80 * 96).view({80, 96});
+    bias.mutable_grad() = flat.narrow(0, 80 * 96, 80);
+  }
+  const auto x = torch::randn({3, 37, 96}, cuda).to(torch::kBFloat16).requires_grad_(true);
+  SplitRun run;
+  run.parts = split_linear(x, weight, bias, {48, 32});
+  EXPECT_EQ(run.parts.size(), 2u);
+  auto loss = torch::zeros({}, cuda);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto r = torch::randn(run.parts[i].sizes(), cuda);
+    if (used[i]) loss = loss + (run.parts[i].to(torch::kFloat32) * r).sum();
+  }
+  loss.backward();
+  run.dx = x.grad();
+  run.dweight = weight.grad();
+  run.dbias = bias.grad();
+  return run;
+}
+
+TEST(GpuSplitLinear, PartsAndGradientsAreThoseOfTheWholeProduct) {
+  const auto before = linear_grad_fusion_counts();
+  const SplitRun split = run_split(true, true);
+  EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 1) << "one backward into the slots";
+  const SplitRun whole = run_split(false, true);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(split.parts[i].is_contiguous()) << "each part is its own tensor";
+    EXPECT_LT(relative(split.parts[i], whole.parts[i].to(torch::kFloat64)), 4e-3) << i;
+  }
+  // The slots hold float32 sums of the same products either way; dX rounds the first part's product to
+  // bf16 before the second accumulates onto it.
+  EXPECT_LT(relative(split.dweight, whole.dweight.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative(split.dbias, whole.dbias.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative(split.dx, whole.dx.to(torch::kFloat64)), 8e-3);
+
+  // Without slots the gradients are returned, in the weights' dtype, as autograd's.
+  const SplitRun split_plain = run_split(true, false);
+  const SplitRun whole_plain = run_split(false, false);
+  EXPECT_EQ(split_plain.dweight.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(relative(split_plain.dweight, whole_plain.dweight.to(torch::kFloat64)), 8e-3);
+  EXPECT_LT(relative(split_plain.dbias, whole_plain.dbias.to(torch::kFloat64)), 8e-3);
+
+  // A part nothing uses gets no gradient; the other part's rows are the whole product's.
+  const SplitRun first_only = run_split(true, true, {true, false});
+  const SplitRun whole_first = run_split(false, true, {true, false});
+  EXPECT_EQ(first_only.dweight.narrow(0, 48, 32).abs().max().item<float>(), 0.0f);
+  EXPECT_EQ(first_only.dbias.narrow(0, 48, 32).abs().max().item<float>(), 0.0f);
+  EXPECT_LT(relative(first_only.dweight, whole_first.dweight.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative(first_only.dx, whole_first.dx.to(torch::kFloat64)), 8e-3);
 }
 
 struct RecomputeSwitch {

@@ -1,6 +1,9 @@
 // The UNet on CUDA (ctest label `gpu`): channels-last activations (the CUDA default) with float32
-// weights give the reference's output and gradients, as the CPU does.
+// weights give the reference's output and gradients, as the CPU does; 16-bit 1×1 convolutions run as
+// accumulating products with the convolution's values and gradients.
 #include "common/tensor_close.h"
+#include "models/common/linear_op.h"
+#include "models/unet/layers.h"
 #include "unet/unet_test_util.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +34,41 @@ TEST(GpuUNet, ChannelsLastMatchesTheReference) {
     EXPECT_TRUE(c.ok) << item.key() << ": " << c.describe();
   }
   at::globalContext().setAllowTF32CuDNN(true);
+}
+
+double relative(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got.to(torch::kFloat64) - want).norm() / want.norm()).item<double>();
+}
+
+TEST(GpuUNet, PointwiseConvolutionsRunAsAccumulatingProducts) {
+  torch::manual_seed(9);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  Conv2d conv(64, 96, 1, 1, 0, cuda.dtype(torch::kBFloat16));
+  const auto flat = torch::zeros({96 * 64 + 96}, cuda);  // float32 slots, as the engine's
+  conv->weight.mutable_grad() = flat.narrow(0, 0, 96 * 64).view({96, 64, 1, 1});
+  conv->bias.mutable_grad() = flat.narrow(0, 96 * 64, 96);
+  const auto x = torch::randn({2, 64, 12, 10}, cuda).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto r = torch::randn({2, 96, 12, 10}, cuda).to(torch::kBFloat16).to(torch::kFloat32);  // dY exact in bf16
+  const auto before = linear_grad_fusion_counts();
+  const auto y = conv->forward(x);
+  EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+  const auto want_y = torch::conv2d(x.to(torch::kFloat64), conv->weight.detach().to(torch::kFloat64),
+                                    conv->bias.detach().to(torch::kFloat64));
+  EXPECT_LT(relative(y, want_y), 4e-3);
+  (y.to(torch::kFloat32) * r).sum().backward();
+  EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 1) << "the gradients went into the slots";
+  // dW[o, i] = Σ r[b, o, h, w]·x[b, i, h, w], db[o] = Σ r[b, o, h, w], in float64.
+  const auto r64 = r.to(torch::kFloat64), x64 = x.to(torch::kFloat64);
+  const auto want_w = torch::einsum("bohw,bihw->oi", {r64, x64}).view({96, 64, 1, 1});
+  EXPECT_LT(relative(conv->weight.grad(), want_w), 1e-5);
+  EXPECT_LT(relative(conv->bias.grad(), r64.sum({0, 2, 3})), 1e-5);
+
+  // An input that is not channels-last stays a convolution.
+  const auto before_plain = linear_grad_fusion_counts();
+  const auto y_plain = conv->forward(x.contiguous());
+  (y_plain.to(torch::kFloat32) * r).sum().backward();
+  EXPECT_EQ(linear_grad_fusion_counts().fused, before_plain.fused);
+  EXPECT_LT(relative(y_plain, want_y), 4e-3);
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// split_linear and its switch (see split_linear_op.h); the CUDA autograd function is in
+// split_linear_cuda.cpp.
+#include "models/common/split_linear_op.h"
+
+#include "core/check.h"
+#include "core/env_switch.h"
+#include "models/common/linear_op.h"
+
+#include <numeric>
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+std::vector<torch::Tensor> split_linear_cuda(const torch::Tensor& x, const torch::Tensor& weight,
+                                             const torch::Tensor& bias, const std::vector<int64_t>& sizes);
+#endif
+
+namespace {
+EnvSwitch& split_switch() {
+  static EnvSwitch on("ZEST_SPLIT_LINEAR", /*default_on=*/true);
+  return on;
+}
+}  // namespace
+
+bool split_linear_enabled() { return split_switch().enabled(); }
+void set_split_linear(bool enabled) { split_switch().set(enabled); }
+
+std::vector<torch::Tensor> split_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                        const std::vector<int64_t>& sizes) {
+  ZEST_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == weight.size(0),
+             "split_linear: the parts' sizes must add up to the weight's ", weight.size(0), " rows");
+#ifdef ZEST_WITH_CUDA
+  if (split_linear_enabled() && uses_accumulating_linear(x, weight, bias)) {
+    return split_linear_cuda(x, weight, bias, sizes);
+  }
+#endif
+  return linear(x, weight, bias).split_with_sizes(sizes, -1);
+}
+
+}  // namespace zest

@@ -1,0 +1,22 @@
+// split_linear(x, W, b, sizes) = linear(x, W, b) split along its last dim into parts of `sizes` — HY-Motion's
+// linear1, whose output is [q | k | v | MLP half]. On CUDA, where linear() accumulates its gradients
+// (linear_op.h), each part is its own product over the rows of W and b it owns, so each part is a
+// contiguous tensor and backward needs no cat of the parts' gradients: dX = Σ dYᵢ·Wᵢ accumulates in one
+// buffer (cuBLAS, beta = 1), and dWᵢ, dbᵢ go into row ranges of the .grad slots. Elsewhere (and with
+// ZEST_SPLIT_LINEAR=0) the composition.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace zest {
+
+std::vector<torch::Tensor> split_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                        const std::vector<int64_t>& sizes);
+
+// Process-wide switch (default on; ZEST_SPLIT_LINEAR=0 turns it off), for tests and A/B runs.
+bool split_linear_enabled();
+void set_split_linear(bool enabled);
+
+}  // namespace zest
