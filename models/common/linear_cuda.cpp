@@ -70,12 +70,11 @@ LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tenso
   const GradSlots slots = grad_slots_of(weight, bias);
   if (slots.usable) {
     accumulate_weight_grads(dy, x_c, matrix_of(slots.weight), slots.bias, weight.scalar_type());
-    ++fused_backwards;
   } else {
     g.dweight = torch::mm(dy.t(), x_c).view(weight.sizes());
     if (bias.defined()) g.dbias = dy.sum(0);
-    ++unfused_backwards;
   }
+  count_linear_backward(slots.usable);
   return g;
 }
 
