@@ -66,9 +66,9 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) const { return convolv
 torch::Tensor Conv2dImpl::forward_without_bias(const torch::Tensor& x) const { return convolve(x, {}); }
 
 // A 1×1 convolution over channels-last activations is one product over their [pixels, in] rows, which
-// zest::linear runs where it accumulates (linear_op.h): the bias in the product's epilogue both ways and
-// the gradients straight into the .grad slots, where the convolution adds its bias and accumulates its
-// weight gradient in passes of their own.
+// zest::linear runs where it accumulates (linear_op.h): the bias is added in the product's epilogue and
+// cuBLAS accumulates the weight and bias gradients into the .grad slots, where the convolution adds its
+// bias in a pass of its own and autograd adds its weight gradient into the slot in another.
 torch::Tensor Conv2dImpl::convolve(const torch::Tensor& x, const torch::Tensor& b) const {
   const auto input = x.to(weight.scalar_type());
   const bool pointwise = weight.size(2) == 1 && weight.size(3) == 1 && stride_ == 1 && padding_ == 0 &&
