@@ -11,14 +11,8 @@
 
 #include <dlfcn.h>
 
-
 namespace zest {
 namespace {
-
-template <typename Fn>
-Fn loaded(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-}
 
 cudaDataType cuda_type_of(torch::ScalarType dtype) {
   switch (dtype) {
@@ -28,28 +22,31 @@ cudaDataType cuda_type_of(torch::ScalarType dtype) {
   }
 }
 
-void check_int32(int64_t value, const char* what) {
-  ZEST_CHECK(value <= INT32_MAX, "weight gradient: ", what, " of ", value, " exceeds cuBLAS's 2^31 limit");
-}
-
 // cublasGemmEx's C entry point (cublas_api.h; the header also overloads the name for C++).
 using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                                   const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                                   cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
+GemmEx gemm_ex() {
+  static const GemmEx fn = reinterpret_cast<GemmEx>(dlsym(RTLD_DEFAULT, "cublasGemmEx"));
+  ZEST_CHECK(fn != nullptr, "weight gradient: cublasGemmEx is not loaded in this process");
+  return fn;
+}
+
 // C [m, n] (column-major, ldc) += op_a(A) · op_b(B), 16-bit A and B, float32 accumulation.
 void gemm_accumulate(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* a,
                      int64_t lda, const void* b, int64_t ldb, const torch::Tensor& c, int64_t ldc,
                      torch::ScalarType dtype) {
-  static const GemmEx gemm_ex = loaded<GemmEx>("cublasGemmEx");
-  ZEST_CHECK(gemm_ex != nullptr, "weight gradient: cublasGemmEx is not loaded in this process");
-  for (const int64_t v : {m, n, k, lda, ldb, ldc}) check_int32(v, "a matrix dimension");
+  ZEST_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
+                 ldc <= INT32_MAX,
+             "weight gradient: matrix of more than 2^31 rows or columns");
   const float one = 1.0f;
   const cudaDataType ab = cuda_type_of(dtype);
   const cublasStatus_t status =
-      gemm_ex(at::cuda::getCurrentCUDABlasHandle(), op_a, op_b, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one, c.data_ptr(),
-              cuda_type_of(c.scalar_type()), static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      gemm_ex()(at::cuda::getCurrentCUDABlasHandle(), op_a, op_b, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), &one, a, ab, static_cast<int>(lda), b, ab, static_cast<int>(ldb), &one,
+                c.data_ptr(), cuda_type_of(c.scalar_type()), static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                CUBLAS_GEMM_DEFAULT);
   ZEST_CHECK(status == CUBLAS_STATUS_SUCCESS, "weight gradient: cublasGemmEx failed with status ",
              static_cast<int>(status));
 }
