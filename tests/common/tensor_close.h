@@ -46,4 +46,12 @@ inline Closeness closeness(const torch::Tensor& actual, const torch::Tensor& exp
   return c;
 }
 
+// ‖actual − expected‖ / ‖expected‖ in float64 (L2 over all elements): one number for a whole tensor whose
+// elements carry rounding of different sizes (16-bit results against a float64 truth).
+inline double relative_l2_error(const torch::Tensor& actual, const torch::Tensor& expected) {
+  const auto a = actual.detach().to(torch::kCPU, torch::kFloat64);
+  const auto e = expected.detach().to(torch::kCPU, torch::kFloat64);
+  return ((a - e).norm() / e.norm()).item<double>();
+}
+
 }  // namespace zest::testing

@@ -4,6 +4,7 @@
 // returning gradients where no slot exists, and the engine trains the same with and without it at every
 // stage, with accumulation, on 1 and 2 GPUs (the fused path taken by every backward). linear_of_recomputed
 // gives the composition's values and input gradients bitwise while keeping less for backward.
+#include "common/tensor_close.h"
 #include "comm/world.h"
 #include "engine/engine.h"
 #include "models/common/linear_op.h"
@@ -24,10 +25,6 @@ struct FusionSwitch {
   ~FusionSwitch() { set_linear_grad_fusion(was); }
   bool was;
 };
-
-double relative(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got.to(torch::kFloat64) - want).norm() / want.norm()).item<double>();
-}
 
 struct Grads {
   torch::Tensor dx, dweight, dbias;
@@ -84,10 +81,10 @@ TEST(GpuAccumulatingLinear, SlotsGetFloat32SumsOfTheMicroSteps) {
         dbias += r.sum(0);
       }
       EXPECT_EQ(fused.dweight.scalar_type(), torch::kFloat32);
-      EXPECT_LT(relative(fused.dweight, dweight), 1e-5) << "float32 accumulation of exact 16-bit products";
-      EXPECT_LT(relative(fused.dbias, dbias), 1e-5);
-      EXPECT_LT(relative(plain.dweight, dweight), 1e-2) << "the unfused path rounds each micro-step";
-      EXPECT_GT(relative(plain.dweight, dweight), relative(fused.dweight, dweight));
+      EXPECT_LT(relative_l2_error(fused.dweight, dweight), 1e-5) << "float32 accumulation of exact 16-bit products";
+      EXPECT_LT(relative_l2_error(fused.dbias, dbias), 1e-5);
+      EXPECT_LT(relative_l2_error(plain.dweight, dweight), 1e-2) << "the unfused path rounds each micro-step";
+      EXPECT_GT(relative_l2_error(plain.dweight, dweight), relative_l2_error(fused.dweight, dweight));
       EXPECT_TRUE(torch::equal(fused.dx, plain.dx)) << "dX is ATen's product either way";
     }
   }
@@ -107,10 +104,10 @@ TEST(GpuAccumulatingLinear, SixteenBitSlotsAccumulateInTheirOwnDtype) {
     const auto want_w = wide.dweight.to(torch::kFloat64), want_b = wide.dbias.to(torch::kFloat64);
     // One 16-bit rounding per micro-step (2^-8 relative for bf16), like autograd's own 16-bit sums.
     const double tolerance = dtype == torch::kBFloat16 ? 8e-3 : 1e-3;
-    EXPECT_LT(relative(fused.dweight, want_w), tolerance);
-    EXPECT_LT(relative(fused.dbias, want_b), tolerance);
-    EXPECT_LT(relative(plain.dweight, want_w), tolerance);
-    EXPECT_GT(relative(fused.dweight, want_w), 0.0) << "the slot really is 16-bit";
+    EXPECT_LT(relative_l2_error(fused.dweight, want_w), tolerance);
+    EXPECT_LT(relative_l2_error(fused.dbias, want_b), tolerance);
+    EXPECT_LT(relative_l2_error(plain.dweight, want_w), tolerance);
+    EXPECT_GT(relative_l2_error(fused.dweight, want_w), 0.0) << "the slot really is 16-bit";
     EXPECT_TRUE(torch::equal(fused.dx, plain.dx));
   }
 }
@@ -187,28 +184,28 @@ TEST(GpuSplitLinear, PartsAndGradientsAreThoseOfTheWholeProduct) {
   const SplitRun whole = run_split(false, true);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(split.parts[i].is_contiguous()) << "each part is its own tensor";
-    EXPECT_LT(relative(split.parts[i], whole.parts[i].to(torch::kFloat64)), 4e-3) << i;
+    EXPECT_LT(relative_l2_error(split.parts[i], whole.parts[i].to(torch::kFloat64)), 4e-3) << i;
   }
   // The slots hold float32 sums of the same products either way; dX rounds the first part's product to
   // bf16 before the second accumulates onto it.
-  EXPECT_LT(relative(split.dweight, whole.dweight.to(torch::kFloat64)), 1e-5);
-  EXPECT_LT(relative(split.dbias, whole.dbias.to(torch::kFloat64)), 1e-5);
-  EXPECT_LT(relative(split.dx, whole.dx.to(torch::kFloat64)), 8e-3);
+  EXPECT_LT(relative_l2_error(split.dweight, whole.dweight.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative_l2_error(split.dbias, whole.dbias.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative_l2_error(split.dx, whole.dx.to(torch::kFloat64)), 8e-3);
 
   // Without slots the gradients are returned, in the weights' dtype, as autograd's.
   const SplitRun split_plain = run_split(true, false);
   const SplitRun whole_plain = run_split(false, false);
   EXPECT_EQ(split_plain.dweight.scalar_type(), torch::kBFloat16);
-  EXPECT_LT(relative(split_plain.dweight, whole_plain.dweight.to(torch::kFloat64)), 8e-3);
-  EXPECT_LT(relative(split_plain.dbias, whole_plain.dbias.to(torch::kFloat64)), 8e-3);
+  EXPECT_LT(relative_l2_error(split_plain.dweight, whole_plain.dweight.to(torch::kFloat64)), 8e-3);
+  EXPECT_LT(relative_l2_error(split_plain.dbias, whole_plain.dbias.to(torch::kFloat64)), 8e-3);
 
   // A part nothing uses gets no gradient; the other part's rows are the whole product's.
   const SplitRun first_only = run_split(true, true, {true, false});
   const SplitRun whole_first = run_split(false, true, {true, false});
   EXPECT_EQ(first_only.dweight.narrow(0, 48, 32).abs().max().item<float>(), 0.0f);
   EXPECT_EQ(first_only.dbias.narrow(0, 48, 32).abs().max().item<float>(), 0.0f);
-  EXPECT_LT(relative(first_only.dweight, whole_first.dweight.to(torch::kFloat64)), 1e-5);
-  EXPECT_LT(relative(first_only.dx, whole_first.dx.to(torch::kFloat64)), 8e-3);
+  EXPECT_LT(relative_l2_error(first_only.dweight, whole_first.dweight.to(torch::kFloat64)), 1e-5);
+  EXPECT_LT(relative_l2_error(first_only.dx, whole_first.dx.to(torch::kFloat64)), 8e-3);
 }
 
 struct RecomputeSwitch {

@@ -3,6 +3,7 @@
 // projection that is a slice of a wider one (the single block's linear1), RoPE on part of the joint
 // sequence, float32 and bf16; forward values, the projections' and the norm weights' gradients, and a
 // bitwise repeat.
+#include "common/tensor_close.h"
 #include "models/common/qk_norm_rope_op.h"
 #include "models/hymotion/attention_mask.h"
 #include "models/hymotion/layers.h"
@@ -19,11 +20,6 @@ namespace {
 
 constexpr int64_t kHeads = 3;
 constexpr double kEps = 1e-6;
-
-double relative(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto g = got.to(torch::kCPU, torch::kFloat64), w = want.to(torch::kCPU, torch::kFloat64);
-  return ((g - w).norm() / w.norm()).item<double>();
-}
 
 struct Case {
   torch::ScalarType dtype;
@@ -101,8 +97,8 @@ void check_case(const Case& c) {
 
   const bool bf16 = c.dtype == torch::kBFloat16;
   const double value_tol = bf16 ? 1e-2 : 1e-5, grad_tol = bf16 ? 3e-2 : 1e-4;
-  EXPECT_LT(relative(got.q, want[0]), value_tol);
-  EXPECT_LT(relative(got.k, want[1]), value_tol);
+  EXPECT_LT(relative_l2_error(got.q, want[0]), value_tol);
+  EXPECT_LT(relative_l2_error(got.k, want[1]), value_tol);
   EXPECT_TRUE(torch::equal(got.v.to(torch::kCPU, torch::kFloat64), want[2].detach().cpu()));
 
   const auto gq = torch::randn_like(got.q), gk = torch::randn_like(got.k), gv = torch::randn_like(got.v);
@@ -111,13 +107,13 @@ void check_case(const Case& c) {
                             {gq.to(torch::kFloat64), gk.to(torch::kFloat64), gv.to(torch::kFloat64)});
   for (size_t i = 0; i < leaves.size(); ++i) {
     const auto g = leaves[i].grad(), w = ref_leaves[i].grad();
-    EXPECT_LT(relative(g.narrow(-1, 0, width), w.narrow(-1, 0, width)), grad_tol) << "stream " << i;
+    EXPECT_LT(relative_l2_error(g.narrow(-1, 0, width), w.narrow(-1, 0, width)), grad_tol) << "stream " << i;
     if (c.extra_columns > 0) {
       EXPECT_EQ(g.narrow(-1, width, c.extra_columns).abs().max().item<double>(), 0.0) << "columns beyond qkv";
     }
   }
   for (size_t i = 0; i < weights.size(); ++i) {
-    EXPECT_LT(relative(weights[i].grad(), ref_weights[i].grad()), grad_tol) << "weight " << i;
+    EXPECT_LT(relative_l2_error(weights[i].grad(), ref_weights[i].grad()), grad_tol) << "weight " << i;
   }
 
   // The same inputs again: bitwise the same values and gradients (fixed-order sums).
@@ -230,7 +226,7 @@ TEST(GpuQkNormRope, FeedsAttentionAtTheReleasedShapes) {
   std::cout << "attention on the kernels' outputs: " << (got.first.empty() ? "ok" : got.first)
             << "; on copies of them: " << (cloned.first.empty() ? "ok" : cloned.first) << "\n";
   ASSERT_EQ(got.first, "") << "the kernels' outputs";
-  EXPECT_LT(relative(got.second, want.second), 3e-2);
+  EXPECT_LT(relative_l2_error(got.second, want.second), 3e-2);
 }
 
 // Only cuDNN's fused attention may run while one lives (the others off), as LibTorch picks it for
@@ -295,7 +291,7 @@ TEST(GpuQkNormRope, AttentionGradientsDoNotDependOnTheGradientsLayout) {
     for (const bool sliced : {sliced_first, !sliced_first}) {
       const auto got = gradients(sliced, false);
       for (int i = 0; i < 3; ++i) {
-        EXPECT_LT(relative(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]), 3e-2)
+        EXPECT_LT(relative_l2_error(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]), 3e-2)
             << "gradient " << "qkv"[i] << (sliced ? ", sliced" : ", whole") << " output gradient, "
             << (sliced == sliced_first ? "first" : "second") << " call";
       }

@@ -12,6 +12,7 @@ namespace zest::unet::test {
 namespace {
 
 using ::zest::testing::closeness;
+using ::zest::testing::relative_l2_error;
 using ::zest::testing::kGradParity;
 
 torch::Tensor on_gpu(const torch::Tensor& t) { return t.defined() ? t.to(torch::kCUDA) : t; }
@@ -36,10 +37,6 @@ TEST(GpuUNet, ChannelsLastMatchesTheReference) {
   at::globalContext().setAllowTF32CuDNN(true);
 }
 
-double relative(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got.to(torch::kFloat64) - want).norm() / want.norm()).item<double>();
-}
-
 TEST(GpuUNet, PointwiseConvolutionsRunAsAccumulatingProducts) {
   torch::manual_seed(9);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
@@ -54,21 +51,21 @@ TEST(GpuUNet, PointwiseConvolutionsRunAsAccumulatingProducts) {
   EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
   const auto want_y = torch::conv2d(x.to(torch::kFloat64), conv->weight.detach().to(torch::kFloat64),
                                     conv->bias.detach().to(torch::kFloat64));
-  EXPECT_LT(relative(y, want_y), 4e-3);
+  EXPECT_LT(relative_l2_error(y, want_y), 4e-3);
   (y.to(torch::kFloat32) * r).sum().backward();
   EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 1) << "the gradients went into the slots";
   // dW[o, i] = Σ r[b, o, h, w]·x[b, i, h, w], db[o] = Σ r[b, o, h, w], in float64.
   const auto r64 = r.to(torch::kFloat64), x64 = x.to(torch::kFloat64);
   const auto want_w = torch::einsum("bohw,bihw->oi", {r64, x64}).view({96, 64, 1, 1});
-  EXPECT_LT(relative(conv->weight.grad(), want_w), 1e-5);
-  EXPECT_LT(relative(conv->bias.grad(), r64.sum({0, 2, 3})), 1e-5);
+  EXPECT_LT(relative_l2_error(conv->weight.grad(), want_w), 1e-5);
+  EXPECT_LT(relative_l2_error(conv->bias.grad(), r64.sum({0, 2, 3})), 1e-5);
 
   // An input that is not channels-last stays a convolution.
   const auto before_plain = linear_grad_fusion_counts();
   const auto y_plain = conv->forward(x.contiguous());
   (y_plain.to(torch::kFloat32) * r).sum().backward();
   EXPECT_EQ(linear_grad_fusion_counts().fused, before_plain.fused);
-  EXPECT_LT(relative(y_plain, want_y), 4e-3);
+  EXPECT_LT(relative_l2_error(y_plain, want_y), 4e-3);
 }
 
 }  // namespace
