@@ -3,10 +3,15 @@
 #include "models/common/recomputed_linear_op.h"
 
 #include "core/check.h"
-#include "core/env_switch.h"
 #include "models/common/concat_gelu_op.h"
 #include "models/common/geglu_op.h"
 #include "models/common/linear_op.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iterator>
+#include <sstream>
 
 namespace zest {
 
@@ -16,14 +21,52 @@ torch::Tensor recomputed_linear_cuda(RecomputedActivation f, const torch::Tensor
 #endif
 
 namespace {
-EnvSwitch& recompute_switch() {
-  static EnvSwitch on("ZEST_RECOMPUTE_ACTIVATIONS", /*default_on=*/true);
-  return on;
+
+constexpr RecomputedActivation kKinds[] = {RecomputedActivation::gelu, RecomputedActivation::gelu_tanh,
+                                           RecomputedActivation::silu, RecomputedActivation::geglu,
+                                           RecomputedActivation::concat_gelu_tanh};
+constexpr const char* kKindNames[] = {"gelu", "gelu_tanh", "silu", "geglu", "concat_gelu_tanh"};
+constexpr uint32_t kEveryKind = (1u << std::size(kKinds)) - 1;
+
+uint32_t bit(RecomputedActivation f) { return 1u << static_cast<uint32_t>(f); }
+
+std::atomic<uint32_t>& recomputed_set() {
+  static std::atomic<uint32_t> set = [] {
+    const char* value = std::getenv("ZEST_RECOMPUTE_ACTIVATIONS");
+    return value == nullptr ? kEveryKind : parse_recomputed_activations(value);
+  }();
+  return set;
 }
+
 }  // namespace
 
-bool activation_recompute_enabled() { return recompute_switch().enabled(); }
-void set_activation_recompute(bool enabled) { recompute_switch().set(enabled); }
+uint32_t parse_recomputed_activations(const std::string& value) {
+  if (value.empty() || value == "1") return kEveryKind;
+  if (value == "0") return 0;
+  uint32_t set = 0;
+  std::stringstream items(value);
+  for (std::string item; std::getline(items, item, ',');) {
+    const auto* name = std::find(std::begin(kKindNames), std::end(kKindNames), item);
+    if (name == std::end(kKindNames)) {
+      throw Error(str("ZEST_RECOMPUTE_ACTIVATIONS=", value, ": unknown activation \"", item,
+                      "\"; expected 0, 1 or a comma-separated list of gelu, gelu_tanh, silu, geglu, concat_gelu_tanh"));
+    }
+    set |= bit(kKinds[name - std::begin(kKindNames)]);
+  }
+  return set;
+}
+
+bool activation_recompute_enabled(RecomputedActivation f) { return (recomputed_set().load() & bit(f)) != 0; }
+
+void set_activation_recompute(RecomputedActivation f, bool enabled) {
+  if (enabled) {
+    recomputed_set().fetch_or(bit(f));
+  } else {
+    recomputed_set().fetch_and(~bit(f));
+  }
+}
+
+void set_activation_recompute(bool enabled) { recomputed_set().store(enabled ? kEveryKind : 0); }
 
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b) {
   switch (f) {
@@ -36,15 +79,16 @@ torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, c
   ZEST_FAIL("unknown activation");
 }
 
-bool uses_recomputed_linear(const torch::Tensor& a, const torch::Tensor& weight, const torch::Tensor& bias) {
-  return activation_recompute_enabled() && accumulates_weight_grads(weight, bias) &&
+bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& weight,
+                            const torch::Tensor& bias) {
+  return activation_recompute_enabled(f) && accumulates_weight_grads(weight, bias) &&
          a.scalar_type() == weight.scalar_type() && a.device() == weight.device() && a.dim() >= 2 && a.numel() > 0;
 }
 
 torch::Tensor linear_of_recomputed(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b,
                                    const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA
-  if (uses_recomputed_linear(a, weight, bias)) return recomputed_linear_cuda(f, a, b, weight, bias);
+  if (uses_recomputed_linear(f, a, weight, bias)) return recomputed_linear_cuda(f, a, b, weight, bias);
 #endif
   return linear(apply_activation(f, a, b), weight, bias);
 }

@@ -5,10 +5,13 @@
 // only f's inputs are kept — which their producers keep anyway — and backward runs f again before the
 // Linear's weight gradient (accumulated into its .grad slot as linear_op.h does). The same kernels run
 // either way, so values and gradients are the unfused ones. CUDA, 16-bit, training only; elsewhere (and
-// with ZEST_RECOMPUTE_ACTIVATIONS=0) the plain composition.
+// with ZEST_RECOMPUTE_ACTIVATIONS=0, or a list without f) the plain composition.
 #pragma once
 
 #include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
 
 namespace zest {
 
@@ -27,10 +30,19 @@ torch::Tensor linear_of_recomputed(RecomputedActivation f, const torch::Tensor& 
 // f itself, as the unfused path runs it.
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b);
 
-bool uses_recomputed_linear(const torch::Tensor& a, const torch::Tensor& weight, const torch::Tensor& bias);
+// Whether linear_of_recomputed recomputes f for these arguments (f's recompute on, the accumulating path).
+bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& weight,
+                            const torch::Tensor& bias);
 
-// Process-wide switch (default on; ZEST_RECOMPUTE_ACTIVATIONS=0 turns it off), for tests and A/B runs.
-bool activation_recompute_enabled();
-void set_activation_recompute(bool enabled);
+// Which activations are recomputed rather than kept, process-wide: ZEST_RECOMPUTE_ACTIVATIONS unset, empty
+// or "1": every kind; "0": none; otherwise a comma-separated list of the kinds to recompute (gelu,
+// gelu_tanh, silu, geglu, concat_gelu_tanh) — a memory-for-speed choice per kind, for tests and A/B runs.
+bool activation_recompute_enabled(RecomputedActivation f);
+void set_activation_recompute(RecomputedActivation f, bool enabled);
+void set_activation_recompute(bool enabled);  // every kind
+
+// The set a ZEST_RECOMPUTE_ACTIVATIONS value names, as a bit per kind (1 << kind); throws a zest::Error
+// naming the variable and the accepted values for anything else.
+uint32_t parse_recomputed_activations(const std::string& value);
 
 }  // namespace zest

@@ -12,7 +12,8 @@ namespace zest {
 
 // weight_slot [out, in] += dyᵀ·x (dy [tokens, out], x [tokens, in], both contiguous and in `dtype`, the
 // weights' 16-bit dtype); bias_slot [out] += Σ_tokens dy when defined. Slots are float32 or `dtype`, and
-// may be row ranges of a wider parameter's slot (a split linear's parts).
+// may be row ranges of a wider parameter's slot (a split linear's parts) or column ranges (rows further apart
+// than `in`: a joined linear's blocks).
 void accumulate_weight_grads(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& weight_slot,
                              const torch::Tensor& bias_slot, torch::ScalarType dtype);
 

@@ -72,14 +72,14 @@ void accumulate_weight_grads(const torch::Tensor& dy, const torch::Tensor& x, co
   ZEST_CHECK(dy.is_contiguous() && x.is_contiguous() && dy.size(0) == tokens,
              "weight gradient: dY and X must be contiguous [tokens, ·] with the same tokens");
   ZEST_CHECK(weight_slot.size(0) == out && weight_slot.size(1) == in && weight_slot.stride(1) == 1 &&
-                 weight_slot.stride(0) == in,
+                 weight_slot.stride(0) >= in,
              "weight gradient: the slot must be [out, in] with contiguous rows");
   // Row-major dW [out, in] is column-major [in, out]: dWᵀ += Xᵀ·dY, X column-major [in, tokens]. Named for
   // the profiler and the FLOP counter as dYᵀ [out, tokens] @ X [tokens, in].
   {
     RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({dy.t(), x}));
-    gemm_accumulate(CUBLAS_OP_N, CUBLAS_OP_T, in, out, tokens, x.data_ptr(), in, dy.data_ptr(), out, weight_slot, in,
-                    dtype);
+    gemm_accumulate(CUBLAS_OP_N, CUBLAS_OP_T, in, out, tokens, x.data_ptr(), in, dy.data_ptr(), out, weight_slot,
+                    weight_slot.stride(0), dtype);
   }
   if (bias_slot.defined()) {  // db [out] += dY column-major [out, tokens] · 1 [tokens]
     gemm_accumulate(CUBLAS_OP_N, CUBLAS_OP_N, out, 1, tokens, dy.data_ptr(), out, ones_column(tokens, dy).data_ptr(),

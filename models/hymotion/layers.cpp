@@ -147,7 +147,7 @@ std::optional<RecomputedActivation> recomputable(Act act) {
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) const {
   const auto hidden = fc1_->forward(x);
   const auto f = recomputable(act_);
-  if (f && uses_recomputed_linear(hidden, fc2_->weight, fc2_->bias)) {
+  if (f && uses_recomputed_linear(*f, hidden, fc2_->weight, fc2_->bias)) {
     return linear_of_recomputed(*f, hidden, {}, fc2_->weight, fc2_->bias);
   }
   return fc2_->forward(activate(hidden, act_));

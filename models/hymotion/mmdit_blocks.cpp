@@ -3,8 +3,8 @@
 #include "models/hymotion/mmdit_blocks.h"
 
 #include "models/common/gated_residual_op.h"
+#include "models/common/joined_linear_op.h"
 #include "models/common/qk_norm_rope_op.h"
-#include "models/common/recomputed_linear_op.h"
 #include "models/common/split_linear_op.h"
 
 namespace zest::hymotion {
@@ -120,11 +120,9 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tens
     const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
     o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
   }
-  // [attention | act(MLP half)] is recomputed in backward where it can be (recomputed_linear_op.h).
-  const bool recompute = act_ == Act::gelu_tanh && uses_recomputed_linear(o, linear2_->weight, linear2_->bias);
-  const auto out = recompute ? linear_of_recomputed(RecomputedActivation::concat_gelu_tanh, o, parts[1],
-                                                    linear2_->weight, linear2_->bias)
-                             : linear2_->forward(concat_activated(o, parts[1], act_));
+  // linear2 over [attention | GELU(MLP half)] as two products, the cat never written (joined_linear_op.h).
+  const auto out = act_ == Act::gelu_tanh ? joined_gelu_linear(o, parts[1], linear2_->weight, linear2_->bias)
+                                          : linear2_->forward(concat_activated(o, parts[1], act_));
   return gated_residual(z, out, m[2]);
 }
 

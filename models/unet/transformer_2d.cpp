@@ -61,7 +61,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, const torch::TensorOptions& option
 // (recomputed_linear_op.h).
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) const {
   const auto projected = geglu->project(x);
-  if (uses_recomputed_linear(projected, out->weight, out->bias)) {
+  if (uses_recomputed_linear(RecomputedActivation::geglu, projected, out->weight, out->bias)) {
     return linear_of_recomputed(RecomputedActivation::geglu, projected, {}, out->weight, out->bias);
   }
   return out->forward(zest::geglu(projected));

@@ -3,10 +3,12 @@
 // autograd's rounding of each micro-step's 16-bit gradient), dX equals ATen's bitwise, it falls back to
 // returning gradients where no slot exists, and the engine trains the same with and without it at every
 // stage, with accumulation, on 1 and 2 GPUs (the fused path taken by every backward). linear_of_recomputed
-// gives the composition's values and input gradients bitwise while keeping less for backward.
+// gives the composition's values and input gradients bitwise while keeping less for backward;
+// joined_gelu_linear gives the concatenated product's values and gradients as two products.
 #include "common/tensor_close.h"
 #include "comm/world.h"
 #include "engine/engine.h"
+#include "models/common/joined_linear_op.h"
 #include "models/common/linear_op.h"
 #include "models/common/recomputed_linear_op.h"
 #include "models/common/split_linear_op.h"
@@ -209,8 +211,11 @@ TEST(GpuSplitLinear, PartsAndGradientsAreThoseOfTheWholeProduct) {
 }
 
 struct RecomputeSwitch {
-  explicit RecomputeSwitch(bool on) : was(activation_recompute_enabled()) { set_activation_recompute(on); }
-  ~RecomputeSwitch() { set_activation_recompute(was); }
+  RecomputeSwitch(RecomputedActivation f, bool on) : f(f), was(activation_recompute_enabled(f)) {
+    set_activation_recompute(f, on);
+  }
+  ~RecomputeSwitch() { set_activation_recompute(f, was); }
+  RecomputedActivation f;
   bool was;
 };
 
@@ -220,7 +225,7 @@ struct RecomputeRun {
 };
 
 RecomputeRun run_recomputed(RecomputedActivation f, bool recompute) {
-  const RecomputeSwitch sw(recompute);
+  const RecomputeSwitch sw(f, recompute);
   torch::manual_seed(3);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   const bool two = f == RecomputedActivation::concat_gelu_tanh;
@@ -241,7 +246,7 @@ RecomputeRun run_recomputed(RecomputedActivation f, bool recompute) {
   const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
   RecomputeRun run;
   run.y = recompute ? linear_of_recomputed(f, a, b, weight, bias) : linear(apply_activation(f, a, b), weight, bias);
-  EXPECT_EQ(uses_recomputed_linear(a, weight, bias), recompute);
+  EXPECT_EQ(uses_recomputed_linear(f, a, weight, bias), recompute);
   torch::cuda::synchronize();
   run.kept_bytes = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current - before -
                    static_cast<int64_t>(run.y.nbytes());
@@ -269,6 +274,77 @@ TEST(GpuRecomputedLinear, SameValuesAndInputGradientsLessKept) {
     EXPECT_TRUE(torch::equal(fused.dbias, plain.dbias)) << which;
     EXPECT_LT(fused.kept_bytes, plain.kept_bytes) << which << ": f's output is not kept";
   }
+}
+
+struct JoinedRun {
+  torch::Tensor y, dleft, dright, dweight, dbias;
+  int64_t kept_bytes = 0;  // memory alive between forward and backward beyond the inputs
+};
+
+// y = linear([left | GELU_tanh(right)], W, b) for HY-Motion's shapes in small: right a strided slice of a
+// projection (as the MLP half of an unsplit linear1 is) or its own tensor; .grad slots in float32 or none.
+JoinedRun run_joined(bool joined, bool recompute, bool strided_right, bool slots) {
+  const RecomputeSwitch sw(RecomputedActivation::concat_gelu_tanh, recompute);
+  const bool was_joined = joined_linear_enabled();
+  set_joined_linear(joined);
+  torch::manual_seed(5);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const int64_t left_width = 64, right_width = 256, out = 48;
+  auto weight = (torch::randn({out, left_width + right_width}, cuda.dtype(torch::kFloat32)) * 0.05)
+                    .to(torch::kBFloat16).requires_grad_(true);
+  auto bias = (torch::randn({out}, cuda.dtype(torch::kFloat32)) * 0.05).to(torch::kBFloat16).requires_grad_(true);
+  if (slots) {
+    weight.mutable_grad() = torch::zeros(weight.sizes(), cuda.dtype(torch::kFloat32));
+    bias.mutable_grad() = torch::zeros({out}, cuda.dtype(torch::kFloat32));
+  }
+  auto left = torch::randn({4, 300, left_width}, cuda).requires_grad_(true);
+  auto proj = torch::randn({4, 300, 32 + right_width}, cuda).requires_grad_(true);
+  auto own = torch::randn({4, 300, right_width}, cuda).requires_grad_(true);
+  const auto right = strided_right ? proj.narrow(-1, 32, right_width) : own;
+  const auto r = torch::randn({4, 300, out}, cuda);
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  torch::cuda::synchronize();
+  const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  JoinedRun run;
+  run.y = joined_gelu_linear(left, right, weight, bias);
+  torch::cuda::synchronize();
+  run.kept_bytes = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current - before -
+                   static_cast<int64_t>(run.y.nbytes());
+  (run.y.to(torch::kFloat32) * r).sum().backward();
+  set_joined_linear(was_joined);
+  run.dleft = left.grad();
+  run.dright = (strided_right ? proj.grad().narrow(-1, 32, right_width) : own.grad());
+  run.dweight = weight.grad().to(torch::kFloat32);
+  run.dbias = bias.grad().to(torch::kFloat32);
+  return run;
+}
+
+TEST(GpuJoinedLinear, ValuesAndGradientsAreThoseOfTheConcatenatedProduct) {
+  for (const bool strided : {false, true}) {
+    for (const bool slots : {true, false}) {
+      const JoinedRun plain = run_joined(false, false, strided, slots);
+      for (const bool recompute : {false, true}) {
+        const JoinedRun fused = run_joined(true, recompute, strided, slots);
+        const std::string at = std::string(strided ? "strided" : "own") + (slots ? ", slots" : ", no slots") +
+                               (recompute ? ", recomputed" : ", kept");
+        // The two products round their partial sum to bf16 once more than the one product does.
+        EXPECT_LT(relative_l2_error(fused.y, plain.y.to(torch::kFloat64)), 8e-3) << at;
+        EXPECT_LT(relative_l2_error(fused.dleft, plain.dleft.to(torch::kFloat64)), 8e-3) << at;
+        EXPECT_LT(relative_l2_error(fused.dright, plain.dright.to(torch::kFloat64)), 8e-3) << at;
+        EXPECT_LT(relative_l2_error(fused.dweight, plain.dweight.to(torch::kFloat64)), 8e-3) << at;
+        EXPECT_LT(relative_l2_error(fused.dbias, plain.dbias.to(torch::kFloat64)), 8e-3) << at;
+        EXPECT_TRUE(fused.dleft.is_contiguous() && fused.dright.defined()) << at;
+      }
+    }
+  }
+  // What stays alive until backward: the activation [4·300, 256] when kept, nothing when recomputed (the
+  // plain composition keeps the whole [4·300, 64 + 256] concatenation).
+  const int64_t activation_bytes = 4 * 300 * 256 * 2;
+  const JoinedRun kept = run_joined(true, false, false, true);
+  const JoinedRun recomputed = run_joined(true, true, false, true);
+  const JoinedRun plain = run_joined(false, false, false, true);
+  EXPECT_GE(kept.kept_bytes - recomputed.kept_bytes, activation_bytes);
+  EXPECT_LT(kept.kept_bytes, plain.kept_bytes);
 }
 
 // Three units of zest::linear layers with biases (odd widths, so flat buffers pad).

@@ -1,0 +1,44 @@
+// joined_gelu_linear and its switch (see joined_linear_op.h); the CUDA autograd function is in
+// joined_linear_cuda.cpp.
+#include "models/common/joined_linear_op.h"
+
+#include "core/check.h"
+#include "core/env_switch.h"
+#include "models/common/concat_gelu_op.h"
+#include "models/common/linear_op.h"
+#include "models/common/recomputed_linear_op.h"
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+torch::Tensor joined_gelu_linear_cuda(const torch::Tensor& left, const torch::Tensor& right,
+                                      const torch::Tensor& weight, const torch::Tensor& bias, bool keep_activation);
+#endif
+
+namespace {
+EnvSwitch& joined_switch() {
+  static EnvSwitch on("ZEST_JOINED_LINEAR", /*default_on=*/true);
+  return on;
+}
+}  // namespace
+
+bool joined_linear_enabled() { return joined_switch().enabled(); }
+void set_joined_linear(bool enabled) { joined_switch().set(enabled); }
+
+torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor& right, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  ZEST_CHECK(left.size(-1) + right.size(-1) == weight.size(1), "joined_gelu_linear: inputs of ", left.size(-1),
+             " + ", right.size(-1), " columns for a weight of ", weight.size(1));
+  constexpr auto f = RecomputedActivation::concat_gelu_tanh;
+#ifdef ZEST_WITH_CUDA
+  if (joined_linear_enabled() && uses_accumulating_linear(left, weight, bias) &&
+      right.scalar_type() == left.scalar_type() && right.device() == left.device() && left.numel() > 0 &&
+      right.numel() > 0) {
+    return joined_gelu_linear_cuda(left, right, weight, bias, /*keep_activation=*/!activation_recompute_enabled(f));
+  }
+#endif
+  if (uses_recomputed_linear(f, left, weight, bias)) return linear_of_recomputed(f, left, right, weight, bias);
+  return linear(concat_gelu_tanh(left, right), weight, bias);
+}
+
+}  // namespace zest

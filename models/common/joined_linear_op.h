@@ -1,0 +1,23 @@
+// joined_gelu_linear(left, right, W, b) = linear([left | GELU_tanh(right)], W, b): HY-Motion's single-stream
+// linear2 over the attention output beside the activated MLP half. On CUDA, where linear() accumulates its
+// gradients (linear_op.h), it runs as two products over the column blocks of W that the two inputs meet
+// (y = left·W_leftᵀ + GELU(right)·W_rightᵀ + b, the second accumulated by cuBLAS with beta = 1): the
+// concatenation is never written, backward hands left and right contiguous gradients of their own, and
+// dW's column blocks and db go straight into the .grad slots. GELU(right) is kept for backward, or run
+// again there when the concat_gelu_tanh recompute is on (recomputed_linear_op.h). Elsewhere (and with
+// ZEST_JOINED_LINEAR=0) the composition, recomputed as linear_of_recomputed does.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace zest {
+
+// left [.., Dl], right [.., Dr] with the same leading dims; weight [out, Dl + Dr], bias [out] or undefined.
+torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor& right, const torch::Tensor& weight,
+                                 const torch::Tensor& bias);
+
+// Process-wide switch (default on; ZEST_JOINED_LINEAR=0 turns it off), for tests and A/B runs.
+bool joined_linear_enabled();
+void set_joined_linear(bool enabled);
+
+}  // namespace zest
