@@ -20,6 +20,18 @@ EnvSwitch& joined_switch() {
   static EnvSwitch on("ZEST_JOINED_LINEAR", /*default_on=*/true);
   return on;
 }
+
+// The accumulating path's conditions (linear_op.h) for the two inputs: one 16-bit dtype and device with the
+// weight, the same leading dimensions.
+[[maybe_unused]] bool takes_two_products(const torch::Tensor& left, const torch::Tensor& right,
+                                         const torch::Tensor& weight, const torch::Tensor& bias) {
+  const auto same_place = [&](const torch::Tensor& t) {
+    return t.scalar_type() == weight.scalar_type() && t.device() == weight.device() && t.dim() >= 2 && t.numel() > 0;
+  };
+  return accumulates_weight_grads(weight, bias) && same_place(left) && same_place(right) &&
+         left.sizes().slice(0, left.dim() - 1) == right.sizes().slice(0, right.dim() - 1);
+}
+
 }  // namespace
 
 bool joined_linear_enabled() { return joined_switch().enabled(); }
@@ -31,9 +43,7 @@ torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor&
              " + ", right.size(-1), " columns for a weight of ", weight.size(1));
   constexpr auto f = RecomputedActivation::concat_gelu_tanh;
 #ifdef ZEST_WITH_CUDA
-  if (joined_linear_enabled() && uses_accumulating_linear(left, weight, bias) &&
-      right.scalar_type() == left.scalar_type() && right.device() == left.device() && left.numel() > 0 &&
-      right.numel() > 0) {
+  if (joined_linear_enabled() && takes_two_products(left, right, weight, bias)) {
     return joined_gelu_linear_cuda(left, right, weight, bias, /*keep_activation=*/!activation_recompute_enabled(f));
   }
 #endif
