@@ -28,12 +28,17 @@ constexpr RecomputedActivation kKinds[] = {RecomputedActivation::gelu, Recompute
 constexpr const char* kKindNames[] = {"gelu", "gelu_tanh", "silu", "geglu", "concat_gelu_tanh"};
 constexpr uint32_t kEveryKind = (1u << std::size(kKinds)) - 1;
 
-uint32_t bit(RecomputedActivation f) { return 1u << static_cast<uint32_t>(f); }
+constexpr uint32_t bit(RecomputedActivation f) { return 1u << static_cast<uint32_t>(f); }
+
+// HY-Motion's single-block GELU is kept: its two products (joined_linear_op.h) keep only the GELU output,
+// and keeping it is 1.6 ms faster per HY-Motion 1B step at 32 × 360 frames for 2.6 GiB, still under the
+// peer's peak (bench/RESULTS.md, 2026-12-03).
+constexpr uint32_t kDefaultKinds = kEveryKind & ~bit(RecomputedActivation::concat_gelu_tanh);
 
 std::atomic<uint32_t>& recomputed_set() {
   static std::atomic<uint32_t> set = [] {
     const char* value = std::getenv("ZEST_RECOMPUTE_ACTIVATIONS");
-    return value == nullptr ? kEveryKind : parse_recomputed_activations(value);
+    return value == nullptr ? kDefaultKinds : parse_recomputed_activations(value);
   }();
   return set;
 }
@@ -41,7 +46,8 @@ std::atomic<uint32_t>& recomputed_set() {
 }  // namespace
 
 uint32_t parse_recomputed_activations(const std::string& value) {
-  if (value.empty() || value == "1") return kEveryKind;
+  if (value.empty()) return kDefaultKinds;
+  if (value == "1") return kEveryKind;
   if (value == "0") return 0;
   uint32_t set = 0;
   std::stringstream items(value);

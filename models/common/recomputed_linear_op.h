@@ -1,6 +1,7 @@
 // linear_of_recomputed(f, a, b, W, bias) = linear(f(a[, b]), W, bias) for an activation f that costs less
 // to recompute than to keep: the MLP's GELU before its second Linear, the UNet's GEGLU before the
-// feed-forward's output Linear, HY-Motion's [attention | GELU(MLP half)] before linear2. Autograd would
+// feed-forward's output Linear (HY-Motion's [attention | GELU(MLP half)] before linear2 is joined_linear_op.h's,
+// which recomputes it only when asked to). Autograd would
 // keep f's output (the next Linear's input, the widest activation of the block) until backward; here
 // only f's inputs are kept — which their producers keep anyway — and backward runs f again before the
 // Linear's weight gradient (accumulated into its .grad slot as linear_op.h does). The same kernels run
@@ -34,9 +35,10 @@ torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, c
 bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& weight,
                             const torch::Tensor& bias);
 
-// Which activations are recomputed rather than kept, process-wide: ZEST_RECOMPUTE_ACTIVATIONS unset, empty
-// or "1": every kind; "0": none; otherwise a comma-separated list of the kinds to recompute (gelu,
-// gelu_tanh, silu, geglu, concat_gelu_tanh) — a memory-for-speed choice per kind, for tests and A/B runs.
+// Which activations are recomputed rather than kept, process-wide: ZEST_RECOMPUTE_ACTIVATIONS unset or empty:
+// every kind but concat_gelu_tanh (HY-Motion's single-block GELU, cheaper kept: joined_linear_op.h); "1":
+// every kind; "0": none; otherwise a comma-separated list of the kinds to recompute (gelu, gelu_tanh, silu,
+// geglu, concat_gelu_tanh) — a memory-for-speed choice per kind, for tests and A/B runs.
 bool activation_recompute_enabled(RecomputedActivation f);
 void set_activation_recompute(RecomputedActivation f, bool enabled);
 void set_activation_recompute(bool enabled);  // every kind
