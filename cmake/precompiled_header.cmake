@@ -52,12 +52,12 @@ function(_zest_includes_libtorch file out)
 endfunction()
 
 # Target <target> reuses the precompiled header. In a unity build (ZEST_UNITY_BUILD) its sources compile in
-# batches of eight, each batch taking the header once; otherwise its C++ sources that include no LibTorch skip
+# batches of sixteen, each batch taking the header once; otherwise its C++ sources that include no LibTorch skip
 # it. (Sources with their own compile options or include folders are never batched: CMake compiles them alone.)
 function(zest_use_precompiled_header target)
   target_precompile_headers(${target} REUSE_FROM zest_pch)
   if(ZEST_UNITY_BUILD)
-    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
     return()
   endif()
   get_target_property(sources ${target} SOURCES)
