@@ -65,10 +65,11 @@ int64_t count(const at::RecordFunction& fn) {
   const std::string name = fn.name();
   const auto inputs = fn.inputs();
   auto in = [&](size_t i) { return i < inputs.size() ? sizes_of(inputs[i]) : std::vector<int64_t>{}; };
-  // zest::mm_accumulate: the accumulating linear's weight gradient (models/common/linear_cuda.cpp).
+  // zest::mm_accumulate: a product accumulated into an existing output — the accumulating linear's weight
+  // gradient (models/common/weight_grad_gemm_cuda.cpp), the joined linear's second product
+  // (models/common/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
   if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate") return matmul_flops(in(0), in(1));
-  // addmm_: a product accumulated into its output (models/common/joined_linear_cuda.cpp).
-  if (name == "aten::addmm" || name == "aten::addmm_" || name == "aten::baddbmm") return matmul_flops(in(1), in(2));
+  if (name == "aten::addmm" || name == "aten::baddbmm") return matmul_flops(in(1), in(2));
   if (name == "aten::convolution" && inputs.size() >= 6) {
     return conv_flops(in(1), conv_output_numel(in(0), in(1), inputs[3], inputs[4], inputs[5]));
   }

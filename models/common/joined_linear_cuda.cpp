@@ -6,6 +6,7 @@
 #include "models/common/weight_grad_gemm.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
@@ -24,7 +25,13 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
     const auto activated = gelu_tanh(right).reshape({-1, right_width});
     auto y = b.defined() ? torch::addmm(b, left2, w.narrow(1, 0, left_width).t())
                          : torch::mm(left2, w.narrow(1, 0, left_width).t());
-    y.addmm_(activated, w.narrow(1, left_width, right_width).t());  // beta = 1: into y, no temporary
+    {
+      // beta = 1: into y, no temporary. Named for the profiler and the FLOP counter as the product it adds
+      // (tools/flop_counter.cpp), which ATen's in-place addmm_ is not, once.
+      const auto w_right_t = w.narrow(1, left_width, right_width).t();
+      RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({activated, w_right_t}));
+      y.addmm_(activated, w_right_t);
+    }
     // left is what attention keeps for its own backward, right what linear1's MLP half is: only the
     // activation, when kept, adds to what stays alive until backward.
     ctx->save_for_backward({left, right, keep_activation ? activated : absent_tensor(activated)});
