@@ -54,8 +54,10 @@ uint32_t parse_recomputed_activations(const std::string& value) {
   for (std::string item; std::getline(items, item, ',');) {
     const auto* name = std::find(std::begin(kKindNames), std::end(kKindNames), item);
     if (name == std::end(kKindNames)) {
+      std::string kinds;
+      for (const char* kind : kKindNames) kinds += (kinds.empty() ? "" : ", ") + std::string(kind);
       throw Error(str("ZEST_RECOMPUTE_ACTIVATIONS=", value, ": unknown activation \"", item,
-                      "\"; expected 0, 1 or a comma-separated list of gelu, gelu_tanh, silu, geglu, concat_gelu_tanh"));
+                      "\"; expected 0, 1 or a comma-separated list of ", kinds));
     }
     set |= bit(kKinds[name - std::begin(kKindNames)]);
   }
