@@ -44,7 +44,7 @@ torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor&
   constexpr auto f = RecomputedActivation::concat_gelu_tanh;
 #ifdef ZEST_WITH_CUDA
   if (joined_linear_enabled() && takes_two_products(left, right, weight, bias)) {
-    return joined_gelu_linear_cuda(left, right, weight, bias, /*keep_activation=*/!activation_recompute_enabled(f));
+    return joined_gelu_linear_cuda(left, right, weight, bias, /*keep_activation=*/!recomputes_here(f));
   }
 #endif
   if (uses_recomputed_linear(f, left, weight, bias)) return linear_of_recomputed(f, left, right, weight, bias);

@@ -4,7 +4,7 @@
 // (y = left·W_leftᵀ + GELU(right)·W_rightᵀ + b, the second accumulated by cuBLAS with beta = 1): the
 // concatenation is never written, backward hands left and right contiguous gradients of their own, and
 // dW's column blocks and db go straight into the .grad slots. GELU(right) is kept for backward, or run
-// again there when the concat_gelu_tanh recompute is on (recomputed_linear_op.h). Elsewhere (and with
+// again there when recomputes_here(concat_gelu_tanh) (recomputed_linear_op.h). Elsewhere (and with
 // ZEST_JOINED_LINEAR=0) the composition, recomputed as linear_of_recomputed does.
 #pragma once
 

@@ -3,6 +3,7 @@
 #include "models/common/recomputed_linear_op.h"
 
 #include "core/check.h"
+#include "engine/activation_checkpoint.h"
 #include "models/common/concat_gelu_op.h"
 #include "models/common/geglu_op.h"
 #include "models/common/linear_op.h"
@@ -76,6 +77,8 @@ void set_activation_recompute(RecomputedActivation f, bool enabled) {
 
 void set_activation_recompute(bool enabled) { recomputed_set().store(enabled ? kEveryKind : 0); }
 
+bool recomputes_here(RecomputedActivation f) { return activation_recompute_enabled(f) && !is_recomputing(); }
+
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b) {
   switch (f) {
     case RecomputedActivation::gelu: return torch::gelu(a);
@@ -89,7 +92,7 @@ torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, c
 
 bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& weight,
                             const torch::Tensor& bias) {
-  return activation_recompute_enabled(f) && accumulates_weight_grads(weight, bias) &&
+  return recomputes_here(f) && accumulates_weight_grads(weight, bias) &&
          a.scalar_type() == weight.scalar_type() && a.device() == weight.device() && a.dim() >= 2 && a.numel() > 0;
 }
 

@@ -31,7 +31,7 @@ torch::Tensor linear_of_recomputed(RecomputedActivation f, const torch::Tensor& 
 // f itself, as the unfused path runs it.
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b);
 
-// Whether linear_of_recomputed recomputes f for these arguments (f's recompute on, the accumulating path).
+// Whether linear_of_recomputed recomputes f for these arguments (recomputes_here(f), the accumulating path).
 bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& weight,
                             const torch::Tensor& bias);
 
@@ -42,6 +42,12 @@ bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, cons
 bool activation_recompute_enabled(RecomputedActivation f);
 void set_activation_recompute(RecomputedActivation f, bool enabled);
 void set_activation_recompute(bool enabled);  // every kind
+
+// Whether f is recomputed at this point: its kind is on, and this is not a checkpointed unit's own recompute
+// (engine/activation_checkpoint.h), whose activations live only until the unit's backward that follows at
+// once — there keeping f's output costs no peak memory and saves running f twice (with every HY-Motion 1B
+// unit recomputed: 182.3 → 179.5 ms at the same peak, bench/RESULTS.md, 2026-12-03).
+bool recomputes_here(RecomputedActivation f);
 
 // The set a ZEST_RECOMPUTE_ACTIVATIONS value names, as a bit per kind (1 << kind); throws a zest::Error
 // naming the variable and the accepted values for anything else.

@@ -4,9 +4,11 @@
 // returning gradients where no slot exists, and the engine trains the same with and without it at every
 // stage, with accumulation, on 1 and 2 GPUs (the fused path taken by every backward). linear_of_recomputed
 // gives the composition's values and input gradients bitwise while keeping less for backward;
-// joined_gelu_linear gives the concatenated product's values and gradients as two products.
+// joined_gelu_linear gives the concatenated product's values and gradients as two products; inside a
+// checkpointed unit's recompute the activation is kept.
 #include "common/tensor_close.h"
 #include "comm/world.h"
+#include "engine/activation_checkpoint.h"
 #include "engine/engine.h"
 #include "models/common/joined_linear_op.h"
 #include "models/common/linear_op.h"
@@ -403,6 +405,57 @@ std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, Che
   std::map<std::string, torch::Tensor> out;
   for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach().to(torch::kCPU, torch::kFloat32);
   return out;
+}
+
+// One unit: an MLP whose GELU goes through linear_of_recomputed. Records, at every forward of the unit,
+// whether it was a checkpointed unit's recompute and whether the GELU would be recomputed there.
+class RecordingMlp : public UnitModule {
+ public:
+  RecordingMlp() {
+    torch::manual_seed(9);
+    w1 = register_parameter("w1", torch::randn({32, 16}) * 0.2);
+    b1 = register_parameter("b1", torch::randn({32}) * 0.1);
+    w2 = register_parameter("w2", torch::randn({16, 32}) * 0.2);
+    b2 = register_parameter("b2", torch::randn({16}) * 0.1);
+  }
+  std::vector<UnitDecl> unit_decls() const override { return {{"mlp", {"w1", "b1", "w2", "b2"}}}; }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return run_unit("mlp", [&](const Tensors& in) {
+             const auto hidden = linear(in[0], w1, b1);
+             seen.push_back({is_recomputing(), uses_recomputed_linear(RecomputedActivation::gelu, hidden, w2, b2)});
+             return Tensors{linear_of_recomputed(RecomputedActivation::gelu, hidden, {}, w2, b2)};
+           }, {x.to(w1.scalar_type())})[0];
+  }
+  torch::Tensor w1, b1, w2, b2;
+  std::vector<std::pair<bool, bool>> seen;  // (inside a unit's recompute, GELU recomputed)
+};
+
+std::vector<std::pair<bool, bool>> one_step_seen(CheckpointPolicy policy) {
+  const RecomputeSwitch sw(RecomputedActivation::gelu, true);
+  auto model = std::make_shared<RecordingMlp>();
+  EngineConfig ec;
+  ec.device = DeviceKind::cuda;
+  ec.precision = Precision::bf16;
+  ec.activation_checkpointing = policy;
+  Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, world_communicator());
+  torch::manual_seed(1);
+  const auto x = torch::randn({4, 10, 16}).to(engine.device());
+  engine.backward(model->forward(x).to(torch::kFloat32).square().mean());
+  engine.step();
+  return model->seen;
+}
+
+TEST(GpuRecomputedLinear, KeptInsideACheckpointedUnitsRecompute) {
+  // Not checkpointed: the unit's one forward records autograd's graph and recomputes the GELU in backward.
+  const auto plain = one_step_seen(CheckpointPolicy::none);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0], std::make_pair(false, true));
+  // Checkpointed: the forward under no-grad records nothing; its recompute in backward keeps the GELU, whose
+  // output lives only until the unit's backward that follows.
+  const auto checkpointed = one_step_seen(CheckpointPolicy::all);
+  ASSERT_EQ(checkpointed.size(), 2u);
+  EXPECT_EQ(checkpointed[0], std::make_pair(false, false));
+  EXPECT_EQ(checkpointed[1], std::make_pair(true, false));
 }
 
 TEST(DistGpuLinearFusion, TrainsLikeTheUnfusedPathAtEveryStage) {
