@@ -68,7 +68,10 @@ int64_t count(const at::RecordFunction& fn) {
   // zest::mm_accumulate: a product accumulated into an existing output — the accumulating linear's weight
   // gradient (models/common/weight_grad_gemm_cuda.cpp), the joined linear's second product
   // (models/common/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
-  if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate") return matmul_flops(in(0), in(1));
+  // zest::mm_epilogue: a cuBLASLt product with a GELU epilogue (models/common/gelu_epilogue_gemm_cuda.cpp).
+  if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate" || name == "zest::mm_epilogue") {
+    return matmul_flops(in(0), in(1));
+  }
   if (name == "aten::addmm" || name == "aten::baddbmm") return matmul_flops(in(1), in(2));
   if (name == "aten::convolution" && inputs.size() >= 6) {
     return conv_flops(in(1), conv_output_numel(in(0), in(1), inputs[3], inputs[4], inputs[5]));

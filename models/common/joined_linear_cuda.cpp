@@ -1,6 +1,8 @@
-// The autograd function of joined_gelu_linear (see joined_linear_op.h): forward runs GELU over right and
-// two products over W's column blocks; backward takes each input's gradient from its own block of W and
-// accumulates each block's weight gradient into the matching columns of the .grad slot.
+// The autograd function of joined_gelu_linear (see joined_linear_op.h): forward runs GELU over right (unless
+// handed it) and two products over W's column blocks; backward takes each input's gradient from its own
+// block of W (right's through the GELU-backward epilogue where cuBLASLt has one) and accumulates each
+// block's weight gradient into the matching columns of the .grad slot.
+#include "models/common/gelu_epilogue_gemm.h"
 #include "models/common/joined_linear_op.h"
 #include "models/common/linear_backward.h"
 #include "models/common/weight_grad_gemm.h"
@@ -17,12 +19,13 @@ torch::Tensor gelu_tanh(const torch::Tensor& x) { return at::gelu(x, "tanh"); }
 struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& left,
                                const torch::Tensor& right, const torch::Tensor& weight, const torch::Tensor& bias,
-                               bool keep_activation) {
+                               const torch::Tensor& given_activation, bool keep_activation) {
     const int64_t left_width = left.size(-1), right_width = right.size(-1);
     const auto w = matrix_of(weight);
     const torch::Tensor b = present(bias);
     const auto left2 = left.reshape({-1, left_width});
-    const auto activated = gelu_tanh(right).reshape({-1, right_width});
+    const torch::Tensor given = present(given_activation);
+    const auto activated = (given.defined() ? given : gelu_tanh(right)).reshape({-1, right_width});
     auto y = b.defined() ? torch::addmm(b, left2, w.narrow(1, 0, left_width).t())
                          : torch::mm(left2, w.narrow(1, 0, left_width).t());
     {
@@ -60,8 +63,12 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
     torch::Tensor dleft, dright;
     if (ctx->needs_input_grad(0)) dleft = torch::mm(dy, w.narrow(1, 0, left_width)).view(left.sizes());
     if (ctx->needs_input_grad(1)) {
-      const auto dactivated = torch::mm(dy, w.narrow(1, left_width, right_width));
-      dright = at::gelu_backward(dactivated.view(right.sizes()), right, "tanh");
+      const auto w_right = w.narrow(1, left_width, right_width);
+      if (auto dh = gelu_backward_of_product(dy, w_right, right.reshape({-1, right_width}))) {
+        dright = dh->view(right.sizes());
+      } else {
+        dright = at::gelu_backward(torch::mm(dy, w_right).view(right.sizes()), right, "tanh");
+      }
     }
     torch::Tensor dweight, dbias;
     const GradSlots slots = grad_slots_of(weight, bias);
@@ -74,15 +81,17 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
       if (bias.defined()) dbias = dy.sum(0);
     }
     count_linear_backward(slots.usable);
-    return {dleft, dright, dweight, dbias, torch::Tensor()};
+    return {dleft, dright, dweight, dbias, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor joined_gelu_linear_cuda(const torch::Tensor& left, const torch::Tensor& right,
-                                      const torch::Tensor& weight, const torch::Tensor& bias, bool keep_activation) {
-  return JoinedGeluLinear::apply(left, right, weight, bias.defined() ? bias : absent_tensor(weight), keep_activation);
+                                      const torch::Tensor& weight, const torch::Tensor& bias,
+                                      const torch::Tensor& activated, bool keep_activation) {
+  return JoinedGeluLinear::apply(left, right, weight, bias.defined() ? bias : absent_tensor(weight),
+                                 activated.defined() ? activated : absent_tensor(weight), keep_activation);
 }
 
 }  // namespace zest

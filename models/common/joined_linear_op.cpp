@@ -12,7 +12,8 @@ namespace zest {
 
 #ifdef ZEST_WITH_CUDA
 torch::Tensor joined_gelu_linear_cuda(const torch::Tensor& left, const torch::Tensor& right,
-                                      const torch::Tensor& weight, const torch::Tensor& bias, bool keep_activation);
+                                      const torch::Tensor& weight, const torch::Tensor& bias,
+                                      const torch::Tensor& activated, bool keep_activation);
 #endif
 
 namespace {
@@ -38,13 +39,13 @@ bool joined_linear_enabled() { return joined_switch().enabled(); }
 void set_joined_linear(bool enabled) { joined_switch().set(enabled); }
 
 torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor& right, const torch::Tensor& weight,
-                                 const torch::Tensor& bias) {
+                                 const torch::Tensor& bias, [[maybe_unused]] const torch::Tensor& activated) {
   ZEST_CHECK(left.size(-1) + right.size(-1) == weight.size(1), "joined_gelu_linear: inputs of ", left.size(-1),
              " + ", right.size(-1), " columns for a weight of ", weight.size(1));
   constexpr auto f = RecomputedActivation::concat_gelu_tanh;
 #ifdef ZEST_WITH_CUDA
   if (joined_linear_enabled() && takes_two_products(left, right, weight, bias)) {
-    return joined_gelu_linear_cuda(left, right, weight, bias, /*keep_activation=*/!recomputes_here(f));
+    return joined_gelu_linear_cuda(left, right, weight, bias, activated, /*keep_activation=*/!recomputes_here(f));
   }
 #endif
   if (uses_recomputed_linear(f, left, weight, bias)) return linear_of_recomputed(f, left, right, weight, bias);

@@ -13,8 +13,11 @@
 namespace zest {
 
 // left [.., Dl], right [.., Dr] with the same leading dims; weight [out, Dl + Dr], bias [out] or undefined.
+// activated: GELU_tanh(right) where its producer already made it (split_linear_with_gelu_of_last), else
+// undefined. On the two-product path, right's gradient comes from the product dY·W_right with cuBLASLt's
+// GELU-backward epilogue where it can (gelu_epilogue_gemm.h).
 torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor& right, const torch::Tensor& weight,
-                                 const torch::Tensor& bias);
+                                 const torch::Tensor& bias, const torch::Tensor& activated = {});
 
 // Process-wide switch (default on; ZEST_JOINED_LINEAR=0 turns it off), for tests and A/B runs.
 bool joined_linear_enabled();

@@ -1,6 +1,8 @@
 // The autograd function of linear_of_recomputed (see recomputed_linear_op.h): forward keeps f's inputs
 // only; backward runs f again (with autograd on, over detached copies of them), takes the Linear's
-// gradients from that output, then f's input gradients from f's own backward.
+// gradients from that output, then f's input gradients from f's own backward — or, for a GELU handed in by
+// its producer's epilogue, a's gradient from the product with the GELU-backward epilogue.
+#include "models/common/gelu_epilogue_gemm.h"
 #include "models/common/linear_backward.h"
 #include "models/common/recomputed_linear_op.h"
 
@@ -12,14 +14,17 @@ namespace {
 
 struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                               const torch::Tensor& weight, const torch::Tensor& bias, int64_t activation) {
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& given_activation, int64_t activation) {
     const auto f = static_cast<RecomputedActivation>(activation);
-    const torch::Tensor second = present(b), bias_present = present(bias);
-    const auto h = apply_activation(f, a, second);  // autograd is off inside forward: h is not kept
+    const torch::Tensor second = present(b), bias_present = present(bias), given = present(given_activation);
+    // autograd is off inside forward: h is not kept
+    const auto h = given.defined() ? given : apply_activation(f, a, second);
     ctx->save_for_backward({a, b});
     ctx->saved_data["weight"] = weight;  // the parameters themselves: backward reads their .grad slots
     ctx->saved_data["bias"] = bias_present;
     ctx->saved_data["activation"] = activation;
+    ctx->saved_data["gelu_epilogue"] = given.defined() && f == RecomputedActivation::gelu_tanh && !second.defined();
     return linear_forward_2d(h.reshape({-1, weight.size(1)}), weight, bias_present, h.sizes());
   }
 
@@ -31,6 +36,9 @@ struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
     const auto f = static_cast<RecomputedActivation>(ctx->saved_data["activation"].toInt());
     const torch::Tensor saved_b = present(saved[1]);
     const bool wants_a = ctx->needs_input_grad(0), wants_b = saved_b.defined() && ctx->needs_input_grad(1);
+    if (ctx->saved_data["gelu_epilogue"].toBool()) {
+      return gelu_backward_through_product(grads[0], saved[0], weight, bias, wants_a);
+    }
 
     // f again, recorded this time, over leaves standing in for its inputs.
     std::vector<torch::Tensor> leaves;
@@ -53,16 +61,37 @@ struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
       if (wants_a) da = input_grads[0];
       if (wants_b) db = input_grads[wants_a ? 1 : 0];
     }
-    return {da, db, g.dweight, g.dbias, torch::Tensor()};
+    return {da, db, g.dweight, g.dbias, torch::Tensor(), torch::Tensor()};
+  }
+
+  // h = GELU_tanh(a) again for the weight gradient (dW += dYᵀ·h), and da = (dY·W) ⊙ GELU_tanh'(a) from one
+  // product with the GELU-backward epilogue (ATen's product and GELU backward where it has none).
+  static torch::autograd::variable_list gelu_backward_through_product(const torch::Tensor& grad_output,
+                                                                      const torch::Tensor& a, const torch::Tensor& weight,
+                                                                      const torch::Tensor& bias, bool wants_a) {
+    const int64_t in = weight.size(1);
+    const auto a2 = a.reshape({-1, in});
+    const auto h = at::gelu(a2, "tanh");
+    LinearGrads g = linear_backward(grad_output, h, weight, bias, /*wants_input_grad=*/false);
+    torch::Tensor da;
+    if (wants_a) {
+      const auto dy = grad_output.reshape({-1, weight.size(0)}).to(weight.scalar_type()).contiguous();
+      const auto w = matrix_of(weight);
+      auto product = gelu_backward_of_product(dy, w, a2.contiguous());
+      da = (product ? *product : at::gelu_backward(torch::mm(dy, w), a2, "tanh")).view(a.sizes());
+    }
+    return {da, torch::Tensor(), g.dweight, g.dbias, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor recomputed_linear_cuda(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b,
-                                     const torch::Tensor& weight, const torch::Tensor& bias) {
+                                     const torch::Tensor& weight, const torch::Tensor& bias,
+                                     const torch::Tensor& activated) {
   return RecomputedLinear::apply(a, b.defined() ? b : absent_tensor(a), weight,
-                                 bias.defined() ? bias : absent_tensor(weight), static_cast<int64_t>(f));
+                                 bias.defined() ? bias : absent_tensor(weight),
+                                 activated.defined() ? activated : absent_tensor(a), static_cast<int64_t>(f));
 }
 
 }  // namespace zest

@@ -18,7 +18,8 @@ namespace zest {
 
 #ifdef ZEST_WITH_CUDA
 torch::Tensor recomputed_linear_cuda(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b,
-                                     const torch::Tensor& weight, const torch::Tensor& bias);
+                                     const torch::Tensor& weight, const torch::Tensor& bias,
+                                     const torch::Tensor& activated);
 #endif
 
 namespace {
@@ -97,9 +98,10 @@ bool uses_recomputed_linear(RecomputedActivation f, const torch::Tensor& a, cons
 }
 
 torch::Tensor linear_of_recomputed(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b,
-                                   const torch::Tensor& weight, const torch::Tensor& bias) {
+                                   const torch::Tensor& weight, const torch::Tensor& bias,
+                                   [[maybe_unused]] const torch::Tensor& activated) {
 #ifdef ZEST_WITH_CUDA
-  if (uses_recomputed_linear(f, a, weight, bias)) return recomputed_linear_cuda(f, a, b, weight, bias);
+  if (uses_recomputed_linear(f, a, weight, bias)) return recomputed_linear_cuda(f, a, b, weight, bias, activated);
 #endif
   return linear(apply_activation(f, a, b), weight, bias);
 }

@@ -24,9 +24,13 @@ enum class RecomputedActivation {
   concat_gelu_tanh,  // f(a, b) = [a | GELU_tanh(b)] (concat_gelu_op.h)
 };
 
-// b only for concat_gelu_tanh.
+// b only for concat_gelu_tanh. activated: f(a) where a GELU epilogue already made it with a
+// (split_linear_with_gelu_of_last, gelu_tanh only), else undefined: forward then runs no f of its own and
+// backward takes a's gradient from the product dY·W with the GELU-backward epilogue (gelu_epilogue_gemm.h),
+// rounded once rather than bitwise the composition's.
 torch::Tensor linear_of_recomputed(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b,
-                                   const torch::Tensor& weight, const torch::Tensor& bias);
+                                   const torch::Tensor& weight, const torch::Tensor& bias,
+                                   const torch::Tensor& activated = {});
 
 // f itself, as the unfused path runs it.
 torch::Tensor apply_activation(RecomputedActivation f, const torch::Tensor& a, const torch::Tensor& b);

@@ -1,6 +1,8 @@
-// The autograd function of split_linear (see split_linear_op.h): one product per part in forward; in
-// backward dX accumulates over the parts in one buffer and the weight and bias gradients go into row
-// ranges of their .grad slots (weight_grad_gemm.h), or are returned whole where no slots exist.
+// The autograd function of split_linear (see split_linear_op.h): one product per part in forward (the last
+// one through the GELU epilogue when asked for its activation); in backward dX accumulates over the parts in
+// one buffer and the weight and bias gradients go into row ranges of their .grad slots (weight_grad_gemm.h),
+// or are returned whole where no slots exist.
+#include "models/common/gelu_epilogue_gemm.h"
 #include "models/common/linear_backward.h"
 #include "models/common/split_linear_op.h"
 #include "models/common/weight_grad_gemm.h"
@@ -13,7 +15,7 @@ namespace {
 struct SplitLinear : torch::autograd::Function<SplitLinear> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
-                                                const std::vector<int64_t>& sizes) {
+                                                const std::vector<int64_t>& sizes, bool gelu_of_last) {
     const auto x2 = x.reshape({-1, weight.size(1)});  // a view where x allows one
     ctx->save_for_backward({x2});
     const torch::Tensor b = present(bias);
@@ -22,11 +24,26 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
     ctx->saved_data["sizes"] = sizes;
     ctx->saved_data["input_sizes"] = x.sizes().vec();
     torch::autograd::variable_list parts;
+    torch::Tensor activated = absent_tensor(x);  // GELU of the last part, when its epilogue made it
     int64_t offset = 0;
-    for (const int64_t rows : sizes) {
-      parts.push_back(linear_forward_2d(x2, matrix_of(weight).narrow(0, offset, rows),
-                                        b.defined() ? b.narrow(0, offset, rows) : b, x.sizes()));
-      offset += rows;
+    for (size_t i = 0; i < sizes.size(); offset += sizes[i], ++i) {
+      const auto w = matrix_of(weight).narrow(0, offset, sizes[i]);
+      const auto b_rows = b.defined() ? b.narrow(0, offset, sizes[i]) : b;
+      auto out_sizes = x.sizes().vec();
+      out_sizes.back() = sizes[i];
+      const bool last = i + 1 == sizes.size();
+      if (gelu_of_last && last && b.defined()) {
+        if (auto product = linear_gelu(x2, w, b_rows)) {
+          parts.push_back(product->pre_activation.view(out_sizes));
+          activated = product->activated.view(out_sizes);
+          continue;
+        }
+      }
+      parts.push_back(linear_forward_2d(x2, w, b_rows, x.sizes()));
+    }
+    if (gelu_of_last) {
+      parts.push_back(activated);
+      ctx->mark_non_differentiable({activated});
     }
     return parts;
   }
@@ -61,15 +78,18 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
     }
     count_linear_backward(slots.usable);
     if (dx.defined()) dx = dx.view(ctx->saved_data["input_sizes"].toIntVector());
-    return {dx, dweight, dbias, torch::Tensor()};
+    return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 std::vector<torch::Tensor> split_linear_cuda(const torch::Tensor& x, const torch::Tensor& weight,
-                                             const torch::Tensor& bias, const std::vector<int64_t>& sizes) {
-  return SplitLinear::apply(x, weight, bias.defined() ? bias : absent_tensor(weight), sizes);
+                                             const torch::Tensor& bias, const std::vector<int64_t>& sizes,
+                                             bool gelu_of_last) {
+  auto parts = SplitLinear::apply(x, weight, bias.defined() ? bias : absent_tensor(weight), sizes, gelu_of_last);
+  if (gelu_of_last) parts.back() = present(parts.back());
+  return parts;
 }
 
 }  // namespace zest

@@ -15,6 +15,13 @@ namespace zest {
 std::vector<torch::Tensor> split_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                         const std::vector<int64_t>& sizes);
 
+// split_linear's parts and GELU_tanh of the last part, {parts…, activated}: on the split path with a bias,
+// the last part's product writes both through cuBLASLt's GELU epilogue (gelu_epilogue_gemm.h), so no GELU
+// pass of its own runs. activated is undefined where no epilogue made it. It is a value, not differentiable:
+// hand it to joined_gelu_linear beside the last part, whose backward takes the gradient through GELU.
+std::vector<torch::Tensor> split_linear_with_gelu_of_last(const torch::Tensor& x, const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, const std::vector<int64_t>& sizes);
+
 // Process-wide switch (default on; ZEST_SPLIT_LINEAR=0 turns it off), for tests and A/B runs.
 bool split_linear_enabled();
 void set_split_linear(bool enabled);

@@ -12,6 +12,7 @@
 #include "models/common/recomputed_linear_op.h"
 #include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
+#include "models/common/split_linear_op.h"
 #include "core/compat.h"
 
 #include <cmath>
@@ -145,8 +146,17 @@ std::optional<RecomputedActivation> recomputable(Act act) {
 // On CUDA the activation is recomputed in backward rather than kept (recomputed_linear_op.h): the hidden
 // layer is the block's widest activation.
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) const {
-  const auto hidden = fc1_->forward(x);
   const auto f = recomputable(act_);
+  if (act_ == Act::gelu_tanh) {
+    // fc1's product also writes GELU through its epilogue (split_linear_with_gelu_of_last, one part) and
+    // fc2's backward takes fc1's output gradient through GELU's derivative in its own epilogue.
+    const auto x16 = x.to(fc1_->weight.scalar_type());
+    if (uses_recomputed_linear(*f, x16, fc2_->weight, fc2_->bias)) {
+      const auto parts = split_linear_with_gelu_of_last(x16, fc1_->weight, fc1_->bias, {fc1_->weight.size(0)});
+      return linear_of_recomputed(*f, parts[0], {}, fc2_->weight, fc2_->bias, parts[1]);
+    }
+  }
+  const auto hidden = fc1_->forward(x);
   if (f && uses_recomputed_linear(*f, hidden, fc2_->weight, fc2_->bias)) {
     return linear_of_recomputed(*f, hidden, {}, fc2_->weight, fc2_->bias);
   }
