@@ -2,6 +2,7 @@
 #include "models/unet/layers.h"
 
 #include "core/check.h"
+#include "models/common/conv_op.h"
 #include "models/common/fused_norms.h"
 
 #include <cmath>
@@ -77,7 +78,7 @@ torch::Tensor Conv2dImpl::convolve(const torch::Tensor& x, const torch::Tensor& 
     const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
     if (uses_accumulating_linear(rows, weight, b)) return linear(rows, weight, b).permute({0, 3, 1, 2});
   }
-  return torch::conv2d(input, weight, b, {stride_, stride_}, {padding_, padding_});
+  return zest::conv2d(input, weight, b, stride_, padding_);  // conv_op.h: gradients into the slots on CUDA
 }
 
 GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,

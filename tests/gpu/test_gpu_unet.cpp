@@ -1,7 +1,9 @@
 // The UNet on CUDA (ctest label `gpu`): channels-last activations (the CUDA default) with float32
 // weights give the reference's output and gradients, as the CPU does; 16-bit 1×1 convolutions run as
-// accumulating products with the convolution's values and gradients.
+// accumulating products with the convolution's values and gradients; 16-bit k×k convolutions convolve a
+// channels-last copy of the weight and add their weight gradients into the slots (conv_op.h).
 #include "common/tensor_close.h"
+#include "models/common/conv_op.h"
 #include "models/common/linear_op.h"
 #include "models/unet/layers.h"
 #include "unet/unet_test_util.h"
@@ -66,6 +68,52 @@ TEST(GpuUNet, PointwiseConvolutionsRunAsAccumulatingProducts) {
   (y_plain.to(torch::kFloat32) * r).sum().backward();
   EXPECT_EQ(linear_grad_fusion_counts().fused, before_plain.fused);
   EXPECT_LT(relative_l2_error(y_plain, want_y), 4e-3);
+}
+
+// A k×k convolution against float64 autograd: values, the input gradient, and weight and bias gradients
+// accumulated over two backwards into float32 slots.
+void expect_accumulating_conv(int64_t in, int64_t out, int64_t stride, int64_t height, int64_t width) {
+  torch::manual_seed(10);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  Conv2d conv(in, out, 3, stride, 1, cuda.dtype(torch::kBFloat16));
+  const int64_t weight_numel = out * in * 9;
+  const auto flat = torch::zeros({weight_numel + out}, cuda);  // float32 slots, as the engine's
+  conv->weight.mutable_grad() = flat.narrow(0, 0, weight_numel).view({out, in, 3, 3});
+  conv->bias.mutable_grad() = flat.narrow(0, weight_numel, out);
+  auto x = torch::randn({2, in, height, width}, cuda).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+  x.requires_grad_(true);
+  ASSERT_TRUE(uses_accumulating_conv(x, conv->weight, conv->bias));
+  const auto before = linear_grad_fusion_counts();
+  const auto y = conv->forward(x);
+  EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+  const auto r = torch::randn(y.sizes(), cuda).to(torch::kBFloat16).to(torch::kFloat32);  // dY exact in bf16
+  (y.to(torch::kFloat32) * r).sum().backward();
+  (conv->forward(x).to(torch::kFloat32) * r).sum().backward();  // a second micro-step accumulates
+  EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 2) << "the gradients went into the slots";
+
+  auto x64 = x.detach().to(torch::kFloat64).requires_grad_(true);
+  auto w64 = conv->weight.detach().to(torch::kFloat64).requires_grad_(true);
+  auto b64 = conv->bias.detach().to(torch::kFloat64).requires_grad_(true);
+  const auto y64 = torch::conv2d(x64, w64, b64, {stride, stride}, {1, 1});
+  (y64 * r.to(torch::kFloat64)).sum().backward();
+  const std::string at = std::to_string(in) + "→" + std::to_string(out) + " stride " + std::to_string(stride);
+  EXPECT_LT(relative_l2_error(y, y64), 4e-3) << at;
+  EXPECT_LT(relative_l2_error(x.grad(), 2 * x64.grad()), 8e-3) << at;
+  EXPECT_LT(relative_l2_error(conv->weight.grad(), 2 * w64.grad()), 8e-3) << at;
+  EXPECT_LT(relative_l2_error(conv->bias.grad(), 2 * b64.grad()), 8e-3) << at;
+}
+
+TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
+  expect_accumulating_conv(64, 96, 1, 12, 10);
+  expect_accumulating_conv(320, 24, 2, 9, 8);  // input channels over one kernel tile (256), a downsampler's stride
+  // Switched off, or over activations that are not channels-last: torch::conv2d and autograd's gradients.
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  Conv2d conv(16, 8, 3, 1, 1, cuda.dtype(torch::kBFloat16));
+  const auto x = torch::randn({1, 16, 6, 6}, cuda).to(torch::kBFloat16);
+  EXPECT_FALSE(uses_accumulating_conv(x, conv->weight, conv->bias));
+  set_conv_grad_fusion(false);
+  EXPECT_FALSE(uses_accumulating_conv(x.contiguous(at::MemoryFormat::ChannelsLast), conv->weight, conv->bias));
+  set_conv_grad_fusion(true);
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+// conv2d and its switch (see conv_op.h); the CUDA autograd function is in conv_cuda.cpp.
+#include "models/common/conv_op.h"
+
+#include "core/env_switch.h"
+#include "models/common/linear_op.h"
+
+namespace zest {
+
+#ifdef ZEST_WITH_CUDA
+torch::Tensor accumulating_conv2d_cuda(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                       int64_t stride, int64_t padding);
+bool conv_weight_kernels_take(const torch::Tensor& weight);
+#endif
+
+namespace {
+EnvSwitch& conv_switch() {
+  static EnvSwitch on("ZEST_CONV_GRAD_FUSION", /*default_on=*/true);
+  return on;
+}
+}  // namespace
+
+bool conv_grad_fusion_enabled() { return conv_switch().enabled(); }
+void set_conv_grad_fusion(bool enabled) { conv_switch().set(enabled); }
+
+bool uses_accumulating_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+#ifdef ZEST_WITH_CUDA
+  // accumulates_weight_grads's conditions on the parameters (trainable 16-bit leaves on CUDA, grad mode) hold
+  // for a convolution's too; it takes [out, in, k, k] weights only when k = 1, so the rest is checked here.
+  const bool trainable = weight.requires_grad() && weight.is_leaf() && torch::GradMode::is_enabled() &&
+                         (!bias.defined() || (bias.requires_grad() && bias.is_leaf() &&
+                                              bias.scalar_type() == weight.scalar_type()));
+  const auto dtype = weight.scalar_type();
+  return conv_grad_fusion_enabled() && linear_grad_fusion_enabled() && trainable && weight.is_cuda() &&
+         (dtype == torch::kBFloat16 || dtype == torch::kFloat16) && weight.dim() == 4 && weight.is_contiguous() &&
+         x.dim() == 4 && x.scalar_type() == dtype && x.device() == weight.device() &&
+         x.is_contiguous(at::MemoryFormat::ChannelsLast) && x.size(1) == weight.size(1) && x.numel() > 0 &&
+         conv_weight_kernels_take(weight);
+#else
+  (void)x, (void)weight, (void)bias;
+  return false;
+#endif
+}
+
+torch::Tensor conv2d(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t stride,
+                     int64_t padding) {
+#ifdef ZEST_WITH_CUDA
+  if (uses_accumulating_conv(x, weight, bias)) return accumulating_conv2d_cuda(x, weight, bias, stride, padding);
+#endif
+  return torch::conv2d(x, weight, bias, {stride, stride}, {padding, padding});
+}
+
+}  // namespace zest
