@@ -53,13 +53,18 @@ const LtApi& lt() {
 
 // D [m, n] (column-major, ld m) = epilogue(op_a(A) [m, k] · B [k, n]), 16-bit A, B and D, float32
 // accumulation; A stored [k, m] (op T) or [m, k] (op N) with leading dimension lda, B stored [k, n] with ldb.
+// alignment: the bytes every operand's pointer is a multiple of (16 to 256), which the heuristic is told: by
+// default it assumes 256 and may pick a kernel that needs it.
 struct Shape {
   cublasLtEpilogue_t epilogue;
   cublasOperation_t op_a;
   int64_t m, n, k, lda, ldb, aux_ld;
   cudaDataType type;
-  auto key() const { return std::tuple(static_cast<int>(epilogue), static_cast<int>(op_a), m, n, k, lda, ldb, aux_ld,
-                                       static_cast<int>(type)); }
+  uint32_t alignment;
+  auto key() const {
+    return std::tuple(static_cast<int>(epilogue), static_cast<int>(op_a), m, n, k, lda, ldb, aux_ld,
+                      static_cast<int>(type), alignment);
+  }
 };
 
 // Descriptors are never destroyed: a plan per shape and thread lives as long as the process (a handful).
@@ -92,7 +97,12 @@ Plan make_plan(const Shape& s, size_t workspace_bytes) {
   const uint64_t max_workspace = workspace_bytes;
   int found = 0;
   ok = api.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-                          sizeof(max_workspace)) == CUBLAS_STATUS_SUCCESS &&
+                          sizeof(max_workspace)) == CUBLAS_STATUS_SUCCESS;
+  for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    ok = ok && api.preference_set(preference, attribute, &s.alignment, sizeof(s.alignment)) == CUBLAS_STATUS_SUCCESS;
+  }
+  ok = ok &&
        api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), plan.op, plan.a, plan.b, plan.d, plan.d, preference, 1,
                      &plan.algorithm, &found) == CUBLAS_STATUS_SUCCESS;
   api.preference_destroy(preference);
@@ -108,6 +118,15 @@ const Plan& plan_for(const Shape& s, size_t workspace_bytes) {
 }
 
 bool aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// The largest power of two up to 256 that every pointer is a multiple of.
+uint32_t common_alignment(std::initializer_list<const void*> pointers) {
+  uint32_t alignment = 256;
+  for (const void* p : pointers) {
+    while (reinterpret_cast<uintptr_t>(p) % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
 bool is_16bit(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
@@ -162,9 +181,9 @@ std::optional<GeluProduct> linear_gelu(const torch::Tensor& x, const torch::Tens
   const int64_t tokens = x.size(0), in = x.size(1), out = weight.size(0);
   if (out % 8 != 0 || tokens == 0) return std::nullopt;
   // Row-major [tokens, out] is column-major [out, tokens]: D = Wᵀ-stored-as-[in, out] (op T) · X [in, tokens].
-  const Shape shape{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLAS_OP_T, out, tokens, in, weight.stride(0), x.stride(0), out,
-                    cuda_type_of(x)};
   GeluProduct product{torch::empty({tokens, out}, x.options()), torch::empty({tokens, out}, x.options())};
+  const Shape shape{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLAS_OP_T, out, tokens, in, weight.stride(0), x.stride(0), out,
+                    cuda_type_of(x), common_alignment({weight.data_ptr(), x.data_ptr(), product.activated.data_ptr()})};
   RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({x, weight.t()}));
   if (!run(shape, weight.data_ptr(), x.data_ptr(), product.activated.data_ptr(), bias.data_ptr(),
            product.pre_activation.data_ptr())) {
@@ -182,9 +201,9 @@ std::optional<torch::Tensor> gelu_backward_of_product(const torch::Tensor& dy, c
   const int64_t tokens = dy.size(0), out = dy.size(1), width = weight.size(1);
   if (width % 8 != 0 || tokens == 0) return std::nullopt;
   // Row-major dh [tokens, width] is column-major [width, tokens] = W (stored [width, out], op N) · dYᵀ [out, tokens].
-  const Shape shape{CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, width, tokens, out, weight.stride(0), dy.stride(0),
-                    h.stride(0), cuda_type_of(dy)};
   auto dh = torch::empty({tokens, width}, dy.options());
+  const Shape shape{CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, width, tokens, out, weight.stride(0), dy.stride(0),
+                    h.stride(0), cuda_type_of(dy), common_alignment({weight.data_ptr(), dy.data_ptr(), dh.data_ptr()})};
   RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({dy, weight}));
   if (!run(shape, weight.data_ptr(), dy.data_ptr(), dh.data_ptr(), nullptr, h.data_ptr())) return std::nullopt;
   return dh;
