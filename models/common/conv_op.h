@@ -4,7 +4,8 @@
 // there), and backward adds the channels-last weight gradient straight into the weight's .grad slot of the
 // engine's flat gradient buffer (float32, or the weight's dtype) and the bias gradient into the bias's —
 // where autograd would add a channels-last gradient into a contiguous slot elementwise across layouts.
-// Elsewhere (CPU, fp32, frozen weights, ZEST_CONV_GRAD_FUSION=0) torch::conv2d.
+// Elsewhere (CPU, fp32, frozen weights) torch::conv2d. Off unless ZEST_CONV_GRAD_FUSION=1: measured, it did
+// not pay for the memory its kept copies take (conv_op.cpp).
 #pragma once
 
 #include <torch/torch.h>
@@ -17,7 +18,7 @@ torch::Tensor conv2d(const torch::Tensor& x, const torch::Tensor& weight, const 
 // Whether conv2d takes the path above for these arguments.
 bool uses_accumulating_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-// Process-wide switch (default on; ZEST_CONV_GRAD_FUSION=0 turns it off), for tests and A/B runs.
+// Process-wide switch (default off; ZEST_CONV_GRAD_FUSION=1 turns it on), for tests and A/B runs.
 bool conv_grad_fusion_enabled();
 void set_conv_grad_fusion(bool enabled);
 

@@ -104,6 +104,8 @@ void expect_accumulating_conv(int64_t in, int64_t out, int64_t stride, int64_t h
 }
 
 TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
+  const bool was_on = conv_grad_fusion_enabled();  // off by default (conv_op.h)
+  set_conv_grad_fusion(true);
   expect_accumulating_conv(64, 96, 1, 12, 10);
   expect_accumulating_conv(320, 24, 2, 9, 8);  // input channels over one kernel tile (256), a downsampler's stride
   // Switched off, or over activations that are not channels-last: torch::conv2d and autograd's gradients.
@@ -113,7 +115,7 @@ TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
   EXPECT_FALSE(uses_accumulating_conv(x, conv->weight, conv->bias));
   set_conv_grad_fusion(false);
   EXPECT_FALSE(uses_accumulating_conv(x.contiguous(at::MemoryFormat::ChannelsLast), conv->weight, conv->bias));
-  set_conv_grad_fusion(true);
+  set_conv_grad_fusion(was_on);
 }
 
 }  // namespace
