@@ -53,9 +53,8 @@ struct AccumulatingConv : torch::autograd::Function<AccumulatingConv> {
         {padding, padding}, {1, 1}, false, {0, 0}, 1, {ctx->needs_input_grad(0), true, bias.defined()});
     const GradSlots slots = grad_slots_of(weight, bias);
     if (slots.usable) {
-      ConvWeightShape shape = shape_of(weight);
       const auto grad = dweight.contiguous(at::MemoryFormat::ChannelsLast);
-      launch_conv_weight_grad_accumulate(shape, kernel_dtype_of(grad.scalar_type()), grad.data_ptr(),
+      launch_conv_weight_grad_accumulate(shape_of(weight), kernel_dtype_of(grad.scalar_type()), grad.data_ptr(),
                                          kernel_dtype_of(slots.weight.scalar_type()), slots.weight.data_ptr(),
                                          current_stream_of(grad));
       if (bias.defined()) slots.bias.add_(dbias);
@@ -63,7 +62,7 @@ struct AccumulatingConv : torch::autograd::Function<AccumulatingConv> {
       dbias = torch::Tensor();
     }
     count_linear_backward(slots.usable);
-    return {dx, dweight, bias.defined() ? dbias : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};
   }
 };
 

@@ -26,15 +26,9 @@ void set_conv_grad_fusion(bool enabled) { conv_switch().set(enabled); }
 
 bool uses_accumulating_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA
-  // accumulates_weight_grads's conditions on the parameters (trainable 16-bit leaves on CUDA, grad mode) hold
-  // for a convolution's too; it takes [out, in, k, k] weights only when k = 1, so the rest is checked here.
-  const bool trainable = weight.requires_grad() && weight.is_leaf() && torch::GradMode::is_enabled() &&
-                         (!bias.defined() || (bias.requires_grad() && bias.is_leaf() &&
-                                              bias.scalar_type() == weight.scalar_type()));
-  const auto dtype = weight.scalar_type();
-  return conv_grad_fusion_enabled() && linear_grad_fusion_enabled() && trainable && weight.is_cuda() &&
-         (dtype == torch::kBFloat16 || dtype == torch::kFloat16) && weight.dim() == 4 && weight.is_contiguous() &&
-         x.dim() == 4 && x.scalar_type() == dtype && x.device() == weight.device() &&
+  return conv_grad_fusion_enabled() && trains_into_grad_slots(weight, bias) && weight.dim() == 4 &&
+         weight.is_contiguous() && x.dim() == 4 && x.scalar_type() == weight.scalar_type() &&
+         x.device() == weight.device() &&
          x.is_contiguous(at::MemoryFormat::ChannelsLast) && x.size(1) == weight.size(1) && x.numel() > 0 &&
          conv_weight_kernels_take(weight);
 #else

@@ -117,8 +117,6 @@ const Plan& plan_for(const Shape& s, size_t workspace_bytes) {
   return it->second;
 }
 
-bool aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 // The largest power of two up to 256 that every pointer is a multiple of.
 uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   uint32_t alignment = 256;
@@ -127,6 +125,7 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   }
   return alignment;
 }
+
 bool is_16bit(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
@@ -137,7 +136,9 @@ bool fits(std::initializer_list<const torch::Tensor*> operands) {
   if (!epilogue_switch().enabled() || !lt().loaded) return false;
   const auto dtype = (*operands.begin())->scalar_type();
   for (const torch::Tensor* t : operands) {
-    if (!t->is_cuda() || t->scalar_type() != dtype || !is_16bit(*t) || !aligned(*t)) return false;
+    if (!t->is_cuda() || t->scalar_type() != dtype || !is_16bit(*t) || common_alignment({t->data_ptr()}) < 16) {
+      return false;
+    }
     if (t->dim() == 2 && (t->stride(1) != 1 || t->stride(0) % 8 != 0)) return false;
     if (t->dim() == 1 && !t->is_contiguous()) return false;
   }

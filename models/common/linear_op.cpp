@@ -22,21 +22,25 @@ EnvSwitch& fusion_switch() {
 bool linear_grad_fusion_enabled() { return fusion_switch().enabled(); }
 void set_linear_grad_fusion(bool enabled) { fusion_switch().set(enabled); }
 
-bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& bias) {
+bool trains_into_grad_slots(const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA
   const auto dtype = weight.scalar_type();
   const bool half_dtype = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
   const bool bias_ok = !bias.defined() || (is_trainable_leaf(bias) && bias.scalar_type() == dtype &&
                                            bias.dim() == 1 && bias.size(0) == weight.size(0) &&
                                            bias.device() == weight.device());
-  const bool matrix = weight.dim() == 2 || (weight.dim() == 4 && weight.size(2) == 1 && weight.size(3) == 1 &&
-                                             weight.is_contiguous());
-  return linear_grad_fusion_enabled() && torch::GradMode::is_enabled() && half_dtype && weight.is_cuda() && matrix &&
+  return linear_grad_fusion_enabled() && torch::GradMode::is_enabled() && half_dtype && weight.is_cuda() &&
          is_trainable_leaf(weight) && bias_ok;
 #else
   (void)weight, (void)bias;
   return false;
 #endif
+}
+
+bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& bias) {
+  const bool matrix = weight.dim() == 2 || (weight.dim() == 4 && weight.size(2) == 1 && weight.size(3) == 1 &&
+                                             weight.is_contiguous());
+  return matrix && trains_into_grad_slots(weight, bias);
 }
 
 bool uses_accumulating_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {

@@ -22,6 +22,10 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 bool uses_accumulating_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 // The weight's half of that: whether backward through this weight and bias would accumulate in place.
 bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& bias);
+// The parameters' conditions of every accumulating layer, whatever the weight's shape (a convolution's too,
+// conv_op.h): a CUDA build, fusion enabled, grad mode, a trainable 16-bit weight on CUDA, and the bias, if
+// any, a trainable [out] vector of the weight's dtype and device.
+bool trains_into_grad_slots(const torch::Tensor& weight, const torch::Tensor& bias);
 
 // Process-wide switch (default on; the environment variable ZEST_LINEAR_GRAD_FUSION=0 turns it off),
 // so tests and benchmarks can compare against the unfused path in one process.

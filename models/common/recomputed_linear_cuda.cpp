@@ -69,13 +69,12 @@ struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
   static torch::autograd::variable_list gelu_backward_through_product(const torch::Tensor& grad_output,
                                                                       const torch::Tensor& a, const torch::Tensor& weight,
                                                                       const torch::Tensor& bias, bool wants_a) {
-    const int64_t in = weight.size(1);
-    const auto a2 = a.reshape({-1, in});
-    const auto h = at::gelu(a2, "tanh");
-    LinearGrads g = linear_backward(grad_output, h, weight, bias, /*wants_input_grad=*/false);
+    const auto a2 = a.reshape({-1, weight.size(1)});
+    // dY as linear_backward takes it, made once here for both products.
+    const auto dy = grad_output.reshape({-1, weight.size(0)}).to(weight.scalar_type()).contiguous();
+    LinearGrads g = linear_backward(dy, at::gelu(a2, "tanh"), weight, bias, /*wants_input_grad=*/false);
     torch::Tensor da;
     if (wants_a) {
-      const auto dy = grad_output.reshape({-1, weight.size(0)}).to(weight.scalar_type()).contiguous();
       const auto w = matrix_of(weight);
       auto product = gelu_backward_of_product(dy, w, a2.contiguous());
       da = (product ? *product : at::gelu_backward(torch::mm(dy, w), a2, "tanh")).view(a.sizes());

@@ -6,6 +6,7 @@
 #include "tools/flop_counter.h"
 #include "tools/run_config.h"
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -76,6 +77,14 @@ TEST(Bench, FlopsAreCountedAsTheAnchorsCountThem) {
     flops = counter.flops();
   }
   EXPECT_EQ(flops, 3 * 2 * (2 * 5 * 6 * 6) * 3 * 9);
+  // zest's own products, recorded under their names (the accumulating and epilogue products on CUDA), count
+  // as A [4, 7] · B [7, 13].
+  const auto a = torch::randn({4, 7}), b = torch::randn({7, 13});
+  for (const char* name : {"zest::mm_accumulate", "zest::mm_epilogue"}) {
+    const FlopCounter counter;
+    { RECORD_FUNCTION(name, std::vector<c10::IValue>({a, b})); }
+    EXPECT_EQ(counter.flops(), 2 * 4 * 7 * 13) << name;
+  }
 }
 
 TEST(Bench, EveryBenchRunFileParses) {

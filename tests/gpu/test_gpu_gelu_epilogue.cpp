@@ -2,6 +2,7 @@
 // pre-activation, and the backward product through GELU's derivative, against float64 truths; they decline
 // switched off or for shapes cuBLASLt's epilogues do not take; and HY-Motion's single-block path with them
 // (split_linear_with_gelu_of_last into joined_gelu_linear) gives the values and gradients it gives without.
+#include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "models/common/gelu_epilogue_gemm.h"
 #include "models/common/joined_linear_op.h"
@@ -12,18 +13,14 @@
 namespace zest::testing {
 namespace {
 
-struct EpilogueSwitch {
-  explicit EpilogueSwitch(bool on) : was(gelu_epilogue_enabled()) { set_gelu_epilogue(on); }
-  ~EpilogueSwitch() { set_gelu_epilogue(was); }
-  bool was;
-};
+ScopedSwitch epilogue_switch(bool on) { return {gelu_epilogue_enabled, set_gelu_epilogue, on}; }
 
 const auto kCuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
 
 torch::Tensor gelu64(const torch::Tensor& h) { return at::gelu(h.to(torch::kFloat64), "tanh"); }
 
 TEST(GpuGeluEpilogue, ForwardIsTheProductThenGelu) {
-  const EpilogueSwitch on(true);
+  const auto on = epilogue_switch(true);
   torch::manual_seed(11);
   const auto x = torch::randn({1200, 256}, kCuda);
   // A row range of a wider weight and bias, as the MLP half of HY-Motion's linear1 is.
@@ -42,7 +39,7 @@ TEST(GpuGeluEpilogue, ForwardIsTheProductThenGelu) {
 }
 
 TEST(GpuGeluEpilogue, BackwardIsTheProductThroughGelusDerivative) {
-  const EpilogueSwitch on(true);
+  const auto on = epilogue_switch(true);
   torch::manual_seed(12);
   const auto dy = torch::randn({1200, 64}, kCuda);
   const auto weight_all = torch::randn({64, 64 + 256}, kCuda) * 0.1;
@@ -62,10 +59,10 @@ TEST(GpuGeluEpilogue, DeclinesWhenOffOrForShapesItDoesNotTake) {
   const auto w = torch::randn({512, 256}, kCuda);
   const auto b = torch::randn({512}, kCuda);
   {
-    const EpilogueSwitch off(false);
+    const auto off = epilogue_switch(false);
     EXPECT_FALSE(linear_gelu(x, w, b).has_value());
   }
-  const EpilogueSwitch on(true);
+  const auto on = epilogue_switch(true);
   EXPECT_TRUE(linear_gelu(x, w, b).has_value());
   EXPECT_FALSE(linear_gelu(x, w.narrow(0, 0, 250), b.narrow(0, 0, 250)).has_value()) << "a width not a multiple of 8";
   EXPECT_FALSE(linear_gelu(x.to(torch::kFloat32), w.to(torch::kFloat32), b.to(torch::kFloat32)).has_value());
@@ -83,7 +80,7 @@ struct BlockRun {
 // linear1 → [q | k | v] and the MLP half; linear2 over [q's columns | GELU(MLP half)], as HY-Motion's single
 // block (attention aside), with float32 .grad slots so every product takes the accumulating path.
 BlockRun run_block(bool epilogue) {
-  const EpilogueSwitch sw(epilogue);
+  const auto sw = epilogue_switch(epilogue);
   torch::manual_seed(13);
   const int64_t dim = 64, hidden = 256;
   const auto leaf = [](torch::Tensor t) {

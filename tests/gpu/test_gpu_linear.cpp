@@ -6,6 +6,7 @@
 // gives the composition's values and input gradients bitwise while keeping less for backward;
 // joined_gelu_linear gives the concatenated product's values and gradients as two products; inside a
 // checkpointed unit's recompute the activation is kept.
+#include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "comm/world.h"
 #include "engine/activation_checkpoint.h"
@@ -24,11 +25,7 @@
 namespace zest::testing {
 namespace {
 
-struct FusionSwitch {
-  explicit FusionSwitch(bool on) : was(linear_grad_fusion_enabled()) { set_linear_grad_fusion(on); }
-  ~FusionSwitch() { set_linear_grad_fusion(was); }
-  bool was;
-};
+ScopedSwitch fusion_switch(bool on) { return {linear_grad_fusion_enabled, set_linear_grad_fusion, on}; }
 
 struct Grads {
   torch::Tensor dx, dweight, dbias;
@@ -38,7 +35,7 @@ struct Grads {
 // the engine does) when `slots`, else autograd's own .grad.
 Grads two_micro_steps(torch::ScalarType dtype, bool fused, bool slots, bool strided_input,
                       torch::ScalarType slot_dtype = torch::kFloat32) {
-  const FusionSwitch fusion(fused);
+  const auto fusion = fusion_switch(fused);
   torch::manual_seed(11);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   auto weight = (torch::randn({80, 96}, cuda) * 0.1).to(dtype).requires_grad_(true);
@@ -141,12 +138,6 @@ TEST(GpuAccumulatingLinear, Float32AndFrozenWeightsTakeTorchLinear) {
   EXPECT_FALSE(uses_accumulating_linear(x, w16, {}));
 }
 
-struct SplitSwitch {
-  explicit SplitSwitch(bool on) : was(split_linear_enabled()) { set_split_linear(on); }
-  ~SplitSwitch() { set_split_linear(was); }
-  bool was;
-};
-
 struct SplitRun {
   std::vector<torch::Tensor> parts;
   torch::Tensor dx, dweight, dbias;
@@ -155,7 +146,7 @@ struct SplitRun {
 // parts = split_linear(x, W, b, {48, 32}) (or linear + split when !split), loss Σ partᵢ·rᵢ over the parts
 // `used`, float32 slots when `slots`.
 SplitRun run_split(bool split, bool slots, std::vector<bool> used = {true, true}) {
-  const SplitSwitch sw(split);
+  const ScopedSwitch sw(split_linear_enabled, set_split_linear, split);
   torch::manual_seed(13);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   auto weight = (torch::randn({80, 96}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
@@ -289,8 +280,7 @@ struct JoinedRun {
 // projection (as the MLP half of an unsplit linear1 is) or its own tensor; .grad slots in float32 or none.
 JoinedRun run_joined(bool joined, bool recompute, bool strided_right, bool slots) {
   const RecomputeSwitch sw(RecomputedActivation::concat_gelu_tanh, recompute);
-  const bool was_joined = joined_linear_enabled();
-  set_joined_linear(joined);
+  const ScopedSwitch joined_switch(joined_linear_enabled, set_joined_linear, joined);
   torch::manual_seed(5);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   const int64_t left_width = 64, right_width = 256, out = 48;
@@ -315,7 +305,6 @@ JoinedRun run_joined(bool joined, bool recompute, bool strided_right, bool slots
   run.kept_bytes = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current - before -
                    static_cast<int64_t>(run.y.nbytes());
   (run.y.to(torch::kFloat32) * r).sum().backward();
-  set_joined_linear(was_joined);
   run.dleft = left.grad();
   run.dright = (strided_right ? proj.grad().narrow(-1, 32, right_width) : own.grad());
   run.dweight = weight.grad().to(torch::kFloat32);
@@ -378,7 +367,7 @@ class LinearNet : public UnitModule {
 
 std::map<std::string, torch::Tensor> train_linear_net(int stage, bool fused, CheckpointPolicy recompute,
                                                       Precision reduce_dtype = Precision::fp32) {
-  const FusionSwitch fusion(fused);
+  const auto fusion = fusion_switch(fused);
   auto comm = world_communicator();
   auto model = std::make_shared<LinearNet>();
   EngineConfig ec;

@@ -2,6 +2,7 @@
 // weights give the reference's output and gradients, as the CPU does; 16-bit 1×1 convolutions run as
 // accumulating products with the convolution's values and gradients; 16-bit k×k convolutions convolve a
 // channels-last copy of the weight and add their weight gradients into the slots (conv_op.h).
+#include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "models/common/conv_op.h"
 #include "models/common/linear_op.h"
@@ -104,8 +105,8 @@ void expect_accumulating_conv(int64_t in, int64_t out, int64_t stride, int64_t h
 }
 
 TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
-  const bool was_on = conv_grad_fusion_enabled();  // off by default (conv_op.h)
-  set_conv_grad_fusion(true);
+  // Off by default (conv_op.h).
+  const zest::testing::ScopedSwitch fusion(conv_grad_fusion_enabled, set_conv_grad_fusion, true);
   expect_accumulating_conv(64, 96, 1, 12, 10);
   expect_accumulating_conv(320, 24, 2, 9, 8);  // input channels over one kernel tile (256), a downsampler's stride
   // Switched off, or over activations that are not channels-last: torch::conv2d and autograd's gradients.
@@ -113,9 +114,8 @@ TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
   Conv2d conv(16, 8, 3, 1, 1, cuda.dtype(torch::kBFloat16));
   const auto x = torch::randn({1, 16, 6, 6}, cuda).to(torch::kBFloat16);
   EXPECT_FALSE(uses_accumulating_conv(x, conv->weight, conv->bias));
-  set_conv_grad_fusion(false);
+  const zest::testing::ScopedSwitch off(conv_grad_fusion_enabled, set_conv_grad_fusion, false);
   EXPECT_FALSE(uses_accumulating_conv(x.contiguous(at::MemoryFormat::ChannelsLast), conv->weight, conv->bias));
-  set_conv_grad_fusion(was_on);
 }
 
 }  // namespace
