@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace zest {
@@ -35,6 +36,15 @@ class RngSnapshot {
     for (const auto& [device, state] : cuda_states_) {
       set_state(at::globalContext().defaultGenerator(device), state);
     }
+  }
+
+  // Whether no generator moved between this snapshot and `later`: nothing drew random numbers in between.
+  bool same_as(const RngSnapshot& later) const {
+    if (!torch::equal(cpu_state_, later.cpu_state_) || cuda_states_.size() != later.cuda_states_.size()) return false;
+    for (size_t i = 0; i < cuda_states_.size(); ++i) {
+      if (!torch::equal(cuda_states_[i].second, later.cuda_states_[i].second)) return false;
+    }
+    return true;
   }
 
   std::vector<c10::Device> cuda_devices() const {
@@ -76,21 +86,23 @@ std::vector<c10::Device> cuda_devices_of(const Tensors& tensors) {
 // afterwards, so the recompute does not shift the random stream of the rest of the step.
 class ForwardStateScope {
  public:
-  ForwardStateScope(const RngSnapshot& forward_rng, const compat::AutocastState& forward_autocast)
-      : saved_rng_(RngSnapshot::capture(forward_rng.cuda_devices())),
-        saved_autocast_(compat::autocast_state()) {
-    forward_rng.restore();
+  ForwardStateScope(const std::optional<RngSnapshot>& forward_rng, const compat::AutocastState& forward_autocast)
+      : saved_autocast_(compat::autocast_state()) {
+    if (forward_rng) {
+      saved_rng_ = RngSnapshot::capture(forward_rng->cuda_devices());
+      forward_rng->restore();
+    }
     compat::set_autocast_state(forward_autocast);
   }
   ~ForwardStateScope() {
-    saved_rng_.restore();
+    if (saved_rng_) saved_rng_->restore();
     compat::set_autocast_state(saved_autocast_);
   }
   ForwardStateScope(const ForwardStateScope&) = delete;
   ForwardStateScope& operator=(const ForwardStateScope&) = delete;
 
  private:
-  const RngSnapshot saved_rng_;
+  std::optional<RngSnapshot> saved_rng_;
   const compat::AutocastState saved_autocast_;
 };
 
@@ -116,7 +128,7 @@ struct CheckpointState : torch::CustomClassHolder {
   std::vector<bool> input_requires_grad;    // per defined input
   std::vector<size_t> defined_output_positions;  // outputs handed to autograd (undefined ones are not)
   size_t num_outputs = 0;
-  RngSnapshot rng;
+  std::optional<RngSnapshot> rng;  // none: the forward drew no random numbers the recompute must repeat
   compat::AutocastState autocast;
   std::function<void()> after_backward;
 };
@@ -233,7 +245,8 @@ bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx) {
 }
 
 Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs,
-                        const std::shared_ptr<UnitRunner>& inner, std::function<void()> after_backward) {
+                        const std::shared_ptr<UnitRunner>& inner, std::function<void()> after_backward,
+                        RngAccess rng_access, bool* drew_random_numbers) {
   if (!torch::GradMode::is_enabled()) return run_through(inner, unit_name, fn, inputs);
 
   auto state = c10::make_intrusive<CheckpointState>();
@@ -241,7 +254,7 @@ Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Te
   state->fn = fn;
   state->inner = inner;
   state->after_backward = std::move(after_backward);
-  state->rng = RngSnapshot::capture(cuda_devices_of(inputs));
+  if (rng_access == RngAccess::read) state->rng = RngSnapshot::capture(cuda_devices_of(inputs));
   state->autocast = compat::autocast_state();
   Tensors defined_inputs;
   for (const torch::Tensor& t : inputs) {
@@ -259,6 +272,9 @@ Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Te
   for (size_t i = 0; i < defined_outputs.size(); ++i) {
     outputs[state->defined_output_positions[i]] = defined_outputs[i];
   }
+  const bool drew = state->rng && !state->rng->same_as(RngSnapshot::capture(state->rng->cuda_devices()));
+  if (!drew) state->rng.reset();  // the recompute has nothing to replay
+  if (drew_random_numbers != nullptr) *drew_random_numbers = drew;
   return outputs;
 }
 
@@ -271,6 +287,12 @@ CheckpointRunner::CheckpointRunner(CheckpointPolicy policy, int every,
                unit_names[idx], "' is declared twice");
     if (is_checkpointed_unit(policy, every, idx)) checkpointed_units_.insert(unit_names[idx]);
   }
+}
+
+void CheckpointRunner::set_capturing(bool capturing) {
+  ZEST_CHECK(!capturing || unit_drawing_random_numbers_.empty(), "activation checkpointing: unit '",
+             unit_drawing_random_numbers_, "' draws random numbers, so its steps cannot be captured");
+  capturing_ = capturing;
 }
 
 bool CheckpointRunner::is_checkpointed(const std::string& unit_name) const {
@@ -287,7 +309,11 @@ Tensors CheckpointRunner::run(const std::string& unit_name, const UnitFn& fn, co
   if (is_checkpointed(unit_name)) {
     std::function<void()> after;
     if (after_backward_) after = [callback = after_backward_, unit_name] { callback(unit_name); };
-    return checkpoint_unit(unit_name, fn, inputs, inner_, std::move(after));
+    if (capturing_) return checkpoint_unit(unit_name, fn, inputs, inner_, std::move(after), RngAccess::none);
+    bool drew = false;
+    Tensors outputs = checkpoint_unit(unit_name, fn, inputs, inner_, std::move(after), RngAccess::read, &drew);
+    if (drew && unit_drawing_random_numbers_.empty()) unit_drawing_random_numbers_ = unit_name;
+    return outputs;
   }
   return run_through(inner_, unit_name, fn, inputs);
 }

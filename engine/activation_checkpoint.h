@@ -36,9 +36,15 @@ bool is_checkpointed_unit(CheckpointPolicy policy, int every, size_t unit_idx);
 // `after_backward`, when given, runs once the unit's recompute and nested backward have returned (every
 // gradient of this use of the unit's parameters is accumulated): the engine's unit-level post-backward
 // signal for checkpointed units.
+// RNG: with `RngAccess::read` the generators' state is read before and after the forward, and the recompute
+// restores it only when the forward moved one; `drew_random_numbers`, when given, says whether it did.
+// `RngAccess::none` touches no generator — for a unit known to draw none, inside a CUDA graph capture (where
+// the generators' host state cannot be read).
+enum class RngAccess { read, none };
 Tensors checkpoint_unit(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs,
                         const std::shared_ptr<UnitRunner>& inner = nullptr,
-                        std::function<void()> after_backward = nullptr);
+                        std::function<void()> after_backward = nullptr, RngAccess rng_access = RngAccess::read,
+                        bool* drew_random_numbers = nullptr);
 
 // The decorator: checkpoints the units the policy selects and runs the others plainly, both through
 // `inner` when given (e.g. a parameter-gathering runner), so runners nest.
@@ -52,9 +58,17 @@ class CheckpointRunner : public UnitRunner {
   bool is_checkpointed(const std::string& unit_name) const;
   // Called with the unit's name after each checkpointed unit's backward (see checkpoint_unit).
   void set_after_backward(std::function<void(const std::string&)> callback) { after_backward_ = std::move(callback); }
+  // The first checkpointed unit whose forward drew random numbers (dropout) in an eager step, "" while none
+  // has: such a unit's recompute restores the generators' state on the host, which a CUDA graph cannot hold.
+  const std::string& unit_drawing_random_numbers() const { return unit_drawing_random_numbers_; }
+  // While a step is captured as a CUDA graph: the units run without touching the generators (they drew
+  // no random numbers in the eager steps before; refused if one did).
+  void set_capturing(bool capturing);
 
  private:
   std::function<void(const std::string&)> after_backward_;
+  std::string unit_drawing_random_numbers_;
+  bool capturing_ = false;
   std::set<std::string> known_units_;
   std::set<std::string> checkpointed_units_;
   std::shared_ptr<UnitRunner> inner_;

@@ -292,6 +292,7 @@ void Engine::install_runners(UnitModule& model) {
   for (size_t u = 0; u < units_.size(); ++u) index[units_[u].name()] = u;
   auto entry = std::make_shared<ForwardEntryRunner>(index, events_link_, model.unit_runner());
   std::shared_ptr<CheckpointRunner> checkpoint = make_checkpoint_runner(config_, model, entry);
+  checkpoint_runner_ = checkpoint;
   std::function<bool(const std::string&)> is_checkpointed;
   if (checkpoint) {
     std::weak_ptr<UnitEventsLink> link = events_link_;
@@ -372,8 +373,9 @@ void Engine::step() {
 std::string Engine::capture_blocker() const {
   if (!device_.is_cuda()) return "the engine runs on " + device_.str();
   if (offload_) return "the optimizer runs on the host ([engine.offload] optimizer = \"cpu\")";
-  if (config_.activation_checkpointing != CheckpointPolicy::none)
-    return "activation checkpointing saves and restores the RNG state on the host";
+  if (checkpoint_runner_ && !checkpoint_runner_->unit_drawing_random_numbers().empty())
+    return "activation checkpointing: unit '" + checkpoint_runner_->unit_drawing_random_numbers() +
+           "' draws random numbers (dropout), and its recompute restores the generators' state on the host";
   return "";
 }
 
@@ -382,11 +384,13 @@ void Engine::begin_step_capture() {
   ZEST_CHECK(micro_step_ == 0 && !is_capturing_, "begin_step_capture() inside a step");
   outcome_->poll();
   residency_->join_gathers();  // the graph must not wait on work recorded before it began
+  if (checkpoint_runner_) checkpoint_runner_->set_capturing(true);
   is_capturing_ = true;
 }
 
 void Engine::end_step_capture() {
   ZEST_CHECK(is_capturing_ && micro_step_ == 0, "end_step_capture() without a captured step()");
+  if (checkpoint_runner_) checkpoint_runner_->set_capturing(false);
   is_capturing_ = false;
 }
 

@@ -38,6 +38,8 @@
 
 namespace zest {
 
+class CheckpointRunner;
+
 struct StepStats {
   int64_t step = 0;           // step() calls so far, skipped ones included
   int64_t applied_steps = 0;  // optimizer updates applied (the schedule's position)
@@ -76,8 +78,8 @@ class Engine final : public StatefulEngine, private UnitEvents {
   ShardedEma* ema() { return ema_.get(); }  // null without [ema]
 
   // ---- whole steps as CUDA graphs (engine/step_graphs.h) ----
-  // Why this engine's steps cannot be captured ("" when they can): the CPU, a host optimizer, the RNG
-  // bookkeeping of activation checkpointing.
+  // Why this engine's steps cannot be captured ("" when they can): the CPU, a host optimizer, a checkpointed
+  // unit seen drawing random numbers (its recompute restores the generators' state on the host).
   std::string capture_blocker() const;
   // Brackets the capture of one whole step (every backward() and the step()): the host's per-step
   // bookkeeping (outcome copies, the step counter) stays out of the graph, and every collective stream
@@ -181,6 +183,7 @@ class Engine final : public StatefulEngine, private UnitEvents {
   std::unique_ptr<ShardedEma> ema_;
 
   std::shared_ptr<UnitEventsLink> events_link_;
+  std::shared_ptr<CheckpointRunner> checkpoint_runner_;  // null without activation checkpointing
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks' nodes alive
   bool has_unit_runner_ = false;
 

@@ -76,41 +76,47 @@ torch::Tensor StepGraphs::eager_step(const std::vector<Inputs>& micro_batches, c
   return torch::stack(losses);
 }
 
+StepGraphs::Shape* StepGraphs::shape_for(const std::vector<Inputs>& micro_batches) {
+  const std::string key = shape_key(micro_batches);
+  auto found = shapes_.find(key);
+  if (found != shapes_.end()) return found->second.get();
+  if (static_cast<int>(shapes_.size()) >= max_graphs_) {
+    if (!said_cache_full_) {
+      say(engine_, "CUDA graphs: " + std::to_string(max_graphs_) +
+                       " input shapes captured already; steps of other shapes run eagerly");
+      said_cache_full_ = true;
+    }
+    return nullptr;
+  }
+  return shapes_.emplace(key, std::make_unique<Shape>()).first->second.get();
+}
+
 torch::Tensor StepGraphs::step(const std::vector<Inputs>& micro_batches, const LossFn& loss_of) {
   const int accumulation = engine_.config().accumulation_steps;
   ZEST_CHECK(static_cast<int>(micro_batches.size()) == accumulation, "StepGraphs::step: ", micro_batches.size(),
              " micro-batches for engine.accumulation_steps = ", accumulation);
   if (!device_) return eager_step(micro_batches, loss_of);
-
-  const std::string key = shape_key(micro_batches);
-  auto found = shapes_.find(key);
-  if (found == shapes_.end()) {
-    if (static_cast<int>(shapes_.size()) >= max_graphs_) {
-      if (!said_cache_full_) {
-        say(engine_, "CUDA graphs: " + std::to_string(max_graphs_) +
-                         " input shapes captured already; steps of other shapes run eagerly");
-        said_cache_full_ = true;
-      }
-      return eager_step(micro_batches, loss_of);
-    }
-    found = shapes_.emplace(key, std::make_unique<Shape>()).first;
-  }
-  Shape& shape = *found->second;
+  Shape* shape = disabled_reason_.empty() ? shape_for(micro_batches) : nullptr;  // null: this step runs eagerly
 
   device_->enter();
   for (const auto& inputs : micro_batches)
     for (const auto& [name, t] : inputs) device_->used_on_step_stream(t);
   torch::Tensor losses;
   try {
-    if (shape.eager_steps < kWarmupSteps) {
-      ++shape.eager_steps;
+    if (shape == nullptr || shape->eager_steps < kWarmupSteps) {
+      if (shape != nullptr) ++shape->eager_steps;
+      losses = eager_step(micro_batches, loss_of);
+    } else if (!shape->graph && !engine_.capture_blocker().empty()) {
+      // Learnt in the eager steps (a checkpointed unit drawing random numbers): every step eager from now on.
+      disabled_reason_ = engine_.capture_blocker();
+      say(engine_, "CUDA graphs off (every step runs eagerly): " + disabled_reason_);
       losses = eager_step(micro_batches, loss_of);
     } else {
-      if (!shape.graph) {
-        make_static_inputs(shape, micro_batches);
-        capture(shape, loss_of);
+      if (!shape->graph) {
+        make_static_inputs(*shape, micro_batches);
+        capture(*shape, loss_of);
       }
-      losses = replay(shape, micro_batches);
+      losses = replay(*shape, micro_batches);
     }
   } catch (...) {
     try {

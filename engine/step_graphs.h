@@ -6,8 +6,9 @@
 // device memory; the noise generators replay fresh random numbers. The first steps of a shape run
 // eagerly (warm-up: library autotuning, lazily built tables), the next is captured; at most
 // `max_graphs` shapes are kept, others run eagerly. Every step runs on one side stream, ordered after
-// and before the caller's stream. Where the engine cannot be captured (the CPU, a host optimizer,
-// activation checkpointing) every step runs eagerly, said once in the log.
+// and before the caller's stream. Where the engine cannot be captured (the CPU, a host optimizer, a
+// checkpointed unit that draws random numbers — seen in the eager steps) every step runs eagerly, said once
+// in the log.
 //
 //   StepGraphs graphs(engine, {generator});
 //   torch::Tensor losses = graphs.step(micro_batches, [&](const StepGraphs::Inputs& in, int micro) {
@@ -49,13 +50,14 @@ class StepGraphs {
   // [accumulation_steps] on the engine's device (detached).
   torch::Tensor step(const std::vector<Inputs>& micro_batches, const LossFn& loss_of);
 
-  bool is_enabled() const { return device_ != nullptr; }
+  bool is_enabled() const { return device_ != nullptr && disabled_reason_.empty(); }
   const std::string& disabled_reason() const { return disabled_reason_; }
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
 
  private:
   struct Shape;
+  Shape* shape_for(const std::vector<Inputs>& micro_batches);  // null: the cache is full, the step runs eagerly
   torch::Tensor eager_step(const std::vector<Inputs>& micro_batches, const LossFn& loss_of);
   void make_static_inputs(Shape& shape, const std::vector<Inputs>& micro_batches);
   void capture(Shape& shape, const LossFn& loss_of);

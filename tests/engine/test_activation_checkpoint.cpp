@@ -231,6 +231,41 @@ TEST(ActivationCheckpoint, RecomputeDoesNotShiftRandomStream) {
   EXPECT_TRUE(torch::equal(after_checkpointed, torch::rand({4})));
 }
 
+// The runner learns from the forwards whether a checkpointed unit draws random numbers — what decides whether
+// its steps can be captured as CUDA graphs (engine/step_graphs.h) — and refuses a capture once one has.
+TEST(ActivationCheckpoint, RunnerNamesTheFirstUnitThatDrawsRandomNumbers) {
+  for (const double dropout_p : {0.0, 0.3}) {
+    torch::manual_seed(0);
+    auto model = std::make_shared<ToyStack>(dropout_p);
+    const auto runner = std::make_shared<CheckpointRunner>(CheckpointPolicy::all, 1, unit_names());
+    model->set_unit_runner(runner);
+    const Batch batch = make_batch();
+    model->forward(batch.x, batch.t, batch.mask).pow(2).mean().backward();
+    if (dropout_p == 0.0) {
+      EXPECT_EQ(runner->unit_drawing_random_numbers(), "");
+      runner->set_capturing(true);  // nothing to restore: allowed
+      runner->set_capturing(false);
+    } else {
+      EXPECT_EQ(runner->unit_drawing_random_numbers(), "blocks.0");
+      try {
+        runner->set_capturing(true);
+        FAIL() << "a capture was allowed although blocks.0 draws random numbers";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'blocks.0' draws random numbers"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// Without generator access (inside a capture) a unit that draws none gives the plain run's gradients.
+TEST(ActivationCheckpoint, UnitsRunWithoutGeneratorAccessWhenCapturing) {
+  const RunResult plain = run_model(nullptr);
+  const auto runner = std::make_shared<CheckpointRunner>(CheckpointPolicy::all, 1, unit_names());
+  runner->set_capturing(true);
+  expect_bitwise_equal(plain, run_model(runner));
+  EXPECT_EQ(runner->unit_drawing_random_numbers(), "");  // not watched while capturing
+}
+
 TEST(ActivationCheckpoint, ForwardKeepsNoGraphAndRecomputesWithGrad) {
   auto recorder = std::make_shared<RecordingRunner>();
   const RunResult plain = run_model(nullptr);

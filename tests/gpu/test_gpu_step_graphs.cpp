@@ -1,7 +1,8 @@
 // Whole steps as CUDA graphs (engine/step_graphs.h; ctest label `gpu`): replayed steps give the
 // parameters eager steps give — at stages 0–3, with accumulation, clipping, fp16 loss scaling and an EMA,
 // across a change of batch shape and back — the noise generator replays fresh numbers (HY-Motion's
-// flow-matching loss), and what cannot be captured runs eagerly and says why. Under gpu_np2 the same
+// flow-matching loss), steps with every unit recomputed are captured, and what cannot be captured (a
+// recomputed unit drawing random numbers) runs eagerly and says why. Under gpu_np2 the same
 // runs on two GPUs (NCCL inside the graph).
 #include "comm/world.h"
 #include "engine/engine.h"
@@ -22,11 +23,12 @@ struct GraphCase {
   double clip = 0.0;
   Precision precision = Precision::fp32;
   bool ema = false;
+  CheckpointPolicy recompute = CheckpointPolicy::none;
 };
 
 std::string name_of(const GraphCase& c) {
   return "stage" + std::to_string(c.stage) + "_acc" + std::to_string(c.accumulation) + (c.clip > 0 ? "_clip" : "") +
-         "_" + to_string(c.precision) + (c.ema ? "_ema" : "");
+         "_" + to_string(c.precision) + (c.ema ? "_ema" : "") + (c.recompute == CheckpointPolicy::all ? "_recomputed" : "");
 }
 
 OptimConfig adamw() {
@@ -45,6 +47,7 @@ EngineConfig engine_config(const GraphCase& c, CudaGraphs graphs) {
   ec.clip_norm = c.clip;
   ec.bucket_mb = 1e-6;  // a bucket per unit: several collectives inside the graph
   ec.cuda_graphs = graphs;
+  ec.activation_checkpointing = c.recompute;
   return ec;
 }
 
@@ -120,7 +123,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuStepGraphs,
                          ::testing::Values(GraphCase{0, 1}, GraphCase{1, 2, 1.0}, GraphCase{2, 1},
                                            GraphCase{2, 2, 0.5, Precision::fp32, true}, GraphCase{3, 1},
                                            GraphCase{3, 2, 1.0}, GraphCase{2, 2, 1.0, Precision::fp16},
-                                           GraphCase{2, 1, 0.0, Precision::bf16, true}),
+                                           GraphCase{2, 1, 0.0, Precision::bf16, true},
+                                           // Every unit recomputed: no unit draws random numbers, so captured.
+                                           GraphCase{2, 1, 0.0, Precision::fp32, false, CheckpointPolicy::all},
+                                           GraphCase{3, 2, 1.0, Precision::fp32, false, CheckpointPolicy::all},
+                                           GraphCase{2, 2, 0.0, Precision::bf16, true, CheckpointPolicy::all}),
                          [](const auto& info) { return name_of(info.param); });
 
 // The flow-matching loss draws its noise and times from a generator: each replay must draw fresh
@@ -156,23 +163,48 @@ TEST(GpuStepGraphs, HyMotionNoiseIsReplayedFresh) {
   EXPECT_NE(graphed[3], graphed[4]);  // the same batch, fresh noise each replay
 }
 
-TEST(GpuStepGraphs, WhatCannotBeCapturedRunsEagerlyAndSaysWhy) {
-  auto model = std::make_shared<ToyNet>(3);
-  GraphCase c;
-  EngineConfig ec = engine_config(c, CudaGraphs::auto_);
-  ec.activation_checkpointing = CheckpointPolicy::all;
-  Engine engine(model, ec, adamw(), SchedulerConfig{}, world_communicator());
-  StepGraphs graphs(engine, {});
-  EXPECT_FALSE(graphs.is_enabled());
-  EXPECT_NE(graphs.disabled_reason().find("activation checkpointing"), std::string::npos);
-  auto [x, y] = toy_batch(0, 8);
-  for (int i = 0; i < 4; ++i) {
-    graphs.step({{{"x", x.to(engine.device())}, {"y", y.to(engine.device())}}}, [&](const StepGraphs::Inputs& in, int) {
-      return torch::mse_loss(model->forward(in.at("x")).to(torch::kFloat32), in.at("y"));
-    });
+// Two units, the first with dropout: checkpointed, its recompute must restore the generators' state on the
+// host, which a graph cannot hold.
+class DropoutNet : public UnitModule {
+ public:
+  DropoutNet() {
+    torch::manual_seed(3);
+    body = register_module("body", torch::nn::Linear(7, 13));
+    head = register_module("head", torch::nn::Linear(13, 5));
   }
+  std::vector<UnitDecl> unit_decls() const override { return {{"body", {"body."}}, {"head", {"head."}}}; }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto h = run_unit("body", [this](const Tensors& in) {
+                     return Tensors{torch::dropout(torch::gelu(body->forward(in[0])), 0.2, is_training())};
+                   }, {x})[0];
+    return run_unit("head", [this](const Tensors& in) { return Tensors{head->forward(in[0]).sum(-1, true)}; }, {h})[0];
+  }
+  torch::nn::Linear body{nullptr}, head{nullptr};
+};
+
+// Learnt in the warm-up steps: a checkpointed unit that draws random numbers keeps every step eager, and the
+// reason names it.
+TEST(GpuStepGraphs, AUnitDrawingRandomNumbersRunsEagerlyAndSaysWhy) {
+  auto model = std::make_shared<DropoutNet>();
+  GraphCase c;
+  c.recompute = CheckpointPolicy::all;
+  Engine engine(model, engine_config(c, CudaGraphs::auto_), adamw(), SchedulerConfig{}, world_communicator());
+  StepGraphs graphs(engine, {});
+  EXPECT_TRUE(graphs.is_enabled()) << graphs.disabled_reason();  // nothing known before the first step
+  auto [x, y] = toy_batch(0, 8);
+  std::vector<double> losses;
+  for (int i = 0; i < 5; ++i) {
+    losses.push_back(graphs.step({{{"x", x.to(engine.device())}, {"y", y.to(engine.device())}}},
+                                 [&](const StepGraphs::Inputs& in, int) {
+                                   return torch::mse_loss(model->forward(in.at("x")).to(torch::kFloat32), in.at("y"));
+                                 })[0].item<double>());
+  }
+  EXPECT_FALSE(graphs.is_enabled());
+  EXPECT_NE(graphs.disabled_reason().find("unit 'body' draws random numbers"), std::string::npos)
+      << graphs.disabled_reason();
+  EXPECT_EQ(graphs.captures(), 0);
   EXPECT_EQ(graphs.replays(), 0);
-  EXPECT_EQ(engine.read_stats().step, 4);
+  EXPECT_EQ(engine.read_stats().step, 5);
 }
 
 }  // namespace
