@@ -83,9 +83,10 @@ ActivationProfile activation_profile(const HyMotionConfig& config, const Activat
     profile.units.push_back({"single_blocks." + std::to_string(i), single_block_bytes(w, L, M), unit_input});
   // The final layer's norm keeps its input's whole [L, D] storage (it reads the motion rows of it).
   profile.units.push_back({"final_layer", unit_input + S * w.D * w.c, unit_input});
-  // Outside the units: the batch (float32 motion and text features, masks), the attention bias (float32,
-  // [L, L]; the refiner's [T, T]), the noise, x_t, the target and the loss's terms (float32 [S, input_dim]).
-  profile.outside_bytes = inputs * w.f + (L * L + T * T) * w.f + 6 * S * static_cast<double>(config.input_dim) * w.f;
+  // Outside the units: the batch (float32 motion and text features, masks), the attention bias ([L, L] in
+  // the compute dtype, one for every block; the refiner's [T, T] in float32), the noise, x_t, the target and
+  // the loss's terms (float32 [S, input_dim]).
+  profile.outside_bytes = inputs * w.f + L * L * w.c + T * T * w.f + 6 * S * static_cast<double>(config.input_dim) * w.f;
   // Backward's largest transient: the gradients of the probabilities and of the scores, and one
   // gradient of the MLP's width (the MLP's own saved tensors are gone by the time attention's come).
   profile.workspace_bytes = (w.keeps_probabilities ? 2 * w.H * L * L * w.f : 0) + L * std::max(M, 3 * w.D) * w.c;

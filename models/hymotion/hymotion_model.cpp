@@ -152,9 +152,12 @@ torch::Tensor HyMotionModel::forward(const HyMotionInputs& in, std::map<std::str
     store(debug, "text_refiner", ctxt);
   }
 
-  const AttnContext ctx = attention_context(in);
+  AttnContext ctx = attention_context(in);
   store(debug, "attn_mask_double", ctx.bias);
   store(debug, "attn_mask_single", ctx.bias);  // the reference builds the same tensor twice
+  // One bias in the compute dtype (0 and −inf are exact in it) for every block: converted inside each
+  // block, each block's attention would keep its own copy for its backward ([B, 1, L, L] each).
+  ctx.bias = ctx.bias.to(motion.scalar_type());
 
   for (size_t i = 0; i < double_blocks_.size(); ++i) {
     std::tie(motion, ctxt) = run_double(i, motion, ctxt, adapter, ctx);
