@@ -504,7 +504,10 @@ double Engine::current_lr() const {
 void Engine::refresh_params_from_master() {
   torch::NoGradGuard no_grad;
   residency_->join_gathers();  // a gather in flight reads the slices overwritten here
-  for (size_t u = 0; u < units_.size(); ++u) buffers_->param_shard(u).copy_(buffers_->master(u));
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const torch::Tensor slice = buffers_->param_shard(u);
+    if (slice.defined()) slice.copy_(buffers_->master(u));  // undefined: stage 3's gathers cast the master
+  }
   residency_->slices_updated(/*wait_all=*/true);  // stage 3: regathered on demand
 }
 

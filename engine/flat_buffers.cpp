@@ -32,10 +32,10 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
   // An offloaded master never crosses PCIe in a step (the optimizer's gradient and parameter copies do):
   // ordinary host memory.
   master_ = torch::zeros({shard_numel}, (master_on_host ? torch::TensorOptions() : on_device).dtype(torch::kFloat32));
-  // Stages 1–2 update their slice inside the full buffer and allgather in place; only stage 3 keeps
-  // the parameter shard as a tensor of its own.
+  // Stages 1–2 update their slice inside the full buffer and allgather in place; stage 3 keeps the
+  // parameter shard as a tensor of its own only with the master on the host (ShardingPolicy::keeps_param_shard).
   if (policy.gathers_per_unit()) {
-    param_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.compute));
+    if (policy.keeps_param_shard(master_on_host)) param_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.compute));
   } else {
     param_full_ = torch::zeros({full_numel}, on_device.dtype(dtypes.compute));
   }
@@ -57,7 +57,8 @@ torch::Tensor FlatBuffers::param_full(size_t u) const {
 
 torch::Tensor FlatBuffers::param_shard(size_t u) const {
   const Unit& unit = units_[u];
-  return param_shard_.defined() ? in_flat(param_shard_, unit) : in_unit(param_full(u), unit.owned());
+  if (param_shard_.defined()) return in_flat(param_shard_, unit);
+  return param_full_.defined() ? in_unit(param_full(u), unit.owned()) : torch::Tensor();
 }
 
 torch::Tensor FlatBuffers::grad_full(size_t u) const {
@@ -85,9 +86,9 @@ void FlatBuffers::load_unit(size_t u, const torch::Tensor& values) {
   master(u).copy_(in_unit(values, owned));
   if (param_full_.defined()) {
     param_full(u).copy_(values);
-  } else {
+  } else if (param_shard_.defined()) {
     param_shard(u).copy_(in_unit(values, owned));
-  }
+  }  // else: gathers cast the master
 }
 
 void FlatBuffers::reset_grads() {

@@ -1,5 +1,5 @@
 // FlatBuffers: the rank's flat tensors on the engine's device — full compute-dtype parameters (stages
-// 0–2), the parameter shard (stage 3), the gradient shard (stages 2–3) and the fp32 master shard, allocated
+// 0–2), the parameter shard (stage 3 with optimizer offload), the gradient shard (stages 2–3) and the fp32 master shard, allocated
 // once; and each unit's full gradients (stages 0–1, stage 2 on one rank), whose memory exists only within
 // a step — and every unit's views of them. "Full" tensors concatenate the units' padded buffers; "shard"
 // tensors concatenate this rank's slice of each unit (at stage 0 the slice is the whole unit, so shard =
@@ -28,8 +28,9 @@ class FlatBuffers {
 
   // Views of unit u ([padded_numel] for full tensors, [shard numel] for shard tensors).
   torch::Tensor param_full(size_t u) const;   // stages 0–2
-  // This rank's slice of the parameters: its own tensor at stage 3, else the slice inside param_full
-  // (stages 1–2 update it there and allgather in place).
+  // This rank's slice of the parameters: its own tensor at stage 3 with the master on the host, the slice
+  // inside param_full at stages 0–2 (stages 1–2 update it there and allgather in place), and undefined at
+  // stage 3 with the master on the device, where a gather casts master(u) into the rank's slot instead.
   torch::Tensor param_shard(size_t u) const;
   // Stages 0–1 (and 2 on one rank): the unit's full gradient tensor. Its memory is there only between
   // allocate_grads(u) and reset_grads() (views of it stay valid objects throughout).
@@ -63,7 +64,7 @@ class FlatBuffers {
   torch::Device device_;
   std::vector<int64_t> full_offsets_;  // where each unit's padded buffer starts in the full tensors
   torch::Tensor param_full_;   // [Σ padded_numel] compute dtype
-  torch::Tensor param_shard_;  // [Σ shard numel] compute dtype (stage 3)
+  torch::Tensor param_shard_;  // [Σ shard numel] compute dtype (stage 3 with the master on the host)
   std::vector<torch::Tensor> grad_full_;  // per unit [padded_numel] reduce dtype, memory within a step only
   torch::Tensor grad_shard_;   // [Σ shard numel] reduce dtype
   torch::Tensor master_;       // [Σ shard numel] fp32

@@ -16,7 +16,7 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   const int N = in.world_size;
   const int64_t c = dtype_bytes(in.precision);
   ModelStateBytes bytes;
-  bytes.params = policy.param_bytes_kept(P * c, N);
+  bytes.params = policy.param_bytes_kept(P * c, N, in.offload_optimizer);
   // Gradients live in the reduce dtype from autograd's accumulation on.
   const int64_t r = dtype_bytes(in.reduce_dtype);
   bytes.grads = policy.grad_bytes_kept(P * r, N);

@@ -35,7 +35,8 @@ struct MemoryModelInputs {
   int64_t offload_staging_bytes = 256LL << 20;  // [engine.offload] staging_mb, in bytes
 };
 
-// bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 16P/N.
+// bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 14P/N (no
+// 16-bit parameters at rest; 16P/N with offload, whose device keeps the 16-bit slice the host updates).
 // An fp32 reduce dtype keeps gradients in fp32: +2P at stages 0/1, +2P/N at stages 2/3. An EMA adds what
 // the master takes (4P at stage 0, 4P/N at stages 1-3). Offloading moves master, optimizer state and EMA to
 // the host (12P/N with AdamW), which also holds the staging ring: staging_mb, or less for a shard smaller

@@ -48,8 +48,16 @@ struct ShardingPolicy {
   bool owns_whole_units() const { return !shard_optimizer; }
   // Optimizer offload moves the owned master and optimizer state to the host: it needs them sharded.
   bool can_offload_optimizer() const { return shard_optimizer; }
+  // Stage 3 keeps a compute-dtype parameter shard at rest only where the master is in host memory (optimizer
+  // offload uploads the updated parameters into it); otherwise a gather casts the rank's master slice into its
+  // own slot of the gathered buffer and gathers in place, as FSDP2 casts its float32 shard: no 16-bit copy of
+  // the parameters lives between uses.
+  bool keeps_param_shard(bool master_on_host) const { return shard_params && master_on_host; }
   // Of model state that takes `full` bytes for the whole model, what one of `world_size` ranks keeps.
-  int64_t param_bytes_kept(int64_t full, int world_size) const { return shard_params ? full / world_size : full; }
+  int64_t param_bytes_kept(int64_t full, int world_size, bool master_on_host) const {
+    if (!shard_params) return full;
+    return keeps_param_shard(master_on_host) ? full / world_size : 0;
+  }
   int64_t grad_bytes_kept(int64_t full, int world_size) const { return shard_grads ? full / world_size : full; }
   // The fp32 master, the optimizer state and the EMA (kept like the master).
   int64_t optimizer_bytes_kept(int64_t full, int world_size) const {

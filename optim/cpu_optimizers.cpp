@@ -51,7 +51,7 @@ class CpuAdamW final : public Optimizer {
       v.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
       const auto denom = (v.sqrt() / s.bias_correction2_sqrt).add_(config_.eps);
       seg.master.addcdiv_(m, denom, -step_size);
-      seg.param.copy_(seg.master);
+      if (seg.param.defined()) seg.param.copy_(seg.master);
     }
   }
 };
@@ -81,7 +81,7 @@ class CpuSgd final : public Optimizer {
         }
       }
       seg.master.add_(g, -s.lr);
-      seg.param.copy_(seg.master);
+      if (seg.param.defined()) seg.param.copy_(seg.master);
     }
   }
 };
@@ -91,11 +91,14 @@ class CpuOptimizer final : public Optimizer {
   CpuOptimizer(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
       : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {
     for (const auto& seg : segments_) {
-      ZEST_CHECK(seg.master.is_contiguous() && seg.grad.is_contiguous() && seg.param.is_contiguous(),
+      ZEST_CHECK(seg.master.is_contiguous() && seg.grad.is_contiguous() &&
+                     (!seg.param.defined() || seg.param.is_contiguous()),
                  "CPU optimizer: segments must be contiguous");
       // Other dtypes are refused here, not mid-step.
-      ZEST_CHECK(is_host_update_dtype(seg.grad.scalar_type()) && is_host_update_dtype(seg.param.scalar_type()),
-                 "CPU optimizer: gradient ", seg.grad.scalar_type(), " and parameter ", seg.param.scalar_type(),
+      ZEST_CHECK(is_host_update_dtype(seg.grad.scalar_type()) &&
+                     (!seg.param.defined() || is_host_update_dtype(seg.param.scalar_type())),
+                 "CPU optimizer: gradient ", seg.grad.scalar_type(), " and parameter ",
+                 seg.param.defined() ? c10::toString(seg.param.scalar_type()) : "(none)",
                  " dtypes must each be fp32, bf16 or fp16");
     }
   }
@@ -121,8 +124,8 @@ class CpuOptimizer final : public Optimizer {
             {state_at(0, at), state_at(1, at)},
             static_cast<const char*>(seg.grad.data_ptr()) + begin * seg.grad.element_size(),
             seg.grad.scalar_type(),
-            static_cast<char*>(seg.param.data_ptr()) + begin * seg.param.element_size(),
-            seg.param.scalar_type(),
+            seg.param.defined() ? static_cast<char*>(seg.param.data_ptr()) + begin * seg.param.element_size() : nullptr,
+            seg.param.defined() ? seg.param.scalar_type() : c10::ScalarType::Undefined,
             end - begin};
   }
 };

@@ -70,7 +70,8 @@ __global__ void update_kernel(const FusedChunk* chunks, const void* const* grads
   const StepValues s = step_values(scalars_of_step);
   const float wd = h.weight_decay * chunk.decay;
   const auto* grad = static_cast<const G*>(grads[chunk.segment]) + chunk.grad_offset;
-  auto* param = static_cast<P*>(chunk.param);
+  auto* param = static_cast<P*>(chunk.param);  // null: no parameter copy kept (stage 3 gathers cast the master)
+  const bool writes_param = param != nullptr;
   const bool vectors = chunk.state_offset % kVector == 0 && aligned_for_vectors<G>(grad) &&
                        aligned_for_vectors<P>(param);
   const int64_t vector_end = vectors ? chunk.numel / kVector * kVector : 0;
@@ -91,13 +92,13 @@ __global__ void update_kernel(const FusedChunk* chunks, const void* const* grads
     *reinterpret_cast<float4*>(master + k) = *reinterpret_cast<const float4*>(p);
     if constexpr (kStates > 0) *reinterpret_cast<float4*>(s0 + k) = *reinterpret_cast<const float4*>(st0);
     if constexpr (kStates > 1) *reinterpret_cast<float4*>(s1 + k) = *reinterpret_cast<const float4*>(st1);
-    *reinterpret_cast<Vector<P>*>(param + i) = out;
+    if (writes_param) *reinterpret_cast<Vector<P>*>(param + i) = out;
   }
   for (int64_t i = vector_end + threadIdx.x; i < chunk.numel; i += blockDim.x) {
     const int64_t k = chunk.state_offset + i;
     const float p = update_element<Rule>(h, s, wd, to_float(grad[i]) * s.multiplier, master[k], s0, s1, k);
     master[k] = p;
-    param[i] = from_float<P>(p);
+    if (writes_param) param[i] = from_float<P>(p);
   }
 }
 

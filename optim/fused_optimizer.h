@@ -18,7 +18,7 @@ struct FusedChunk {
   int64_t state_offset = 0;  // index into the master and the state tensors (one index space)
   int64_t numel = 0;
   int64_t grad_offset = 0;   // elements from the segment's gradient pointer to the chunk's first
-  void* param = nullptr;     // numel elements of the parameter (compute) dtype
+  void* param = nullptr;     // numel elements of the parameter (compute) dtype; null: none written
   int32_t segment = 0;       // index into the gradient pointer table
   float decay = 0.0f;        // 1: weight decay applies
 };

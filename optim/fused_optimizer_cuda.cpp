@@ -33,7 +33,8 @@ std::vector<FusedChunk> chunk_table(const std::vector<OptimSegment>& segments) {
         chunk.numel = std::min(kFusedChunkNumel, range.end() - c);
         chunk.grad_offset = c;
         chunk.segment = static_cast<int32_t>(s);
-        chunk.param = static_cast<char*>(seg.param.data_ptr()) + c * seg.param.element_size();
+        chunk.param = seg.param.defined() ? static_cast<char*>(seg.param.data_ptr()) + c * seg.param.element_size()
+                                          : nullptr;  // no parameter copy kept: the kernel writes none
         chunk.decay = decay ? 1.0f : 0.0f;
         chunks.push_back(chunk);
       }
@@ -62,7 +63,8 @@ class FusedCudaOptimizer final : public Optimizer {
                                   torch::TensorOptions().dtype(torch::kInt64).device(scalars_.device()));
     if (!segments_.empty()) {
       grad_dtype_ = fused_dtype(segments_.front().grad.scalar_type(), "gradient");
-      param_dtype_ = fused_dtype(segments_.front().param.scalar_type(), "parameter");
+      const torch::Tensor& param = segments_.front().param;
+      if (param.defined()) param_dtype_ = fused_dtype(param.scalar_type(), "parameter");
     }
   }
 

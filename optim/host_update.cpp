@@ -8,9 +8,14 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <type_traits>
+
 
 namespace zest {
 namespace {
+
+// The parameter type of a range without a parameter copy (HostRange::param null): nothing is written.
+struct NoParam {};
 
 template <typename Rule, typename Grad, typename Param>
 void update_range(const OptimHyper& hyper, const StepValues& step, bool decay, float* __restrict master,
@@ -23,7 +28,7 @@ void update_range(const OptimHyper& hyper, const StepValues& step, bool decay, f
     const float g = static_cast<float>(grad[i]) * s.multiplier;
     const float p = update_element<Rule>(h, s, wd, g, master[i], s0, s1, i);
     master[i] = p;
-    param[i] = static_cast<Param>(p);
+    if constexpr (!std::is_same_v<Param, NoParam>) param[i] = static_cast<Param>(p);
   }
 }
 
@@ -35,6 +40,7 @@ void with_element_types(c10::ScalarType grad, c10::ScalarType param, Fn&& fn) {
       case c10::ScalarType::Float: return fn(G{}, float{});
       case c10::ScalarType::BFloat16: return fn(G{}, c10::BFloat16{});
       case c10::ScalarType::Half: return fn(G{}, c10::Half{});
+      case c10::ScalarType::Undefined: return fn(G{}, NoParam{});
       default: ZEST_FAIL("host update: parameter dtype ", param, " is not fp32, bf16 or fp16");
     }
   };

@@ -18,7 +18,7 @@ struct HostRange {
   float* state[kMaxStates];  // the rule's state tensors at the range (unused slots: null)
   const void* grad;
   c10::ScalarType grad_dtype;
-  void* param;
+  void* param;                  // null (param_dtype Undefined): no parameter copy to write
   c10::ScalarType param_dtype;
   int64_t n;
 };

@@ -25,7 +25,9 @@ struct OptimSegment {
   ElementSpan in_flat;                    // the owned part's place in the flat state buffers
   torch::Tensor master;                   // fp32 [numel], view into the master shard
   torch::Tensor grad;                     // [numel], the gradient (reduce dtype; upcast on the fly)
-  torch::Tensor param;                    // [numel], compute dtype: receives the updated values
+  // [numel], compute dtype: receives the updated values. Undefined where no parameter copy is kept at rest
+  // (stage 3 without offload: gathers cast the master).
+  torch::Tensor param;
   std::vector<ElementSpan> decay_spans;   // spans that get weight decay, relative to the segment
 };
 

@@ -25,7 +25,8 @@ TEST(EstimateCli, ZeroPaperTable) {
   EXPECT_NE(out.find("120.000"), std::string::npos) << out;  // stage 0
   EXPECT_NE(out.find("31.406"), std::string::npos) << out;   // stage 1
   EXPECT_NE(out.find("16.641"), std::string::npos) << out;   // stage 2
-  EXPECT_NE(out.find("1.875"), std::string::npos) << out;    // stage 3
+  // Stage 3 keeps no 16-bit parameters at rest (gathers cast the master): 14P/N, not the paper's 16P/N (1.875).
+  EXPECT_NE(out.find("0.000        0.234        0.469        0.938        0.000        1.641"), std::string::npos) << out;
 }
 
 // Offload columns (stages 1-3): on the GPU only parameters and gradients; in host memory the master,

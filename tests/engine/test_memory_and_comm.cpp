@@ -34,13 +34,18 @@ class SquareNet : public UnitModule {
 };
 
 TEST(MemoryModel, ZeroPaperFigures) {
-  // 7.5B parameters, 64 GPUs, mixed-precision Adam: 120 / 31.4 / 16.6 / 1.9 GB.
-  const double expected[] = {120.0, 31.4, 16.6, 1.9};
+  // 7.5B parameters, 64 GPUs, mixed-precision Adam: the paper's 120 / 31.4 / 16.6 / 1.9 GB. Stage 3 keeps
+  // no 16-bit parameters at rest (its gathers cast the master, as FSDP2's do): 14P/N = 1.64 GB, and the
+  // paper's 16P/N only with optimizer offload, whose device keeps the 16-bit slice the host updates.
+  const double expected[] = {120.0, 31.4, 16.6, 1.64};
   for (int stage = 0; stage <= 3; ++stage) {
     MemoryModelInputs in{7'500'000'000, 64, stage, Precision::bf16, Precision::bf16, 8};
     const double gb = estimate_model_state_bytes(in).total() / 1e9;
-    EXPECT_NEAR(gb, expected[stage], 0.05) << "stage " << stage;
+    EXPECT_NEAR(gb, expected[stage], stage == 3 ? 0.005 : 0.05) << "stage " << stage;  // the paper rounds
   }
+  MemoryModelInputs offloaded{7'500'000'000, 64, 3, Precision::bf16, Precision::bf16, 8, false, true};
+  EXPECT_NEAR(estimate_model_state_bytes(offloaded).params / 1e9, 2 * 7.5 / 64, 0.005);
+  EXPECT_NEAR(estimate_model_state_bytes(offloaded).on_device() / 1e9, 4 * 7.5 / 64, 0.005);
 }
 
 TEST(DistMemory, EngineBuffersMatchTheFormula) {
@@ -59,7 +64,7 @@ TEST(DistMemory, EngineBuffersMatchTheFormula) {
       EXPECT_EQ(actual.optimizer, formula.optimizer) << "stage " << stage;
       if (reduce == Precision::bf16) {
         const int64_t P = 16384, N = comm->size();
-        const int64_t paper[] = {16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N};
+        const int64_t paper[] = {16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 14 * P / N};
         EXPECT_EQ(actual.total(), paper[stage]) << "stage " << stage;
       }
     }
