@@ -1,9 +1,9 @@
 // FlatBuffers: the rank's flat tensors on the engine's device — full compute-dtype parameters (stages
-// 0–2), the parameter shard (stage 3 with optimizer offload), the gradient shard (stages 2–3) and the fp32 master shard, allocated
-// once; and each unit's full gradients (stages 0–1, stage 2 on one rank), whose memory exists only within
-// a step — and every unit's views of them. "Full" tensors concatenate the units' padded buffers; "shard"
-// tensors concatenate this rank's slice of each unit (at stage 0 the slice is the whole unit, so shard =
-// full layout).
+// 0–2), the parameter shard (stage 3 with optimizer offload), the gradient shard (stages 2–3 on several
+// ranks) and the fp32 master shard, allocated once; and each unit's full gradients (stages 0–1, stages 2–3
+// on one rank), whose memory exists only within a step — and every unit's views of them. "Full" tensors
+// concatenate the units' padded buffers; "shard" tensors concatenate this rank's slice of each unit (at
+// stage 0 the slice is the whole unit, so shard = full layout).
 #pragma once
 
 #include "engine/sharding_policy.h"
@@ -32,7 +32,7 @@ class FlatBuffers {
   // inside param_full at stages 0–2 (stages 1–2 update it there and allgather in place), and undefined at
   // stage 3 with the master on the device, where a gather casts master(u) into the rank's slot instead.
   torch::Tensor param_shard(size_t u) const;
-  // Stages 0–1 (and 2 on one rank): the unit's full gradient tensor. Its memory is there only between
+  // Stages 0–1 (and 2–3 on one rank): the unit's full gradient tensor. Its memory is there only between
   // allocate_grads(u) and reset_grads() (views of it stay valid objects throughout).
   torch::Tensor grad_full(size_t u) const;
   torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full

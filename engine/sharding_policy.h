@@ -29,12 +29,12 @@ struct ShardingPolicy {
   bool reshard_after_forward = true;   // stage 3: free a unit's gathered parameters after its forward
 
   static bool is_stage(int stage) { return stage >= 0 && stage <= kMaxStage; }
-  // With one rank a stage-2 gradient shard is the whole gradient: the gradients then stay in the per-step
-  // full buffers autograd accumulates into (stage 1's way), which saves a transient buffer's zero fill
-  // and the copy that a one-rank reduce-scatter is, at the same memory. Stage 3 keeps its own path.
+  // With one rank a gradient shard is the whole gradient: at stages 2 and 3 the gradients then stay in the
+  // per-step full buffers autograd accumulates into (stage 1's way), which saves the buckets' transient
+  // buffers, their zero fill and the copy that a one-rank reduce-scatter is, at the same memory.
   static ShardingPolicy for_stage(int stage, int world_size, bool reshard_after_forward = true) {
     ZEST_CHECK(is_stage(stage), "ZeRO stage ", stage, " is not supported (0, 1, 2 or 3)");
-    const bool shard_grads = stage >= 3 || (stage == 2 && world_size > 1);
+    const bool shard_grads = stage >= 2 && world_size > 1;
     return {stage, stage >= 1, shard_grads, stage >= 3, reshard_after_forward};
   }
 
