@@ -127,13 +127,7 @@ void Bucket::unshard() {
   if (param_buffer_.defined()) allocate_storage(param_buffer_, param_buffer_.numel() * param_buffer_.element_size());
   for (size_t u : unit_indices()) {
     const torch::Tensor gathered = unit(u).param_flat();
-    torch::Tensor slice = buffers.param_shard(u);
-    if (!slice.defined()) {  // no parameter shard at rest: this rank's slot, cast from the master, gathered in place
-      const ElementSpan owned = unit(u).owned();
-      slice = gathered.narrow(0, owned.begin, owned.numel);
-      slice.copy_(buffers.master(u));
-    }
-    inputs.push_back(slice);
+    inputs.push_back(buffers.gather_input(u, gathered));
     outputs.push_back(gathered);
   }
   gather_work_ = env_.comm->allgather_many(inputs, outputs);

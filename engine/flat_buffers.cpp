@@ -61,6 +61,14 @@ torch::Tensor FlatBuffers::param_shard(size_t u) const {
   return param_full_.defined() ? in_unit(param_full(u), unit.owned()) : torch::Tensor();
 }
 
+torch::Tensor FlatBuffers::gather_input(size_t u, const torch::Tensor& gathered) const {
+  const torch::Tensor kept = param_shard(u);
+  if (kept.defined()) return kept;
+  const torch::Tensor slot = in_unit(gathered, units_[u].owned());
+  slot.copy_(master(u));  // the compute dtype's rounding of the master, as the optimizer would have written it
+  return slot;
+}
+
 torch::Tensor FlatBuffers::grad_full(size_t u) const {
   ZEST_CHECK(has_per_step_grads(), "grad_full: gradients are sharded (stage >= 2)");
   return grad_full_[u];

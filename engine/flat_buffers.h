@@ -32,6 +32,10 @@ class FlatBuffers {
   // inside param_full at stages 0–2 (stages 1–2 update it there and allgather in place), and undefined at
   // stage 3 with the master on the device, where a gather casts master(u) into the rank's slot instead.
   torch::Tensor param_shard(size_t u) const;
+  // What this rank gives to gathering unit u into `gathered` (the unit's [padded_numel] buffer): its kept
+  // slice, or, with none kept (stage 3, master on the device), its own slot of `gathered` filled with master(u)
+  // cast to the compute dtype — the gather then runs in place.
+  torch::Tensor gather_input(size_t u, const torch::Tensor& gathered) const;
   // Stages 0–1 (and 2–3 on one rank): the unit's full gradient tensor. Its memory is there only between
   // allocate_grads(u) and reset_grads() (views of it stay valid objects throughout).
   torch::Tensor grad_full(size_t u) const;
