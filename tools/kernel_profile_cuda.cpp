@@ -126,8 +126,10 @@ nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_pa
   }
   const auto kernels = sorted(std::move(by_kernel));
   const auto launchers = sorted(std::move(by_operator));
-  write_table(table_path, "kernel", kernels, steps);
-  write_table(table_path + ".operators.tsv", "operator", launchers, steps);
+  if (!table_path.empty()) {
+    write_table(table_path, "kernel", kernels, steps);
+    write_table(table_path + ".operators.tsv", "operator", launchers, steps);
+  }
   return {{"steps", steps},
           {"kernel_ms_per_step", compute_ms},
           {"nccl_kernel_ms_per_step", nccl_ms},
