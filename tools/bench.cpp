@@ -151,19 +151,22 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     synchronize(device);
     pipelined_ms = max_over_ranks(*comm, (now_seconds() - t0) * 1000.0 / options.steps);
   }
-  nlohmann::json profile;
-  if (!options.profile_dir.empty()) {  // after the timed steps, so the profiler's cost is not in them
-    std::filesystem::create_directories(options.profile_dir);
+  // After the timed steps, so the recorder's cost is not in them: on GPUs the kernels of one more step
+  // (replayed, where graphs are on), or of profile_steps more with --profile, which also writes the tables.
+  nlohmann::json kernels;
+  if (device.is_cuda()) {
+    const bool tables = !options.profile_dir.empty();
+    const int steps = tables ? options.profile_steps : 1;
+    std::string table_path;
+    if (tables) {
+      std::filesystem::create_directories(options.profile_dir);
+      const std::string name = "kernels_rank" + std::to_string(comm->rank()) + ".tsv";
+      table_path = (std::filesystem::path(options.profile_dir) / name).string();
+    }
     KernelProfile recording;
-    for (int i = 0; i < options.profile_steps; ++i) one_step();
+    for (int i = 0; i < steps; ++i) one_step();
     synchronize(device);
-    const std::string name = "kernels_rank" + std::to_string(comm->rank()) + ".tsv";
-    profile = recording.finish(options.profile_steps, (std::filesystem::path(options.profile_dir) / name).string(), 25);
-  } else if (device.is_cuda()) {  // the launch count alone, from one more step (replayed, where graphs are on)
-    KernelProfile recording;
-    one_step();
-    synchronize(device);
-    profile = recording.finish(1, /*table_path=*/"", 0);
+    kernels = recording.finish(steps, table_path, tables ? 25 : 0);
   }
 
   const nlohmann::json ms = step_ms_summary(*comm, step_ms);
@@ -188,8 +191,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   // buckets and workspace, per sample of the micro-batch (0 on the CPU, where no peak is tracked).
   const double beyond_state = std::max(0.0, memory.peak_allocated_bytes - static_cast<double>(state.on_device()));
   const double activation_bytes_per_sample = max_over_ranks(*comm, beyond_state / static_cast<double>(batch));
-  const nlohmann::json launches = profile.is_object() && profile.contains("launches_per_step")
-                                      ? profile["launches_per_step"] : nlohmann::json();
+  const nlohmann::json launches = kernels.is_object() ? kernels.at("launches_per_step") : nlohmann::json();
   return {{"model", resolved.name},
           {"parameters", engine.num_parameters()},
           {"device", device.str()},
@@ -230,7 +232,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},
           {"skipped_total", stats.skipped_total},
-          {"profile", options.profile_dir.empty() ? nlohmann::json() : profile}};
+          {"profile", options.profile_dir.empty() ? nlohmann::json() : kernels}};
 }
 
 }  // namespace zest

@@ -18,8 +18,8 @@ class KernelProfile {
   KernelProfile& operator=(const KernelProfile&) = delete;
 
   // Stops recording; writes every kernel name with its time and launches per step (over `steps` steps)
-  // to `table_path` (tab-separated, slowest first; none when it is empty) and returns the per-step sums of kernel time (NCCL's
-  // apart: it overlaps) and the `top` heaviest kernels.
+  // to `table_path` (tab-separated, slowest first; no table when it is empty) and returns the per-step sums
+  // of kernel time (NCCL's apart: it overlaps), the launches per step and the `top` heaviest kernels.
   nlohmann::json finish(int steps, const std::string& table_path, int top);
 
  private:
