@@ -1,8 +1,12 @@
-// Group norm (+ SiLU) kernels over channels-last activations (see group_norm_nhwc.h). Each (sample, row
-// chunk) block reads whole pixel rows — every thread a fixed run of `vector_width` channels of one group —
-// and reduces its chunk per group (Welford) and, in backward, per channel; small kernels then combine the
-// chunks in a fixed order; elementwise kernels apply the result. Forward reads x twice and writes y once;
-// backward reads x and dy twice and writes dx once: no float32 copies of the activations.
+// Group norm (+ SiLU) kernels over channels-last activations (see group_norm_nhwc.h). Every reduction is
+// per channel: a (sample, row chunk) block reads the chunk's pixel rows (or a share of each row, for many
+// channels) — each thread a fixed run of `vector_width` channels, which may straddle groups — and writes
+// its per-channel sums; the chunks are added in a fixed order (sum_tile_partials), and one small kernel
+// turns the per-sample channel sums into what each group needs, since a group's sums are sums of its
+// channels' (weighted by the affine weight in backward). So the widest access depends on the channel count alone, not on the group size
+// (SD's 320-channel norms have groups of 10 channels: 4-byte accesses when threads kept to one group).
+// Forward reads x twice and writes y once; backward reads x and dy twice and writes dx once: no float32
+// copies of the activations.
 #include "models/common/group_norm_nhwc.h"
 #include "models/common/kernel_access.cuh"
 
@@ -12,8 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 namespace zest {
 namespace {
@@ -21,45 +23,43 @@ namespace {
 using namespace kernels;
 
 constexpr int64_t kRowsPerChunk = 64;
-constexpr int kElementwiseThreads = 256;
+constexpr int kChunkThreads = 256;  // threads of a chunk block: at most one pixel row's lanes, at least ~this many
 constexpr int kSmallThreads = 128;
-constexpr int kMaxLanes = 1024;
-
-// Running count, mean and sum of squared deviations; merged with Chan's formula.
-struct Welford {
-  float count = 0.0f, mean = 0.0f, m2 = 0.0f;
-  __device__ void add(float x) {
-    count += 1.0f;
-    const float delta = x - mean;
-    mean += delta / count;
-    m2 += delta * (x - mean);
-  }
-  __device__ void merge(float b_count, float b_mean, float b_m2) {
-    if (b_count == 0.0f) return;
-    const float total = count + b_count;
-    const float delta = b_mean - mean;
-    mean += delta * (b_count / total);
-    m2 += b_m2 + delta * delta * (count * b_count / total);
-    count = total;
-  }
-};
 
 struct Layout {  // the index arithmetic every kernel shares
   int64_t n, hw, c, groups, chunks;
-  int lanes, lanes_per_group;
+  int lanes;        // threads across a block's share of a pixel row (vector_width channels each)
+  int rows;         // threads down the rows of a chunk
+  int row_splits;   // blocks across a pixel row: lanes · row_splits · vector_width = c
 };
 
-Layout layout_of(const GroupNormShape& s, int vector_width) {
-  const int lanes = static_cast<int>(s.c / vector_width);
-  return {s.n, s.hw, s.c, s.groups, s.chunks(), lanes, static_cast<int>(s.c / s.groups / vector_width)};
+// A row of more than kChunkThreads lanes is split across blocks (the fewest equal parts that fit), so
+// that a block's threads and shared memory stay bounded whatever the channel count.
+Layout layout_of(const GroupNormShape& s) {
+  const int64_t row_lanes = s.c / s.vector_width;
+  int64_t splits = (row_lanes + kChunkThreads - 1) / kChunkThreads;
+  while (row_lanes % splits != 0) ++splits;
+  const int lanes = static_cast<int>(row_lanes / splits);
+  const int rows = static_cast<int>(std::clamp<int64_t>(kChunkThreads / lanes, 1, kRowsPerChunk));
+  return {s.n, s.hw, s.c, s.groups, s.chunks(), lanes, rows, static_cast<int>(splits)};
 }
 
-dim3 chunk_block(const Layout& l) {
-  const int rows = std::max(1, std::min(static_cast<int>(kRowsPerChunk), 128 / l.lanes));
-  return dim3(static_cast<unsigned>(l.lanes), static_cast<unsigned>(rows));
+// A chunk block's [rows][2][its channels] floats of per-thread sums, added over the rows at its end.
+size_t chunk_shared_bytes(const Layout& l, int vector_width) {
+  return static_cast<size_t>(l.rows) * 2 * l.lanes * vector_width * sizeof(float);
 }
-dim3 chunk_grid(const Layout& l) { return dim3(static_cast<unsigned>(l.chunks), static_cast<unsigned>(l.n)); }
+
+dim3 chunk_block(const Layout& l) { return dim3(static_cast<unsigned>(l.lanes), static_cast<unsigned>(l.rows)); }
+dim3 chunk_grid(const Layout& l) {
+  return dim3(static_cast<unsigned>(l.chunks), static_cast<unsigned>(l.n), static_cast<unsigned>(l.row_splits));
+}
 unsigned blocks_for(int64_t items, int threads) { return static_cast<unsigned>((items + threads - 1) / threads); }
+
+// The first of the V channels this thread reads in every pixel row of its chunk.
+template <int V>
+__device__ __forceinline__ int64_t first_channel() {
+  return (static_cast<int64_t>(blockIdx.z) * blockDim.x + threadIdx.x) * V;
+}
 
 __device__ __forceinline__ float silu_of(float z) { return z / (1.0f + __expf(-z)); }
 __device__ __forceinline__ float silu_grad(float z) {
@@ -67,188 +67,213 @@ __device__ __forceinline__ float silu_grad(float z) {
   return s * (1.0f + z * (1.0f - s));
 }
 
+// The block's per-thread sums of its channels (two each, [row lane][2][channels] in shared memory) added
+// over the row lanes in order, then written as this chunk's partial [n][chunks][2][c].
+template <int V>
+__device__ void write_chunk_sums(float* shared, const Layout& l, float* partial) {
+  __syncthreads();
+  const int64_t block = blockIdx.y * l.chunks + blockIdx.x;
+  const int64_t channels = blockDim.x * V, base = blockIdx.z * channels;
+  for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < 2 * channels; j += blockDim.x * blockDim.y) {
+    float total = 0.0f;
+    for (unsigned k = 0; k < blockDim.y; ++k) total += shared[k * 2 * channels + j];
+    const int64_t which = j / channels, ch = base + j % channels;
+    partial[(block * 2 + which) * l.c + ch] = total;
+  }
+}
+
+// Where this thread's V pairs of sums go in the block's shared memory.
+template <int V>
+__device__ __forceinline__ void keep_thread_sums(float* shared, const float (&first)[V], const float (&second)[V]) {
+  const int64_t channels = blockDim.x * V;
+  float* mine = shared + threadIdx.y * 2 * channels + threadIdx.x * V;
+#pragma unroll
+  for (int v = 0; v < V; ++v) mine[v] = first[v], mine[channels + v] = second[v];
+}
+
+// Per-sample channel sums [n][2][c] from the chunks' partials (the partials themselves when one chunk).
+const float* add_chunks(const float* partial, const Layout& l, float* sums, cudaStream_t stream) {
+  if (l.chunks == 1) return partial;
+  launch_sum_tile_partials(partial, l.n, l.chunks, 2 * l.c, sums, stream);
+  return sums;
+}
+
 // ---- forward ------------------------------------------------------------------------------------------
 
-// partial [n][chunks][groups][3]: the chunk's Welford state per group.
+// Per channel Σ(x − k) and Σ(x − k)², k the channel's value at the sample's first pixel: shifted sums
+// keep the variance from cancelling when a channel's mean is large against its spread.
 template <typename T, int V>
-__global__ void stats_kernel(const T* x, Layout l, float* partial) {
+__global__ void channel_sums_kernel(const T* x, Layout l, float* partial) {
   extern __shared__ float shared[];
-  const int lane = threadIdx.x, row_lane = threadIdx.y;
-  const int64_t n = blockIdx.y, chunk = blockIdx.x;
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  Welford w;
-  for (int64_t row = chunk * kRowsPerChunk + row_lane; row < row_end; row += blockDim.y) {
-    const auto p = load<T, V>(x, (n * l.hw + row) * l.c + lane * V);
+  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const auto first = load<T, V>(x, n * l.hw * l.c + c0);
+  float shift[V], s1[V] = {}, s2[V] = {};
 #pragma unroll
-    for (int v = 0; v < V; ++v) w.add(to_float(p.v[v]));
-  }
-  float* mine = shared + 3 * (row_lane * blockDim.x + lane);
-  mine[0] = w.count, mine[1] = w.mean, mine[2] = w.m2;
-  __syncthreads();
-  const int tid = row_lane * blockDim.x + lane;
-  for (int64_t g = tid; g < l.groups; g += blockDim.x * blockDim.y) {
-    Welford total;
-    for (unsigned r = 0; r < blockDim.y; ++r) {
-      for (int64_t k = g * l.lanes_per_group; k < (g + 1) * l.lanes_per_group; ++k) {
-        const float* o = shared + 3 * (r * blockDim.x + k);
-        total.merge(o[0], o[1], o[2]);
-      }
+  for (int v = 0; v < V; ++v) shift[v] = to_float(first.v[v]);
+  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
+  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
+    const auto p = load<T, V>(x, (n * l.hw + row) * l.c + c0);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float d = to_float(p.v[v]) - shift[v];
+      s1[v] += d;
+      s2[v] += d * d;
     }
-    float* out = partial + 3 * ((n * l.chunks + chunk) * l.groups + g);
-    out[0] = total.count, out[1] = total.mean, out[2] = total.m2;
   }
+  keep_thread_sums<V>(shared, s1, s2);
+  write_chunk_sums<V>(shared, l, partial);
 }
 
-__global__ void finalize_stats_kernel(const float* partial, Layout l, float eps, float* mean, float* rstd) {
+// mean and rstd per (sample, group) from its channels' shifted sums: Σx = Σ_c (S1 + hw·k) and
+// Σ(x − μ)² = Σ_c (S2 + 2(k − μ)·S1 + hw·(k − μ)²).
+template <typename T>
+__global__ void group_stats_kernel(const T* x, const float* sums, Layout l, float eps, float* mean, float* rstd) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= l.n * l.groups) return;
-  const int64_t n = i / l.groups, g = i % l.groups;
-  Welford total;
-  for (int64_t chunk = 0; chunk < l.chunks; ++chunk) {
-    const float* p = partial + 3 * ((n * l.chunks + chunk) * l.groups + g);
-    total.merge(p[0], p[1], p[2]);
+  const int64_t n = i / l.groups, g = i % l.groups, per_group = l.c / l.groups;
+  const float* s1 = sums + n * 2 * l.c;
+  const float* s2 = s1 + l.c;
+  const T* first = x + n * l.hw * l.c;
+  const float hw = static_cast<float>(l.hw);
+  float total = 0.0f;
+  for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) total += s1[ch] + hw * to_float(first[ch]);
+  const float mu = total / (hw * static_cast<float>(per_group));
+  float m2 = 0.0f;
+  for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) {
+    const float d = to_float(first[ch]) - mu;
+    m2 += s2[ch] + 2.0f * d * s1[ch] + hw * d * d;
   }
-  mean[i] = total.mean;
-  rstd[i] = rsqrtf(total.m2 / total.count + eps);  // the biased variance, as group norm uses
+  mean[i] = mu;
+  rstd[i] = rsqrtf(fmaxf(m2, 0.0f) / (hw * static_cast<float>(per_group)) + eps);  // the biased variance
 }
 
+// y = x·scale + offset per channel (scale = rstd·weight, offset = bias − mean·scale), then SiLU.
 template <typename T, int V>
 __global__ void normalize_kernel(const T* x, const T* weight, const T* bias, const float* mean, const float* rstd,
                                  Layout l, bool silu, T* y) {
-  const int64_t packs = l.n * l.hw * l.lanes;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t lane = i % l.lanes, n = i / (l.lanes * l.hw);
-    const int64_t stat = n * l.groups + lane / l.lanes_per_group;
-    const float m = mean[stat], r = rstd[stat];
-    const auto p = load<T, V>(x, i * V);
+  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const int64_t per_group = l.c / l.groups;
+  float scale[V], offset[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t stat = n * l.groups + (c0 + v) / per_group;
+    scale[v] = rstd[stat] * to_float(weight[c0 + v]);
+    offset[v] = to_float(bias[c0 + v]) - mean[stat] * scale[v];
+  }
+  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
+  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
+    const int64_t at = (n * l.hw + row) * l.c + c0;
+    const auto p = load<T, V>(x, at);
     Pack<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t c = lane * V + v;
-      const float z = (to_float(p.v[v]) - m) * r * to_float(weight[c]) + to_float(bias[c]);
+      const float z = to_float(p.v[v]) * scale[v] + offset[v];
       out.v[v] = from_float<T>(silu ? silu_of(z) : z);
     }
-    store<T, V>(y, i * V, out);
+    store<T, V>(y, at, out);
   }
 }
 
 // ---- backward -----------------------------------------------------------------------------------------
 
-// The gradient reaching the norm's affine output (through SiLU when fused), and x normalised.
-template <typename T>
-__device__ __forceinline__ void affine_grad(float x, float dy, float m, float r, float w, float b, bool silu,
-                                            float& xhat, float& dz) {
-  xhat = (x - m) * r;
-  dz = silu ? dy * silu_grad(xhat * w + b) : dy;
-}
-
-// channel_partial [n][chunks][2][c]: Σ dz and Σ dz·x̂ per channel; group_partial [n][chunks][groups][2]:
-// Σ dx̂ and Σ dx̂·x̂ per group (dx̂ = dz·weight).
+// A thread's per-channel constants: the group's statistics and the affine parameters.
 template <typename T, int V>
-__global__ void backward_reduce_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
-                                       const T* weight, const T* bias, Layout l, bool silu, float* channel_partial,
-                                       float* group_partial) {
-  extern __shared__ float shared[];  // [rows][lanes][2·V + 2]
-  const int lane = threadIdx.x, row_lane = threadIdx.y;
-  const int64_t n = blockIdx.y, chunk = blockIdx.x;
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  const int64_t stat = n * l.groups + lane / l.lanes_per_group;
-  const float m = mean[stat], r = rstd[stat];
-  float w[V], b[V], sum_dz[V] = {}, sum_dz_xhat[V] = {};
-  float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+struct ChannelConstants {
+  float mean[V], rstd[V], weight[V], bias[V];
+  __device__ ChannelConstants(const float* means, const float* rstds, const T* w, const T* b, const Layout& l,
+                              int64_t n, int64_t c0) {
+    const int64_t per_group = l.c / l.groups;
 #pragma unroll
-  for (int v = 0; v < V; ++v) w[v] = to_float(weight[lane * V + v]), b[v] = to_float(bias[lane * V + v]);
-  for (int64_t row = chunk * kRowsPerChunk + row_lane; row < row_end; row += blockDim.y) {
-    const int64_t at = (n * l.hw + row) * l.c + lane * V;
+    for (int v = 0; v < V; ++v) {
+      const int64_t stat = n * l.groups + (c0 + v) / per_group;
+      mean[v] = means[stat], rstd[v] = rstds[stat];
+      weight[v] = to_float(w[c0 + v]), bias[v] = to_float(b[c0 + v]);
+    }
+  }
+  // x normalised, and the gradient reaching the norm's affine output (through SiLU when fused).
+  __device__ __forceinline__ void affine_grad(int v, float x, float dy, bool silu, float& xhat, float& dz) const {
+    xhat = (x - mean[v]) * rstd[v];
+    dz = silu ? dy * silu_grad(xhat * weight[v] + bias[v]) : dy;
+  }
+};
+
+// Per channel Σ dz and Σ dz·x̂ (the bias and weight gradients of this chunk).
+template <typename T, int V>
+__global__ void backward_channel_sums_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                                             const T* weight, const T* bias, Layout l, bool silu, float* partial) {
+  extern __shared__ float shared[];
+  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
+  float sum_dz[V] = {}, sum_dz_xhat[V] = {};
+  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
+  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
+    const int64_t at = (n * l.hw + row) * l.c + c0;
     const auto px = load<T, V>(x, at);
     const auto pdy = load<T, V>(dy, at);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       float xhat, dz;
-      affine_grad<T>(to_float(px.v[v]), to_float(pdy.v[v]), m, r, w[v], b[v], silu, xhat, dz);
+      k.affine_grad(v, to_float(px.v[v]), to_float(pdy.v[v]), silu, xhat, dz);
       sum_dz[v] += dz;
       sum_dz_xhat[v] += dz * xhat;
-      sum_dxhat += dz * w[v];
-      sum_dxhat_xhat += dz * w[v] * xhat;
     }
   }
-  const int stride = 2 * V + 2;
-  float* mine = shared + stride * (row_lane * blockDim.x + lane);
-#pragma unroll
-  for (int v = 0; v < V; ++v) mine[v] = sum_dz[v], mine[V + v] = sum_dz_xhat[v];
-  mine[2 * V] = sum_dxhat, mine[2 * V + 1] = sum_dxhat_xhat;
-  __syncthreads();
-  const int64_t block = n * l.chunks + chunk;
-  if (row_lane == 0) {  // per channel: this lane's V channels over the rows
-    for (int v = 0; v < 2 * V; ++v) {
-      float total = 0.0f;
-      for (unsigned k = 0; k < blockDim.y; ++k) total += shared[stride * (k * blockDim.x + lane) + v];
-      const int64_t which = v / V, c = lane * V + v % V;
-      channel_partial[(block * 2 + which) * l.c + c] = total;
-    }
-  }
-  const int tid = row_lane * blockDim.x + lane;
-  for (int64_t g = tid; g < l.groups; g += blockDim.x * blockDim.y) {
-    float a = 0.0f, bsum = 0.0f;
-    for (unsigned k = 0; k < blockDim.y; ++k) {
-      for (int64_t j = g * l.lanes_per_group; j < (g + 1) * l.lanes_per_group; ++j) {
-        const float* o = shared + stride * (k * blockDim.x + j);
-        a += o[2 * V], bsum += o[2 * V + 1];
-      }
-    }
-    group_partial[(block * l.groups + g) * 2] = a;
-    group_partial[(block * l.groups + g) * 2 + 1] = bsum;
-  }
+  keep_thread_sums<V>(shared, sum_dz, sum_dz_xhat);
+  write_chunk_sums<V>(shared, l, partial);
 }
 
-__global__ void finalize_channels_kernel(const float* channel_partial, Layout l, float* dweight, float* dbias) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= l.c) return;
-  float db = 0.0f, dw = 0.0f;
-  for (int64_t block = 0; block < l.n * l.chunks; ++block) {
-    db += channel_partial[(block * 2) * l.c + c];
-    dw += channel_partial[(block * 2 + 1) * l.c + c];
-  }
-  dbias[c] = db, dweight[c] = dw;
-}
-
-// coef [n][groups][2]: the means of dx̂ and dx̂·x̂ over the group.
-__global__ void finalize_groups_kernel(const float* group_partial, Layout l, float* coef) {
+// From the per-sample channel sums: coef [n][groups][2], the group means of dx̂ and dx̂·x̂ (dx̂ = dz·weight,
+// so a group's sums are its channels' weighted by the weight); dbias and dweight, the sums over samples.
+template <typename T>
+__global__ void backward_finish_kernel(const float* sums, const T* weight, Layout l, float* coef, float* dweight,
+                                       float* dbias) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= l.n * l.groups) return;
-  const int64_t n = i / l.groups, g = i % l.groups;
-  float a = 0.0f, b = 0.0f;
-  for (int64_t chunk = 0; chunk < l.chunks; ++chunk) {
-    const float* p = group_partial + ((n * l.chunks + chunk) * l.groups + g) * 2;
-    a += p[0], b += p[1];
+  const int64_t stats = l.n * l.groups;
+  if (i < stats) {
+    const int64_t n = i / l.groups, g = i % l.groups, per_group = l.c / l.groups;
+    const float* sum_dz = sums + n * 2 * l.c;
+    const float* sum_dz_xhat = sum_dz + l.c;
+    float a = 0.0f, b = 0.0f;
+    for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) {
+      const float w = to_float(weight[ch]);
+      a += w * sum_dz[ch];
+      b += w * sum_dz_xhat[ch];
+    }
+    const float elements = static_cast<float>(l.hw * per_group);
+    coef[2 * i] = a / elements, coef[2 * i + 1] = b / elements;
+  } else if (i < stats + l.c) {
+    const int64_t ch = i - stats;
+    float db = 0.0f, dw = 0.0f;
+    for (int64_t n = 0; n < l.n; ++n) db += sums[n * 2 * l.c + ch], dw += sums[n * 2 * l.c + l.c + ch];
+    dbias[ch] = db, dweight[ch] = dw;
   }
-  const float elements = static_cast<float>(l.hw * (l.c / l.groups));
-  coef[2 * i] = a / elements, coef[2 * i + 1] = b / elements;
 }
 
 // dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂·x̂)).
 template <typename T, int V>
 __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const T* weight,
                           const T* bias, const float* coef, Layout l, bool silu, T* dx) {
-  const int64_t packs = l.n * l.hw * l.lanes;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t lane = i % l.lanes, n = i / (l.lanes * l.hw);
-    const int64_t stat = n * l.groups + lane / l.lanes_per_group;
-    const float m = mean[stat], r = rstd[stat], mean_dxhat = coef[2 * stat], mean_dxhat_xhat = coef[2 * stat + 1];
-    const auto px = load<T, V>(x, i * V);
-    const auto pdy = load<T, V>(dy, i * V);
+  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
+  float mean_dxhat[V], mean_dxhat_xhat[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t stat = n * l.groups + (c0 + v) / (l.c / l.groups);
+    mean_dxhat[v] = coef[2 * stat], mean_dxhat_xhat[v] = coef[2 * stat + 1];
+  }
+  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
+  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
+    const int64_t at = (n * l.hw + row) * l.c + c0;
+    const auto px = load<T, V>(x, at);
+    const auto pdy = load<T, V>(dy, at);
     Pack<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t c = lane * V + v;
-      const float w = to_float(weight[c]);
       float xhat, dz;
-      affine_grad<T>(to_float(px.v[v]), to_float(pdy.v[v]), m, r, w, to_float(bias[c]), silu, xhat, dz);
-      out.v[v] = from_float<T>(r * (dz * w - mean_dxhat - xhat * mean_dxhat_xhat));
+      k.affine_grad(v, to_float(px.v[v]), to_float(pdy.v[v]), silu, xhat, dz);
+      out.v[v] = from_float<T>(k.rstd[v] * (dz * k.weight[v] - mean_dxhat[v] - xhat * mean_dxhat_xhat[v]));
     }
-    store<T, V>(dx, i * V, out);
+    store<T, V>(dx, at, out);
   }
 }
 
@@ -259,30 +284,30 @@ int64_t GroupNormShape::chunks() const { return (hw + kRowsPerChunk - 1) / kRows
 int group_norm_nhwc_vector_width(int64_t c, int64_t groups, int element_bytes, const void* const* pointers,
                                  int num_pointers) {
   if (groups <= 0 || c % groups != 0) return 0;
-  // A wider access needs fewer lanes, so the widest aligned one is the one to check against the limit.
-  const int width = widest_vector_width(c / groups, element_bytes, pointers, num_pointers, /*narrowest=*/1);
-  return width > 0 && c / width <= kMaxLanes ? width : 0;
+  return widest_vector_width(c, element_bytes, pointers, num_pointers, /*narrowest=*/1);
 }
 
-int64_t group_norm_nhwc_forward_scratch(const GroupNormShape& s) { return s.n * s.chunks() * s.groups * 3; }
+int64_t group_norm_nhwc_forward_scratch(const GroupNormShape& s) { return (s.chunks() + 1) * s.n * 2 * s.c; }
 int64_t group_norm_nhwc_backward_scratch(const GroupNormShape& s) {
-  return s.n * s.chunks() * (2 * s.c + 2 * s.groups) + 2 * s.n * s.groups;
+  return (s.chunks() + 1) * s.n * 2 * s.c + 2 * s.n * s.groups;
 }
 
 void launch_group_norm_nhwc_forward(const GroupNormShape& shape, KernelDtype dtype, const void* x, const void* weight,
                                     const void* bias, double eps, bool silu, void* y, float* mean, float* rstd,
                                     float* scratch, void* cuda_stream) {
-  const Layout l = layout_of(shape, shape.vector_width);
+  const Layout l = layout_of(shape);
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
-  const dim3 block = chunk_block(l);
+  float* partial = scratch;
+  float* sums = partial + l.n * l.chunks * 2 * l.c;
   dispatch(dtype, shape.vector_width, [&]<typename T, int V>() {
-    stats_kernel<T, V><<<chunk_grid(l), block, 3 * sizeof(float) * block.x * block.y, stream>>>(
-        static_cast<const T*>(x), l, scratch);
-    finalize_stats_kernel<<<blocks_for(l.n * l.groups, kSmallThreads), kSmallThreads, 0, stream>>>(
-        scratch, l, static_cast<float>(eps), mean, rstd);
-    normalize_kernel<T, V><<<blocks_for(l.n * l.hw * l.lanes, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), mean, rstd, l, silu,
-        static_cast<T*>(y));
+    const size_t shared_bytes = chunk_shared_bytes(l, V);
+    const auto* typed_x = static_cast<const T*>(x);
+    channel_sums_kernel<T, V><<<chunk_grid(l), chunk_block(l), shared_bytes, stream>>>(typed_x, l, partial);
+    const float* totals = add_chunks(partial, l, sums, stream);
+    group_stats_kernel<T><<<blocks_for(l.n * l.groups, kSmallThreads), kSmallThreads, 0, stream>>>(
+        typed_x, totals, l, static_cast<float>(eps), mean, rstd);
+    normalize_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(
+        typed_x, static_cast<const T*>(weight), static_cast<const T*>(bias), mean, rstd, l, silu, static_cast<T*>(y));
   });
   check_launch("group norm forward");
 }
@@ -291,26 +316,24 @@ void launch_group_norm_nhwc_backward(const GroupNormShape& shape, KernelDtype dt
                                      const float* mean, const float* rstd, const void* weight, const void* bias,
                                      bool silu, void* dx, float* dweight, float* dbias, float* scratch,
                                      void* cuda_stream) {
-  const Layout l = layout_of(shape, shape.vector_width);
+  const Layout l = layout_of(shape);
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
-  float* channel_partial = scratch;
-  float* group_partial = channel_partial + l.n * l.chunks * 2 * l.c;
-  float* coef = group_partial + l.n * l.chunks * l.groups * 2;
-  const dim3 block = chunk_block(l);
+  float* partial = scratch;
+  float* sums = partial + l.n * l.chunks * 2 * l.c;
+  float* coef = sums + l.n * 2 * l.c;
   dispatch(dtype, shape.vector_width, [&]<typename T, int V>() {
+    const size_t shared_bytes = chunk_shared_bytes(l, V);
+    const auto* typed_dy = static_cast<const T*>(dy);
+    const auto* typed_x = static_cast<const T*>(x);
     const auto* typed_weight = static_cast<const T*>(weight);
     const auto* typed_bias = static_cast<const T*>(bias);
-    const size_t shared_bytes = (2 * V + 2) * sizeof(float) * block.x * block.y;
-    backward_reduce_kernel<T, V><<<chunk_grid(l), block, shared_bytes, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, typed_weight, typed_bias, l, silu,
-        channel_partial, group_partial);
-    finalize_channels_kernel<<<blocks_for(l.c, kSmallThreads), kSmallThreads, 0, stream>>>(channel_partial, l,
-                                                                                           dweight, dbias);
-    finalize_groups_kernel<<<blocks_for(l.n * l.groups, kSmallThreads), kSmallThreads, 0, stream>>>(group_partial, l,
-                                                                                                   coef);
-    dx_kernel<T, V><<<blocks_for(l.n * l.hw * l.lanes, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, typed_weight, typed_bias, coef, l, silu,
-        static_cast<T*>(dx));
+    backward_channel_sums_kernel<T, V><<<chunk_grid(l), chunk_block(l), shared_bytes, stream>>>(
+        typed_dy, typed_x, mean, rstd, typed_weight, typed_bias, l, silu, partial);
+    const float* totals = add_chunks(partial, l, sums, stream);
+    backward_finish_kernel<T><<<blocks_for(l.n * l.groups + l.c, kSmallThreads), kSmallThreads, 0, stream>>>(
+        totals, typed_weight, l, coef, dweight, dbias);
+    dx_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(typed_dy, typed_x, mean, rstd, typed_weight,
+                                                                  typed_bias, coef, l, silu, static_cast<T*>(dx));
   });
   check_launch("group norm backward");
 }

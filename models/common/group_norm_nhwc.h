@@ -14,12 +14,13 @@ namespace zest {
 // [n, hw, c] in memory (an NCHW tensor with channels-last strides), `groups` groups of c / groups channels.
 struct GroupNormShape {
   int64_t n = 0, hw = 0, c = 0, groups = 0;
-  int vector_width = 1;  // channels per thread access: divides c / groups; see group_norm_nhwc_vector_width
-  int64_t chunks() const;  // row chunks each (sample, chunk) block reduces
+  int vector_width = 1;  // channels per thread access: divides c; see group_norm_nhwc_vector_width
+  int64_t chunks() const;  // row chunks of a sample, a block each
 };
 
-// The widest access (8, 4, 2 or 1 channels) that the group size divides and the pointers' alignment
-// allows, or 0 when the kernels do not cover this shape (the caller falls back to ATen).
+// The widest access (8, 4, 2 or 1 channels) that the channel count divides and the pointers' alignment
+// allows, or 0 when the kernels do not cover this shape (groups not dividing c, or too many channels for a
+// block: the caller falls back to ATen).
 int group_norm_nhwc_vector_width(int64_t c, int64_t groups, int element_bytes, const void* const* pointers,
                                  int num_pointers);
 
