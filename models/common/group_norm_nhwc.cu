@@ -22,26 +22,38 @@ namespace {
 
 using namespace kernels;
 
-constexpr int64_t kRowsPerChunk = 64;
-constexpr int kChunkThreads = 256;  // threads of a chunk block: at most one pixel row's lanes, at least ~this many
+constexpr int64_t kMaxChunkRows = 64;  // pixel rows of a chunk block, fewer where the tensor is small
+constexpr int64_t kMinChunkRows = 8;
+constexpr int64_t kEnoughBlocks = 264;  // two per SM of an H200: below this a smaller chunk adds blocks
+constexpr int kChunkThreads = 256;     // threads of a chunk block: about this many, or one per lane
 constexpr int kSmallThreads = 128;
 
 struct Layout {  // the index arithmetic every kernel shares
-  int64_t n, hw, c, groups, chunks;
-  int lanes;        // threads across a block's share of a pixel row (vector_width channels each)
-  int rows;         // threads down the rows of a chunk
-  int row_splits;   // blocks across a pixel row: lanes · row_splits · vector_width = c
+  int64_t n, hw, c, groups;
+  int lanes;           // threads across a block's share of a pixel row (vector_width channels each)
+  int rows;            // threads down the rows of a chunk
+  int row_splits;      // blocks across a pixel row: lanes · row_splits · vector_width = c
+  int64_t chunk_rows;  // pixel rows of a chunk
+  int64_t chunks;      // chunks of a sample
 };
 
 // A row of more than kChunkThreads lanes is split across blocks (the fewest equal parts that fit), so
-// that a block's threads and shared memory stay bounded whatever the channel count.
+// that a block's threads and shared memory stay bounded whatever the channel count. Chunks shrink from
+// kMaxChunkRows while the grid has too few blocks to fill the GPU (the UNets' 8×8 levels: 32 blocks of
+// 64 rows, each thread reading its 64 rows one after another).
 Layout layout_of(const GroupNormShape& s) {
   const int64_t row_lanes = s.c / s.vector_width;
   int64_t splits = (row_lanes + kChunkThreads - 1) / kChunkThreads;
   while (row_lanes % splits != 0) ++splits;
   const int lanes = static_cast<int>(row_lanes / splits);
-  const int rows = static_cast<int>(std::clamp<int64_t>(kChunkThreads / lanes, 1, kRowsPerChunk));
-  return {s.n, s.hw, s.c, s.groups, s.chunks(), lanes, rows, static_cast<int>(splits)};
+  const int rows = static_cast<int>(std::clamp<int64_t>((kChunkThreads + lanes - 1) / lanes, 1, kMaxChunkRows));
+  auto blocks = [&](int64_t chunk_rows) { return s.n * splits * ((s.hw + chunk_rows - 1) / chunk_rows); };
+  int64_t chunk_rows = kMaxChunkRows;
+  while (blocks(chunk_rows) < kEnoughBlocks && chunk_rows / 2 >= std::max<int64_t>(rows, kMinChunkRows)) {
+    chunk_rows /= 2;
+  }
+  return {s.n,   s.hw,  s.c, s.groups, lanes, rows, static_cast<int>(splits), chunk_rows,
+          (s.hw + chunk_rows - 1) / chunk_rows};
 }
 
 // A chunk block's [rows][2][its channels] floats of per-thread sums, added over the rows at its end.
@@ -61,9 +73,32 @@ __device__ __forceinline__ int64_t first_channel() {
   return (static_cast<int64_t>(blockIdx.z) * blockDim.x + threadIdx.x) * V;
 }
 
-__device__ __forceinline__ float silu_of(float z) { return z / (1.0f + __expf(-z)); }
+// Visits this thread's pixel rows of its chunk (`at`: the row's first element of this thread's channels),
+// two rows a step so that two rows' loads are in flight: read(at) loads, use(at, loaded) consumes.
+template <int V, typename Read, typename Use>
+__device__ __forceinline__ void for_my_rows(const Layout& l, Read read, Use use) {
+  const int64_t chunk = blockIdx.x, step = blockDim.y;
+  const int64_t end = min(l.hw, (chunk + 1) * l.chunk_rows);
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * l.hw * l.c + first_channel<V>();
+  int64_t row = chunk * l.chunk_rows + threadIdx.y;
+  for (; row + step < end; row += 2 * step) {
+    const int64_t at = base + row * l.c, next = at + step * l.c;
+    const auto a = read(at);
+    const auto b = read(next);
+    use(at, a);
+    use(next, b);
+  }
+  if (row < end) {
+    const int64_t at = base + row * l.c;
+    use(at, read(at));
+  }
+}
+
+// Fast reciprocals (two ulp): SiLU's division was most of these kernels' arithmetic.
+__device__ __forceinline__ float sigmoid_of(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
+__device__ __forceinline__ float silu_of(float z) { return z * sigmoid_of(z); }
 __device__ __forceinline__ float silu_grad(float z) {
-  const float s = 1.0f / (1.0f + __expf(-z));
+  const float s = sigmoid_of(z);
   return s * (1.0f + z * (1.0f - s));
 }
 
@@ -105,21 +140,21 @@ const float* add_chunks(const float* partial, const Layout& l, float* sums, cuda
 template <typename T, int V>
 __global__ void channel_sums_kernel(const T* x, Layout l, float* partial) {
   extern __shared__ float shared[];
-  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const int64_t n = blockIdx.y, c0 = first_channel<V>();
   const auto first = load<T, V>(x, n * l.hw * l.c + c0);
   float shift[V], s1[V] = {}, s2[V] = {};
 #pragma unroll
   for (int v = 0; v < V; ++v) shift[v] = to_float(first.v[v]);
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
-    const auto p = load<T, V>(x, (n * l.hw + row) * l.c + c0);
+  for_my_rows<V>(
+      l, [&](int64_t at) { return load<T, V>(x, at); },
+      [&](int64_t, const Pack<T, V>& p) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const float d = to_float(p.v[v]) - shift[v];
-      s1[v] += d;
-      s2[v] += d * d;
-    }
-  }
+        for (int v = 0; v < V; ++v) {
+          const float d = to_float(p.v[v]) - shift[v];
+          s1[v] += d;
+          s2[v] += d * d;
+        }
+      });
   keep_thread_sums<V>(shared, s1, s2);
   write_chunk_sums<V>(shared, l, partial);
 }
@@ -151,7 +186,7 @@ __global__ void group_stats_kernel(const T* x, const float* sums, Layout l, floa
 template <typename T, int V>
 __global__ void normalize_kernel(const T* x, const T* weight, const T* bias, const float* mean, const float* rstd,
                                  Layout l, bool silu, T* y) {
-  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const int64_t n = blockIdx.y, c0 = first_channel<V>();
   const int64_t per_group = l.c / l.groups;
   float scale[V], offset[V];
 #pragma unroll
@@ -160,21 +195,26 @@ __global__ void normalize_kernel(const T* x, const T* weight, const T* bias, con
     scale[v] = rstd[stat] * to_float(weight[c0 + v]);
     offset[v] = to_float(bias[c0 + v]) - mean[stat] * scale[v];
   }
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
-    const int64_t at = (n * l.hw + row) * l.c + c0;
-    const auto p = load<T, V>(x, at);
-    Pack<T, V> out;
+  for_my_rows<V>(
+      l, [&](int64_t at) { return load<T, V>(x, at); },
+      [&](int64_t at, const Pack<T, V>& p) {
+        Pack<T, V> out;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const float z = to_float(p.v[v]) * scale[v] + offset[v];
-      out.v[v] = from_float<T>(silu ? silu_of(z) : z);
-    }
-    store<T, V>(y, at, out);
-  }
+        for (int v = 0; v < V; ++v) {
+          const float z = to_float(p.v[v]) * scale[v] + offset[v];
+          out.v[v] = from_float<T>(silu ? silu_of(z) : z);
+        }
+        store<T, V>(y, at, out);
+      });
 }
 
 // ---- backward -----------------------------------------------------------------------------------------
+
+// One pixel row's x and dy for this thread's channels.
+template <typename T, int V>
+struct XAndGrad {
+  Pack<T, V> x, dy;
+};
 
 // A thread's per-channel constants: the group's statistics and the affine parameters.
 template <typename T, int V>
@@ -202,22 +242,20 @@ template <typename T, int V>
 __global__ void backward_channel_sums_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
                                              const T* weight, const T* bias, Layout l, bool silu, float* partial) {
   extern __shared__ float shared[];
-  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const int64_t n = blockIdx.y, c0 = first_channel<V>();
   const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
   float sum_dz[V] = {}, sum_dz_xhat[V] = {};
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
-    const int64_t at = (n * l.hw + row) * l.c + c0;
-    const auto px = load<T, V>(x, at);
-    const auto pdy = load<T, V>(dy, at);
+  for_my_rows<V>(
+      l, [&](int64_t at) { return XAndGrad<T, V>{load<T, V>(x, at), load<T, V>(dy, at)}; },
+      [&](int64_t, const XAndGrad<T, V>& p) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      float xhat, dz;
-      k.affine_grad(v, to_float(px.v[v]), to_float(pdy.v[v]), silu, xhat, dz);
-      sum_dz[v] += dz;
-      sum_dz_xhat[v] += dz * xhat;
-    }
-  }
+        for (int v = 0; v < V; ++v) {
+          float xhat, dz;
+          k.affine_grad(v, to_float(p.x.v[v]), to_float(p.dy.v[v]), silu, xhat, dz);
+          sum_dz[v] += dz;
+          sum_dz_xhat[v] += dz * xhat;
+        }
+      });
   keep_thread_sums<V>(shared, sum_dz, sum_dz_xhat);
   write_chunk_sums<V>(shared, l, partial);
 }
@@ -253,7 +291,7 @@ __global__ void backward_finish_kernel(const float* sums, const T* weight, Layou
 template <typename T, int V>
 __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const T* weight,
                           const T* bias, const float* coef, Layout l, bool silu, T* dx) {
-  const int64_t n = blockIdx.y, chunk = blockIdx.x, c0 = first_channel<V>();
+  const int64_t n = blockIdx.y, c0 = first_channel<V>();
   const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
   float mean_dxhat[V], mean_dxhat_xhat[V];
 #pragma unroll
@@ -261,25 +299,23 @@ __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const floa
     const int64_t stat = n * l.groups + (c0 + v) / (l.c / l.groups);
     mean_dxhat[v] = coef[2 * stat], mean_dxhat_xhat[v] = coef[2 * stat + 1];
   }
-  const int64_t row_end = min(l.hw, (chunk + 1) * kRowsPerChunk);
-  for (int64_t row = chunk * kRowsPerChunk + threadIdx.y; row < row_end; row += blockDim.y) {
-    const int64_t at = (n * l.hw + row) * l.c + c0;
-    const auto px = load<T, V>(x, at);
-    const auto pdy = load<T, V>(dy, at);
-    Pack<T, V> out;
+  for_my_rows<V>(
+      l, [&](int64_t at) { return XAndGrad<T, V>{load<T, V>(x, at), load<T, V>(dy, at)}; },
+      [&](int64_t at, const XAndGrad<T, V>& p) {
+        Pack<T, V> out;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      float xhat, dz;
-      k.affine_grad(v, to_float(px.v[v]), to_float(pdy.v[v]), silu, xhat, dz);
-      out.v[v] = from_float<T>(k.rstd[v] * (dz * k.weight[v] - mean_dxhat[v] - xhat * mean_dxhat_xhat[v]));
-    }
-    store<T, V>(dx, at, out);
-  }
+        for (int v = 0; v < V; ++v) {
+          float xhat, dz;
+          k.affine_grad(v, to_float(p.x.v[v]), to_float(p.dy.v[v]), silu, xhat, dz);
+          out.v[v] = from_float<T>(k.rstd[v] * (dz * k.weight[v] - mean_dxhat[v] - xhat * mean_dxhat_xhat[v]));
+        }
+        store<T, V>(dx, at, out);
+      });
 }
 
 }  // namespace
 
-int64_t GroupNormShape::chunks() const { return (hw + kRowsPerChunk - 1) / kRowsPerChunk; }
+int64_t GroupNormShape::chunks() const { return layout_of(*this).chunks; }
 
 int group_norm_nhwc_vector_width(int64_t c, int64_t groups, int element_bytes, const void* const* pointers,
                                  int num_pointers) {

@@ -42,10 +42,10 @@ __device__ __forceinline__ int64_t pack_column(int k) {
   return (static_cast<int64_t>(threadIdx.x) + static_cast<int64_t>(k) * blockDim.x) * V;
 }
 
-template <typename T, int V>
+template <typename T, int V, int K>
 __device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
 #pragma unroll
-  for (int k = 0; k < kMaxPerThread / V; ++k) {
+  for (int k = 0; k < K / V; ++k) {
     if (k >= packs) break;
     const Pack<T, V> p = load<T, V>(row, pack_column<V>(k));
 #pragma unroll
@@ -54,10 +54,10 @@ __device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
 }
 
 // Stores value(e) for the thread's elements e of a row, pack by pack.
-template <typename T, int V, typename Value>
+template <typename T, int V, int K, typename Value>
 __device__ __forceinline__ void store_row(T* row, int packs, Value value) {
 #pragma unroll
-  for (int k = 0; k < kMaxPerThread / V; ++k) {
+  for (int k = 0; k < K / V; ++k) {
     if (k >= packs) break;
     Pack<T, V> out;
 #pragma unroll
@@ -68,10 +68,10 @@ __device__ __forceinline__ void store_row(T* row, int packs, Value value) {
 
 // A sample's shift or scale for the thread's columns, element by element: they are views into the
 // modulation's output with no alignment to count on, and read once per row from cache.
-template <typename T, int V>
+template <typename T, int V, int K>
 __device__ __forceinline__ void load_modulation(const T* m, int packs, float* v) {
 #pragma unroll
-  for (int k = 0; k < kMaxPerThread / V; ++k) {
+  for (int k = 0; k < K / V; ++k) {
     if (k >= packs) break;
 #pragma unroll
     for (int i = 0; i < V; ++i) v[k * V + i] = to_float(m[pack_column<V>(k) + i]);
@@ -79,14 +79,15 @@ __device__ __forceinline__ void load_modulation(const T* m, int packs, float* v)
 }
 
 // (1 + scale) in the activation dtype, as `1 + scale` computes it, for the thread's columns.
-template <typename T, int V>
+template <typename T, int V, int K>
 __device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, float* one_plus) {
-  load_modulation<T, V>(scale, packs, one_plus);
+  load_modulation<T, V, K>(scale, packs, one_plus);
 #pragma unroll
-  for (int e = 0; e < kMaxPerThread; ++e) one_plus[e] = rounded<T>(1.0f + one_plus[e]);
+  for (int e = 0; e < K; ++e) one_plus[e] = rounded<T>(1.0f + one_plus[e]);
 }
 
-template <typename T, int V>
+// K: the elements a thread holds (packs · V), a template parameter so that registers are sized to the row.
+template <typename T, int V, int K>
 __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, const T* x, const T* shift,
                                                            const T* scale, float eps, T* y, float* mean_out,
                                                            float* rstd_out) {
@@ -95,28 +96,30 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   for (int64_t row = blockIdx.x; row < r.batch * r.seq; row += gridDim.x) {
     const int64_t b = row / r.seq;
-    float v[kMaxPerThread];
-    load_row<T, V>(x + row * r.dim, packs, v);
+    float v[K];
+    load_row<T, V, K>(x + row * r.dim, packs, v);
     float sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < kMaxPerThread; ++e) sum += e < packs * V ? v[e] : 0.0f;
+    for (int e = 0; e < K; ++e) sum += e < packs * V ? v[e] : 0.0f;
     const float mean = block_sum(make_float2(sum, 0.0f), shared).x * inv_dim;
     float squares = 0.0f;
 #pragma unroll
-    for (int e = 0; e < kMaxPerThread; ++e) squares += e < packs * V ? (v[e] - mean) * (v[e] - mean) : 0.0f;
+    for (int e = 0; e < K; ++e) squares += e < packs * V ? (v[e] - mean) * (v[e] - mean) : 0.0f;
     const float rstd = rsqrtf(block_sum(make_float2(squares, 0.0f), shared).x * inv_dim + eps);
     if (threadIdx.x == 0) mean_out[row] = mean, rstd_out[row] = rstd;
-    float one_plus[kMaxPerThread], shifted[kMaxPerThread];
-    load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
-    load_modulation<T, V>(shift + b * r.shift_stride_b, packs, shifted);
-    store_row<T, V>(y + row * r.dim, packs, [&](int e) { return (v[e] - mean) * rstd * one_plus[e] + shifted[e]; });
+    float one_plus[K], shifted[K];
+    load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
+    load_modulation<T, V, K>(shift + b * r.shift_stride_b, packs, shifted);
+    store_row<T, V, K>(y + row * r.dim, packs, [&](int e) { return (v[e] - mean) * rstd * one_plus[e] + shifted[e]; });
   }
 }
 
 // Per row, with ĝ = dy·(1 + scale) and n = (x − mean)·rstd: dx = rstd·(ĝ − Σĝ/dim − n·Σ(ĝ·n)/dim).
 // Block (tile, b) takes rows tile·rows_per_tile ... of sample b and writes its column sums of dy (shift's
 // gradient) and dy·n (scale's) to partial[0 or 1][b][tile][dim].
-template <typename T, int V>
+// The next row's dy and x are loaded before this row's sums, so that their latency overlaps the block's
+// reductions.
+template <typename T, int V, int K>
 __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, const T* dy, const T* x,
                                                             const T* scale, const float* mean, const float* rstd,
                                                             T* dx, float* partial, int64_t rows_per_tile) {
@@ -124,19 +127,26 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
   const int packs = static_cast<int>(r.dim / (blockDim.x * V));
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
-  float one_plus[kMaxPerThread], dshift[kMaxPerThread] = {}, dscale[kMaxPerThread] = {};
-  load_one_plus_scale<T, V>(scale + b * r.scale_stride_b, packs, one_plus);
+  float one_plus[K], dshift[K] = {}, dscale[K] = {};
+  load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
   const int64_t first = tile * rows_per_tile;
   const int64_t last = first + rows_per_tile < r.seq ? first + rows_per_tile : r.seq;
+  float g[K], n[K];
+  if (first < last) {
+    load_row<T, V, K>(dy + (b * r.seq + first) * r.dim, packs, g);
+    load_row<T, V, K>(x + (b * r.seq + first) * r.dim, packs, n);
+  }
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = b * r.seq + s;
-    float g[kMaxPerThread], n[kMaxPerThread];
-    load_row<T, V>(dy + row * r.dim, packs, g);
-    load_row<T, V>(x + row * r.dim, packs, n);
+    float g_next[K], n_next[K];
+    if (s + 1 < last) {
+      load_row<T, V, K>(dy + (row + 1) * r.dim, packs, g_next);
+      load_row<T, V, K>(x + (row + 1) * r.dim, packs, n_next);
+    }
     const float row_mean = mean[row], row_rstd = rstd[row];
     float2 sums = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int e = 0; e < kMaxPerThread; ++e) {
+    for (int e = 0; e < K; ++e) {
       if (e >= packs * V) break;
       n[e] = (n[e] - row_mean) * row_rstd;
       dshift[e] += g[e];
@@ -147,12 +157,14 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
     }
     sums = block_sum(sums, shared);
     const float g_mean = sums.x * inv_dim, gn_mean = sums.y * inv_dim;
-    store_row<T, V>(dx + row * r.dim, packs, [&](int e) { return row_rstd * (g[e] - g_mean - n[e] * gn_mean); });
+    store_row<T, V, K>(dx + row * r.dim, packs, [&](int e) { return row_rstd * (g[e] - g_mean - n[e] * gn_mean); });
+#pragma unroll
+    for (int e = 0; e < K; ++e) g[e] = g_next[e], n[e] = n_next[e];
   }
   const int64_t stride = r.batch * tiles * r.dim;  // partial[1] after partial[0]
   float* out = partial + (b * tiles + tile) * r.dim;
 #pragma unroll
-  for (int k = 0; k < kMaxPerThread / V; ++k) {
+  for (int k = 0; k < K / V; ++k) {
     if (k >= packs) break;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -181,6 +193,19 @@ RowLayout layout_for(int64_t dim, int width) {
     if (threads > 0 && threads % 32 == 0 && threads <= kMaxThreads) return {width, static_cast<int>(threads)};
   }
   return {};
+}
+
+// Calls fn.template operator()<K>() with K = the elements a thread holds for `packs` packs of V: V or 2V
+// exactly (HY-Motion's rows), else kMaxPerThread with the kernels' runtime guard.
+template <int V, typename Fn>
+void with_elements_per_thread(int packs, Fn&& fn) {
+  if (packs == 1) {
+    fn.template operator()<V>();
+  } else if (packs == 2 && 2 * V <= kMaxPerThread) {
+    fn.template operator()<(2 * V <= kMaxPerThread ? 2 * V : V)>();
+  } else {
+    fn.template operator()<kMaxPerThread>();
+  }
 }
 
 // The widest pack (8, 4, 2, 1 elements, at most 16 bytes) that splits a row over whole warps, with every
@@ -214,10 +239,13 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
   const RowLayout layout = row_layout(rows, element_bytes, {x, y});
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
+  const int packs = static_cast<int>(rows.dim / (layout.threads * layout.width));
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
-    forward_kernel<T, V><<<blocks, layout.threads, 0, stream>>>(rows, static_cast<const T*>(x), static_cast<const T*>(shift),
-                                                          static_cast<const T*>(scale), static_cast<float>(eps),
-                                                          static_cast<T*>(y), mean, rstd);
+    with_elements_per_thread<V>(packs, [&]<int K>() {
+      forward_kernel<T, V, K><<<blocks, layout.threads, 0, stream>>>(
+          rows, static_cast<const T*>(x), static_cast<const T*>(shift), static_cast<const T*>(scale),
+          static_cast<float>(eps), static_cast<T*>(y), mean, rstd);
+    });
   });
   check_launch("modulated layer norm forward");
 }
@@ -231,10 +259,13 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
   const int64_t tiles = backward_tiles(rows);
   const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
+  const int packs = static_cast<int>(rows.dim / (layout.threads * layout.width));
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
-    backward_kernel<T, V><<<grid, layout.threads, 0, stream>>>(rows, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                         static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx),
-                                                         scratch, rows_per_tile);
+    with_elements_per_thread<V>(packs, [&]<int K>() {
+      backward_kernel<T, V, K><<<grid, layout.threads, 0, stream>>>(
+          rows, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd,
+          static_cast<T*>(dx), scratch, rows_per_tile);
+    });
   });
   // partial[0] and partial[1] are [batch][tiles][dim] each: 2·batch groups, giving [2][batch][dim].
   launch_sum_tile_partials(scratch, 2 * rows.batch, tiles, rows.dim, dshift_dscale, stream);
