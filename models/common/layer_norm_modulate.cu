@@ -199,10 +199,11 @@ RowLayout layout_for(int64_t dim, int width) {
 // exactly (HY-Motion's rows), else kMaxPerThread with the kernels' runtime guard.
 template <int V, typename Fn>
 void with_elements_per_thread(int packs, Fn&& fn) {
+  static_assert(2 * V <= kMaxPerThread, "a pack is at most 16 bytes: 8 16-bit elements");
   if (packs == 1) {
     fn.template operator()<V>();
-  } else if (packs == 2 && 2 * V <= kMaxPerThread) {
-    fn.template operator()<(2 * V <= kMaxPerThread ? 2 * V : V)>();
+  } else if (packs == 2) {
+    fn.template operator()<2 * V>();
   } else {
     fn.template operator()<kMaxPerThread>();
   }
