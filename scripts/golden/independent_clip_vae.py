@@ -5,7 +5,7 @@ enough), writing files in the golden formats of make_clip_text_golden.py and mak
 parameters, not the reference's construction). For checking models/clip and models/vae on a machine without
 transformers or diffusers; it does not replace the reference goldens:
     python3 scripts/golden/independent_clip_vae.py /tmp/x   # then copy /tmp/x/clip/* to tests/data/clip,
-                                                            # /tmp/x/vae/* to tests/data/vae, run test_clip / test_vae
+                                                            # /tmp/x/vae/* to tests/data/vae, run ctest -R "clip|vae"
 """
 import json, os, struct, sys
 import torch

@@ -11,7 +11,7 @@ token and the padding. Also records CLIPTokenizerFast where this transformers ha
 Needs only transformers (and what it imports) and the standard library. Usage:
     python3 scripts/golden/make_clip_tokenizer_golden.py [OUT.json]
 OUT defaults to $OUT/clip_tokenizer_golden.json, or tests/data/clip/tokenizer_golden.json without $OUT.
-Copy the file to tests/data/clip/tokenizer_golden.json; test_clip reads it.
+Copy the file to tests/data/clip/tokenizer_golden.json; the clip test suite (`ctest -R clip`) reads it.
 """
 
 import json

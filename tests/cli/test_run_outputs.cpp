@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const fs::path& path) {
+std::string file_text(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -113,7 +113,7 @@ TEST(RunOutputs, ConfigFileIsReplacedWholeOrNotAtAll) {
   const TempDir dir("outputs_config");
   const std::string path = dir.file("config.toml");
   write_file_atomically(path, "old = 1\n");
-  EXPECT_EQ(read_text(path), "old = 1\n");
+  EXPECT_EQ(file_text(path), "old = 1\n");
   const auto previous = std::signal(SIGXFSZ, SIG_IGN);
   rlimit saved{};
   ::getrlimit(RLIMIT_FSIZE, &saved);
@@ -129,7 +129,7 @@ TEST(RunOutputs, ConfigFileIsReplacedWholeOrNotAtAll) {
   ::setrlimit(RLIMIT_FSIZE, &saved);
   std::signal(SIGXFSZ, previous);
   EXPECT_NE(message.find("cannot write " + path + ": File too large"), std::string::npos) << message;
-  EXPECT_EQ(read_text(path), "old = 1\n");
+  EXPECT_EQ(file_text(path), "old = 1\n");
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 

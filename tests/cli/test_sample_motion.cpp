@@ -23,14 +23,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch(const std::string& name) {
+fs::path motion_scratch(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) / "zest_sample_motion" / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
 
-CliResult sample(const std::vector<std::string>& extra) {
+CliResult sample_motion(const std::vector<std::string>& extra) {
   std::vector<std::string> argv{zest_exe(), "sample"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return run_cli(argv);
@@ -74,11 +74,11 @@ torch::Tensor reference_motion(const Named& network, const Named& pipeline, cons
 }
 
 TEST(MotionSample, TheCliDrawsWhatTheReleasedPipelineDraws) {
-  const fs::path dir = scratch("release");
+  const fs::path dir = motion_scratch("release");
   const auto [network, pipeline] = write_hymotion_release((dir / "release").string());
   const Texts text = write_text_shard(dir / "text.safetensors");
   const fs::path out = dir / "out" / "motion.npy";
-  const auto r = sample({"--pretrained", (dir / "release").string(), "--text", (dir / "text.safetensors").string(),
+  const auto r = sample_motion({"--pretrained", (dir / "release").string(), "--text", (dir / "text.safetensors").string(),
                          "--sample", "1", "--frames", "10", "--steps", "4", "--seed", "3", "-n", "2", "-o", out.string()});
   ASSERT_EQ(r.code(), 0) << r.describe();
   // The release's config.yml says text_guidance_scale 5: that is the default.
@@ -94,7 +94,7 @@ TEST(MotionSample, TheCliDrawsWhatTheReleasedPipelineDraws) {
 }
 
 TEST(MotionSample, WeightsFromAFileAndAnotherGuidance) {
-  const fs::path dir = scratch("weights");
+  const fs::path dir = motion_scratch("weights");
   const auto [network, pipeline] = write_hymotion_release((dir / "release").string());
   const Texts text = write_text_shard(dir / "text.safetensors");
   // Trained values: the release's, shifted, under the network's own names (what `zest merge` writes).
@@ -106,7 +106,7 @@ TEST(MotionSample, WeightsFromAFileAndAnotherGuidance) {
   }
   safetensors::save_file((dir / "model.safetensors").string(), stored);
   const fs::path out = dir / "motion.npy";
-  const auto r = sample({"--pretrained", (dir / "release").string(), "--weights", (dir / "model.safetensors").string(),
+  const auto r = sample_motion({"--pretrained", (dir / "release").string(), "--weights", (dir / "model.safetensors").string(),
                          "--text", (dir / "text.safetensors").string(), "--sample", "2", "--frames", "6", "--steps", "3",
                          "--guidance", "1", "-o", out.string()});
   ASSERT_EQ(r.code(), 0) << r.describe();
@@ -118,7 +118,7 @@ TEST(MotionSample, WeightsFromAFileAndAnotherGuidance) {
 }
 
 TEST(MotionSample, SkeletonAnimationsForTheReleasedWidth) {
-  const fs::path dir = scratch("animations");
+  const fs::path dir = motion_scratch("animations");
   // Joint positions (features 135..200) of a person-sized figure moving a little: any finite values draw.
   const auto several = torch::randn({2, 8, kMotionFeatures}, generator(1)) * 0.3;
   const auto written = write_motion_animations((dir / "walk").string(), several);
@@ -136,13 +136,13 @@ TEST(MotionSample, SkeletonAnimationsForTheReleasedWidth) {
 }
 
 TEST(MotionSample, BadInputIsOneClearMessage) {
-  const fs::path dir = scratch("bad");
+  const fs::path dir = motion_scratch("bad");
   write_hymotion_release((dir / "release").string());
   write_text_shard(dir / "text.safetensors");
   const std::string release = (dir / "release").string(), text = (dir / "text.safetensors").string();
   const std::string out = (dir / "motion.npy").string();
   auto expect_error = [&](const std::vector<std::string>& argv, const std::string& part, const std::string& output) {
-    const auto r = sample(argv);
+    const auto r = sample_motion(argv);
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_EQ(one_clear_error_line(r.err), "") << r.err;
     EXPECT_NE(r.err.find(part), std::string::npos) << r.err;

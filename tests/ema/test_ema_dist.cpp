@@ -15,8 +15,8 @@
 namespace zest::testing {
 namespace {
 
-constexpr int64_t kGlobalBatch = 12;
-constexpr int kSteps = 12;
+constexpr int64_t kEmaGlobalBatch = 12;
+constexpr int kEmaSteps = 12;
 
 OptimConfig optim_config() {
   OptimConfig c;
@@ -59,9 +59,9 @@ Named reference_ema() {
   const EmaConfig ema = ema_config();
   Named shadow;
   for (const auto& [name, p] : unique) shadow[name] = p.detach().clone();
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= kEmaSteps; ++step) {
     optimizer.zero_grad();
-    auto [x, y] = toy_batch(step - 1, kGlobalBatch);
+    auto [x, y] = toy_batch(step - 1, kEmaGlobalBatch);
     torch::mse_loss(model->forward(x), y).backward();
     optimizer.step();
     if (step % ema.update_every != 0) continue;
@@ -102,9 +102,9 @@ TEST_P(DistEma, ShardedEmaEqualsSingleProcessEma) {
   ec.reduce_dtype = Precision::fp32;
   Engine engine(model, ec, optim_config(), SchedulerConfig{}, comm);
   ShardedEma ema(ema_config(), engine.master_shard());
-  const int64_t local = kGlobalBatch / comm->size();
-  for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = toy_batch(step, kGlobalBatch);
+  const int64_t local = kEmaGlobalBatch / comm->size();
+  for (int step = 0; step < kEmaSteps; ++step) {
+    auto [x, y] = toy_batch(step, kEmaGlobalBatch);
     engine.backward(torch::mse_loss(model->forward(x.narrow(0, comm->rank() * local, local)),
                                     y.narrow(0, comm->rank() * local, local)));
     engine.step();
@@ -116,8 +116,8 @@ TEST_P(DistEma, ShardedEmaEqualsSingleProcessEma) {
     auto model2 = std::make_shared<ToyNet>(/*seed=*/7);
     Engine engine2(model2, ec, optim_config(), SchedulerConfig{}, comm);
     engine2.enable_ema(ema_config());
-    for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = toy_batch(step, kGlobalBatch);
+    for (int step = 0; step < kEmaSteps; ++step) {
+      auto [x, y] = toy_batch(step, kEmaGlobalBatch);
       engine2.backward(torch::mse_loss(model2->forward(x.narrow(0, comm->rank() * local, local)),
                                        y.narrow(0, comm->rank() * local, local)));
       engine2.step();

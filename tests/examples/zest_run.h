@@ -2,6 +2,8 @@
 // folder with its combined output and exit status, and the losses a run logged to metrics.jsonl.
 #pragma once
 
+#include "common/zest_binary.h"
+
 #include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
@@ -30,8 +32,6 @@ inline CommandResult run_in(const std::filesystem::path& dir, const std::string&
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
-
-inline std::string zest_binary() { return std::string(ZEST_BINARY_DIR) + "/zest"; }
 
 // One metrics.jsonl line per logged step.
 struct LoggedStep {

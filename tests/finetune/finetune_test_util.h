@@ -4,6 +4,7 @@
 // read a model's tensors back by name.
 #pragma once
 
+#include "common/read_text.h"
 #include "formats/safetensors.h"
 #include "formats/config_json.h"
 #include "models/hymotion/released_format.h"
@@ -36,11 +37,6 @@ inline Named named_tensors(const torch::nn::Module& model) {
   Named out;
   for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach().to(torch::kFloat32).clone();
   return out;
-}
-
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // unet_tiny's weights (seeded, stored as `dtype`) in diffusers' layout. config.json has what a real one

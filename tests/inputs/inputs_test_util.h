@@ -3,6 +3,7 @@
 // bytes and times must never change.
 #pragma once
 
+#include "common/read_text.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 
@@ -26,15 +27,8 @@ inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The message of the zest::Error `fn` throws ("" and a test failure when it throws none or another type).
-inline std::string error_of(const std::function<void()>& fn) {
+inline std::string zest_error_of(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
@@ -47,8 +41,8 @@ inline std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  const std::string message = error_of(fn);
+inline void expect_zest_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  const std::string message = zest_error_of(fn);
   for (const std::string& part : parts)
     EXPECT_NE(message.find(part), std::string::npos) << "message lacks '" << part << "': " << message;
 }

@@ -36,12 +36,12 @@ std::string repeat(const std::string& piece, size_t n) {
 TEST(BoundedParsers, YamlNestingIsBounded) {
   for (const std::string& open : {std::string("["), std::string("{a: ")}) {
     const std::string text = "network_module_args: " + repeat(open, 100000) + "\n";
-    expect_error([&] { read_yaml_entries(text, "deep.yml", {"network_module_args"}); },
+    expect_zest_error([&] { read_yaml_entries(text, "deep.yml", {"network_module_args"}); },
                  {"deep.yml:1: flow collections nested deeper than 64 levels"});
   }
   std::string block = "network_module_args:\n";
   for (int i = 1; i <= 5000; ++i) block += std::string(static_cast<size_t>(i), ' ') + "k:\n";
-  expect_error([&] { read_yaml_entries(block, "blocks.yml", {"network_module_args"}); },
+  expect_zest_error([&] { read_yaml_entries(block, "blocks.yml", {"network_module_args"}); },
                {"blocks.yml:", "nested deeper than 64 levels"});
   // A flow list over 200,000 lines is read in linear time (it used to rescan the text per line).
   std::string long_list = "network_module_args: [\n";
@@ -68,7 +68,7 @@ TEST(BoundedParsers, HyMotionNumLayersIsRangeChecked) {
              "  input_dim: 8\n  feat_dim: 32\n  num_heads: 2\n  num_layers: 999999999\n");
   write_text(dir.sub("latest.ckpt"), "");
   const ResolvedModel model = resolve_pretrained_folder(dir.path());
-  expect_error([&] { count_model_parameters(model); },
+  expect_zest_error([&] { count_model_parameters(model); },
                {"num_layers", "is 999999999; the largest value zest accepts is 999"});
 }
 
@@ -78,7 +78,7 @@ void expect_unet_refused(const nlohmann::json& config, const std::vector<std::st
   const TempDir dir("bounded_unet");
   write_text(dir.sub("config.json"), config.dump());
   write_text(dir.sub("diffusion_pytorch_model.safetensors"), "");
-  expect_error([&] { count_model_parameters(resolve_pretrained_folder(dir.path())); }, parts);
+  expect_zest_error([&] { count_model_parameters(resolve_pretrained_folder(dir.path())); }, parts);
 }
 
 TEST(BoundedParsers, DiffusersArchitectureIsRangeChecked) {
@@ -98,8 +98,8 @@ TEST(BoundedParsers, JsonNestingIsBounded) {
   const TempDir dir("bounded_json");
   write_text(dir.sub("config.json"), "{\"a\": " + repeat("[", 100000) + repeat("]", 100000) + "}");
   write_text(dir.sub("diffusion_pytorch_model.safetensors"), "");
-  expect_error([&] { resolve_pretrained_folder(dir.path()); }, {"config.json", "nested deeper than 64 levels"});
-  expect_error([&] { parse_json("[1, 2", "x.json"); }, {"x.json: not valid JSON"});
+  expect_zest_error([&] { resolve_pretrained_folder(dir.path()); }, {"config.json", "nested deeper than 64 levels"});
+  expect_zest_error([&] { parse_json("[1, 2", "x.json"); }, {"x.json: not valid JSON"});
 }
 
 // ---- safetensors headers ----
@@ -112,9 +112,9 @@ TEST(BoundedParsers, SafetensorsHeaderLimitsAndEscapedNames) {
   const TempDir dir("bounded_st");
   const std::string path = dir.sub("h.safetensors");
   write_header(path, "{\"a\": " + repeat("[", 100000) + repeat("]", 100000) + "}");
-  expect_error([&] { safetensors::Reader r(path); }, {path, "nests deeper"});
+  expect_zest_error([&] { safetensors::Reader r(path); }, {path, "nests deeper"});
   write_header(path, R"({"\u001b[31mred": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", "abcd");
-  const std::string message = error_of([&] { safetensors::Reader r(path); });
+  const std::string message = zest_error_of([&] { safetensors::Reader r(path); });
   EXPECT_NE(message.find("tensor '\\x1b[31mred'"), std::string::npos) << message;
   EXPECT_EQ(message.find('\x1b'), std::string::npos) << "a raw escape sequence reached the message";
 }
@@ -138,33 +138,33 @@ TEST(BoundedParsers, PickleSelfReferencingRebuildIsRefused) {
   const std::string program = std::string("\x80\x02") + "ctorch._tensor\n_rebuild_from_type_v2\n" +
                               std::string{'q', '\0'} + "(" + get0 + "Nt" + std::string{'q', '\1'} + get1 + "a0" + get0 +
                               get1 + "R.";
-  expect_error([&] { unpickle(program, "self.pkl"); },
+  expect_zest_error([&] { unpickle(program, "self.pkl"); },
                {"self.pkl: data.pkl byte", "calls nested more than 8 deep"});
 }
 
 TEST(BoundedParsers, PickleLengthsCannotWrap) {
   // BINBYTES8 with a length of 2^64 - 9: pos + n wrapped the old bounds check.
   const std::string program = std::string("\x80\x02\x8e", 3) + pickle_le(~uint64_t{0} - 8, 8) + ".";
-  expect_error([&] { unpickle(program, "len.pkl"); },
+  expect_zest_error([&] { unpickle(program, "len.pkl"); },
                {"len.pkl: data.pkl byte 2 (opcode 0x8e)", "a length of 18446744073709551607 bytes runs past the end"});
   const std::string unicode8 = std::string("\x80\x02\x8d", 3) + pickle_le(~uint64_t{0}, 8) + ".";
-  expect_error([&] { unpickle(unicode8, "u8.pkl"); }, {"u8.pkl", "runs past the end"});
+  expect_zest_error([&] { unpickle(unicode8, "u8.pkl"); }, {"u8.pkl", "runs past the end"});
 }
 
 TEST(BoundedParsers, PickleTextArgumentsNameTheOffset) {
   const std::string put = std::string("\x80\x02N") + "pabc\n.";
-  const std::string message = error_of([&] { unpickle(put, "p.pkl"); });
+  const std::string message = zest_error_of([&] { unpickle(put, "p.pkl"); });
   EXPECT_NE(message.find("p.pkl: data.pkl byte 3 (opcode 0x70): 'abc' is not an integer"), std::string::npos) << message;
   EXPECT_EQ(message.find("stoull"), std::string::npos);
-  expect_error([&] { unpickle("\x80\x02I99999999999999999999999\n.", "i.pkl"); },
+  expect_zest_error([&] { unpickle("\x80\x02I99999999999999999999999\n.", "i.pkl"); },
                {"i.pkl: data.pkl byte 2", "is not an integer"});
-  expect_error([&] { unpickle("\x80\x02g12x\n.", "g.pkl"); }, {"g.pkl", "'12x' is not an integer"});
+  expect_zest_error([&] { unpickle("\x80\x02g12x\n.", "g.pkl"); }, {"g.pkl", "'12x' is not an integer"});
 }
 
 TEST(BoundedParsers, PickleValueCountIsBounded) {
   // EMPTY_LIST × (limit + 1): refused at the value past the limit (a smaller limit keeps the test light).
   const std::string program = "\x80\x02" + repeat("]", 1001) + ".";
-  expect_error([&] { unpickle(program, "many.pkl", 1000); }, {"many.pkl: data.pkl byte 1002", "creates more than 1000"});
+  expect_zest_error([&] { unpickle(program, "many.pkl", 1000); }, {"many.pkl: data.pkl byte 1002", "creates more than 1000"});
 }
 
 // ---- tensor views of a torch.save archive ----
@@ -173,7 +173,7 @@ std::string view_error(const std::string& path, int64_t storage_numel, int64_t o
                        std::vector<int64_t> stride, size_t record_floats = 4) {
   write_archive(path, state_dict_program("w", storage_numel, offset, size, stride),
                 {{"0", std::string(record_floats * 4, '\0')}});
-  return error_of([&] {
+  return zest_error_of([&] {
     const TorchArchiveReader archive(path);
     for (const ArchiveTensor& t : archive.state_dict("model_state_dict")) archive.read(t);
   });
@@ -227,18 +227,18 @@ TEST(BoundedParsers, ZipRecordSizesAreBoundedByTheArchive) {
   const std::string path = dir.sub("latest.ckpt");
   write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
   patch_directory_size(path, "/data.pkl", 0x7fff0000u);
-  expect_error([&] { TorchArchiveReader archive(path); },
+  expect_zest_error([&] { TorchArchiveReader archive(path); },
                {path + ": data.pkl: record data.pkl states 2147418112 bytes, more than the 268435456 it may hold"});
   write_archive(path, state_dict_program("w", 4, 0, {4}, {1}), {{"0", std::string(16, '\0')}});
   patch_directory_size(path, "/data/0", 0x7fff0000u);
   const TorchArchiveReader archive(path);
   const auto tensors = archive.state_dict("model_state_dict");
   ASSERT_EQ(tensors.size(), 1u);
-  expect_error([&] { archive.read(tensors[0]); },
+  expect_zest_error([&] { archive.read(tensors[0]); },
                {path + ": tensor 'w': record data/0 states 2147418112 bytes, more than the whole archive's",
                 "torch.save stores records uncompressed"});
   write_text(path, "PK" + std::string(100, '\0'));  // no directory at all
-  expect_error([&] { TorchArchiveReader archive(path); }, {path});
+  expect_zest_error([&] { TorchArchiveReader archive(path); }, {path});
 }
 
 // ---- memory for a model, checked before it is built ----
@@ -252,7 +252,7 @@ TEST(BoundedParsers, ModelLargerThanTheMachineIsRefusedBeforeItIsBuilt) {
   huge.toml_text = "input_dim = 12\nfeat_dim = 65536\noutput_dim = 12\nctxt_input_dim = 24\nvtxt_input_dim = 16\n"
                    "num_layers = 201\nnum_heads = 4\n";
   const auto start = std::chrono::steady_clock::now();
-  expect_error([&] { build_model(huge); },
+  expect_zest_error([&] { build_model(huge); },
                {"huge.toml: this model has ", " parameters: ", "more than the host's available memory (MemAvailable)",
                 "refused before building it. Its largest size fields: feat_dim = 65536, num_layers = 201"});
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
@@ -273,12 +273,12 @@ TEST(BoundedParsers, ModelLargerThanTheMachineIsRefusedBeforeItIsBuilt) {
 // escape sequence cannot recolour or retitle the terminal.
 TEST(BoundedParsers, ConfigMessagesEscapeKeysAndValues) {
   ConfigTable unknown = ConfigTable::parse_string("\"evil\\u001b[31m\" = 1\n", "k.toml");
-  const std::string key_message = error_of([&] { unknown.reject_unknown_keys(); });
+  const std::string key_message = zest_error_of([&] { unknown.reject_unknown_keys(); });
   EXPECT_NE(key_message.find("evil\\x1b[31m: unknown key"), std::string::npos) << key_message;
   ConfigTable value = ConfigTable::parse_string("a = \"\\u001b]0;title\\u0007\"\nb = \"\\u009b2J\"\n", "v.toml");
-  const std::string type_message = error_of([&] { value.get<int64_t>("a", 0); });
+  const std::string type_message = zest_error_of([&] { value.get<int64_t>("a", 0); });
   EXPECT_NE(type_message.find("a string (\"\\x1b]0;title\\x07\")"), std::string::npos) << type_message;
-  const std::string choice_message = error_of([&] { value.get_choice("b", "x", {"x", "y"}); });
+  const std::string choice_message = zest_error_of([&] { value.get_choice("b", "x", {"x", "y"}); });
   EXPECT_NE(choice_message.find("\"\\xc2\\x9b2J\" is not one of"), std::string::npos) << choice_message;
   for (const std::string& m : {key_message, type_message, choice_message}) {
     EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;

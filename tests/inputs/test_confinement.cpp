@@ -55,20 +55,20 @@ TEST(Confinement, ConfinedPathRefusesEveryWayOut) {
   write_text(l.scratch + "/a.bin", "x");
   const PathEntry entry{"L.json", "files[0]"};
   EXPECT_EQ(confined_path(l.scratch, "./a.bin", entry), l.scratch + "/a.bin");
-  expect_error([&] { confined_path(l.scratch, "/etc/hostname", entry); },
+  expect_zest_error([&] { confined_path(l.scratch, "/etc/hostname", entry); },
                {"L.json: files[0] = \"/etc/hostname\"", "an absolute path", "must lie inside"});
-  expect_error([&] { confined_path(l.scratch, "../victims/v1.txt", entry); },
+  expect_zest_error([&] { confined_path(l.scratch, "../victims/v1.txt", entry); },
                {"files[0] = \"../victims/v1.txt\"", "leaves the folder"});
-  expect_error([&] { confined_path(l.scratch, "sub/../../victims/v1.txt", entry); }, {"leaves the folder"});
-  expect_error([&] { confined_path(l.scratch, "", entry); }, {"an empty file name"});
+  expect_zest_error([&] { confined_path(l.scratch, "sub/../../victims/v1.txt", entry); }, {"leaves the folder"});
+  expect_zest_error([&] { confined_path(l.scratch, "", entry); }, {"an empty file name"});
   fs::create_symlink(l.victims.path(0), l.scratch + "/link.txt");
-  expect_error([&] { confined_path(l.scratch, "link.txt", entry); },
+  expect_zest_error([&] { confined_path(l.scratch, "link.txt", entry); },
                {"files[0] = \"link.txt\"", "outside the folder", "symbolic link"});
   fs::create_directory_symlink(l.victims.folder(), l.scratch + "/dirlink");
-  expect_error([&] { confined_path(l.scratch, "dirlink/new.txt", entry, false); }, {"outside the folder"});
+  expect_zest_error([&] { confined_path(l.scratch, "dirlink/new.txt", entry, false); }, {"outside the folder"});
   ASSERT_EQ(::mkfifo((l.scratch + "/fifo").c_str(), 0644), 0);
-  expect_error([&] { confined_path(l.scratch, "fifo", entry); }, {"is a FIFO (named pipe)", "not a regular file"});
-  expect_error([&] { confined_path(l.scratch, "missing", entry); }, {"does not exist"});
+  expect_zest_error([&] { confined_path(l.scratch, "fifo", entry); }, {"is a FIFO (named pipe)", "not a regular file"});
+  expect_zest_error([&] { confined_path(l.scratch, "missing", entry); }, {"does not exist"});
   EXPECT_EQ(confined_path(l.scratch, "missing", entry, false), l.scratch + "/missing");
   fs::create_symlink("a.bin", l.scratch + "/inner_link");  // a link that stays inside is fine
   EXPECT_EQ(confined_path(l.scratch, "inner_link", entry), l.scratch + "/inner_link");
@@ -96,11 +96,11 @@ TEST(Confinement, SynthOverwriteNeverDeletesOutsideTheFolder) {
   SynthOptions o;
   o.samples = 4;
   o.overwrite = true;
-  expect_error([&] { synthesize_dataset(l.scratch, builtin_model_features("hymotion_tiny"), o); },
+  expect_zest_error([&] { synthesize_dataset(l.scratch, builtin_model_features("hymotion_tiny"), o); },
                {l.scratch + "/dataset.json", "shards[0].file = \"../victims/v1.txt\"", "leaves the folder"});
   EXPECT_EQ(l.victims.changed(), "");
   edit_listing(l.scratch, [&](nlohmann::json& doc) { doc["shards"][0]["file"] = "shard-00000.safetensors"; });
-  expect_error([&] { synthesize_dataset(l.scratch, builtin_model_features("hymotion_tiny"), o); },
+  expect_zest_error([&] { synthesize_dataset(l.scratch, builtin_model_features("hymotion_tiny"), o); },
                {"stats = \"" + l.victims.path(1) + "\"", "an absolute path"});
   EXPECT_EQ(l.victims.changed(), "");
   EXPECT_TRUE(fs::exists(l.scratch + "/shard-00000.safetensors")) << "a refused overwrite removed files";
@@ -122,7 +122,7 @@ TEST(Confinement, SynthOverwriteRemovesOnlyItsListing) {
   // A file the new dataset would replace but no listing names is not ours: refused, kept.
   const std::string other = l.root.sub("other");
   write_text(other + "/shard-00000.safetensors", "someone else's");
-  expect_error([&] { synthesize_dataset(other, builtin_model_features("hymotion_tiny"), o); },
+  expect_zest_error([&] { synthesize_dataset(other, builtin_model_features("hymotion_tiny"), o); },
                {"shard-00000.safetensors exists and is not part of a dataset", "does not replace files"});
   EXPECT_EQ(read_text(other + "/shard-00000.safetensors"), "someone else's");
 }
@@ -132,25 +132,25 @@ TEST(Confinement, DatasetShardsAndStatsStayInTheFolder) {
   small_dataset(l.scratch);
   const std::string listing = l.scratch + "/dataset.json";
   edit_listing(l.scratch, [](nlohmann::json& doc) { doc["shards"][0]["file"] = "../../../../etc/passwd"; });
-  expect_error([&] { open_dataset(l.scratch); }, {listing, "shards[0].file = \"../../../../etc/passwd\"", "leaves"});
+  expect_zest_error([&] { open_dataset(l.scratch); }, {listing, "shards[0].file = \"../../../../etc/passwd\"", "leaves"});
   // An absolute path to another dataset's shard is not trained on.
   const std::string other = l.root.sub("other");
   small_dataset(other);
   edit_listing(l.scratch, [&](nlohmann::json& doc) { doc["shards"][0]["file"] = other + "/shard-00000.safetensors"; });
-  expect_error([&] { open_dataset(l.scratch); }, {listing, "an absolute path"});
+  expect_zest_error([&] { open_dataset(l.scratch); }, {listing, "an absolute path"});
   // A link to another dataset's shard, or to /dev/zero.
   fs::create_symlink(other + "/shard-00000.safetensors", l.scratch + "/linked.safetensors");
   edit_listing(l.scratch, [](nlohmann::json& doc) { doc["shards"][0]["file"] = "linked.safetensors"; });
-  expect_error([&] { open_dataset(l.scratch); }, {"outside the folder"});
+  expect_zest_error([&] { open_dataset(l.scratch); }, {"outside the folder"});
   fs::create_symlink("/dev/zero", l.scratch + "/zero.safetensors");
   edit_listing(l.scratch, [](nlohmann::json& doc) { doc["shards"][0]["file"] = "zero.safetensors"; });
-  expect_error([&] { open_dataset(l.scratch); }, {"resolves to /dev/zero, outside the folder"});
+  expect_zest_error([&] { open_dataset(l.scratch); }, {"resolves to /dev/zero, outside the folder"});
   // A shard listed twice under two spellings.
   edit_listing(l.scratch, [](nlohmann::json& doc) {
     doc["shards"][0]["file"] = "shard-00000.safetensors";
     doc["shards"][1]["file"] = "./shard-00000.safetensors";
   });
-  expect_error([&] { read_manifest(l.scratch); },
+  expect_zest_error([&] { read_manifest(l.scratch); },
                {"shards[1] (\"./shard-00000.safetensors\") and shards[0] name the same file shard-00000.safetensors"});
   EXPECT_EQ(l.victims.changed(), "");
 }
@@ -161,10 +161,10 @@ TEST(Confinement, StatsAreNeverWrittenOutside) {
   const DatasetManifest m = small_dataset(l.scratch);
   DatasetManifest hostile = m;
   hostile.stats_file = "../victims/v2.txt";
-  expect_error([&] { hostile.stats_path(l.scratch, false); }, {"stats = \"../victims/v2.txt\"", "leaves the folder"});
+  expect_zest_error([&] { hostile.stats_path(l.scratch, false); }, {"stats = \"../victims/v2.txt\"", "leaves the folder"});
   // A planted link at stats.safetensors.tmp does not redirect the write.
   fs::create_symlink(l.victims.path(2), l.scratch + "/stats.safetensors.tmp");
-  expect_error([&] { write_motion_stats(m.stats_path(l.scratch, false), compute_motion_stats(l.scratch, m)); },
+  expect_zest_error([&] { write_motion_stats(m.stats_path(l.scratch, false), compute_motion_stats(l.scratch, m)); },
                {"stats.safetensors.tmp", "symbolic link"});
   EXPECT_EQ(l.victims.changed(), "");
 }
@@ -181,11 +181,11 @@ TEST(Confinement, IndexWeightMapStaysInItsFolder) {
     return PretrainedWeights::open({kSafetensorsFormat, "", "", index});
   };
   EXPECT_EQ(open_with("./part.safetensors")->tensors().size(), 1u);
-  expect_error([&] { open_with("../../outside.safetensors"); },
+  expect_zest_error([&] { open_with("../../outside.safetensors"); },
                {index, "weight_map[\"w\"] = \"../../outside.safetensors\"", "leaves the folder"});
-  expect_error([&] { open_with("/etc/hostname"); }, {index, "weight_map[\"w\"] = \"/etc/hostname\"", "absolute"});
+  expect_zest_error([&] { open_with("/etc/hostname"); }, {index, "weight_map[\"w\"] = \"/etc/hostname\"", "absolute"});
   ASSERT_EQ(::mkfifo((folder + "/fifo.safetensors").c_str(), 0644), 0);
-  auto pending = std::async(std::launch::async, [&] { return error_of([&] { open_with("fifo.safetensors"); }); });
+  auto pending = std::async(std::launch::async, [&] { return zest_error_of([&] { open_with("fifo.safetensors"); }); });
   ASSERT_EQ(pending.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "a FIFO entry blocked";
   EXPECT_NE(pending.get().find("is a FIFO"), std::string::npos);
   EXPECT_EQ(l.victims.changed(), "");
@@ -196,17 +196,17 @@ TEST(Confinement, PretrainedFileMustBeARegularFile) {
   Layout l;
   fs::create_directories(l.scratch);
   fs::create_symlink("/dev/zero", l.scratch + "/zero.safetensors");
-  expect_error([&] { find_pretrained_layout(l.scratch + "/zero.safetensors"); },
+  expect_zest_error([&] { find_pretrained_layout(l.scratch + "/zero.safetensors"); },
                {"zero.safetensors: cannot open pretrained weights: it is a character device",
                 "a symbolic link to /dev/zero", "not a regular file"});
   ASSERT_EQ(::mkfifo((l.scratch + "/fifo.safetensors").c_str(), 0644), 0);
   auto pending = std::async(std::launch::async, [&] {
-    return error_of([&] { safetensors::Reader reader(l.scratch + "/fifo.safetensors"); });
+    return zest_error_of([&] { safetensors::Reader reader(l.scratch + "/fifo.safetensors"); });
   });
   ASSERT_EQ(pending.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "opening a FIFO blocked";
   EXPECT_NE(pending.get().find("it is a FIFO"), std::string::npos);
   fs::create_symlink("nowhere.safetensors", l.scratch + "/dangling.safetensors");
-  expect_error([&] { safetensors::Reader reader(l.scratch + "/dangling.safetensors"); },
+  expect_zest_error([&] { safetensors::Reader reader(l.scratch + "/dangling.safetensors"); },
                {"a symbolic link to nowhere.safetensors", "target does not exist"});
 }
 
@@ -215,13 +215,13 @@ TEST(Confinement, RunOutputsAreNeverWrittenThroughLinks) {
   Layout l;
   fs::create_directories(l.scratch);
   fs::create_symlink(l.victims.path(0), l.scratch + "/metrics.jsonl");
-  expect_error([&] { ProgressReporter progress(true, 10, l.scratch + "/metrics.jsonl", "frames"); },
+  expect_zest_error([&] { ProgressReporter progress(true, 10, l.scratch + "/metrics.jsonl", "frames"); },
                {"metrics.jsonl", "symbolic link"});
   fs::create_symlink(l.victims.path(1), l.scratch + "/config.toml.tmp");
   write_file_atomically(l.scratch + "/config.toml", "a = 1\n");
   EXPECT_EQ(read_text(l.scratch + "/config.toml"), "a = 1\n");
   fs::create_symlink(l.victims.path(2), l.scratch + "/w.safetensors");
-  expect_error([&] { safetensors::Writer writer(l.scratch + "/w.safetensors", {{"a", torch::kFloat32, {1}}}); },
+  expect_zest_error([&] { safetensors::Writer writer(l.scratch + "/w.safetensors", {{"a", torch::kFloat32, {1}}}); },
                {"symbolic link"});
   EXPECT_EQ(l.victims.changed(), "");
 }

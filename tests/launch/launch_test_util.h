@@ -2,6 +2,8 @@
 // capture its combined output, its exit status and how long it took.
 #pragma once
 
+#include "common/zest_binary.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,7 +17,6 @@ extern char** environ;
 
 namespace zest::testing {
 
-inline std::string zest_binary() { return std::string(ZEST_BINARY_DIR) + "/zest"; }
 inline std::string self_binary() {
   char path[4096];
   const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
