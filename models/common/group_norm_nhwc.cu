@@ -73,6 +73,11 @@ __device__ __forceinline__ int64_t first_channel() {
   return (static_cast<int64_t>(blockIdx.z) * blockDim.x + threadIdx.x) * V;
 }
 
+// The (sample, group) statistic channel `ch` of sample n is normalised with: index into mean, rstd, coef.
+__device__ __forceinline__ int64_t stat_index(const Layout& l, int64_t n, int64_t ch) {
+  return n * l.groups + ch / (l.c / l.groups);
+}
+
 // Visits this thread's pixel rows of its chunk (`at`: the row's first element of this thread's channels),
 // two rows a step so that two rows' loads are in flight: read(at) loads, use(at, loaded) consumes.
 template <int V, typename Read, typename Use>
@@ -187,11 +192,10 @@ template <typename T, int V>
 __global__ void normalize_kernel(const T* x, const T* weight, const T* bias, const float* mean, const float* rstd,
                                  Layout l, bool silu, T* y) {
   const int64_t n = blockIdx.y, c0 = first_channel<V>();
-  const int64_t per_group = l.c / l.groups;
   float scale[V], offset[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    const int64_t stat = n * l.groups + (c0 + v) / per_group;
+    const int64_t stat = stat_index(l, n, c0 + v);
     scale[v] = rstd[stat] * to_float(weight[c0 + v]);
     offset[v] = to_float(bias[c0 + v]) - mean[stat] * scale[v];
   }
@@ -222,10 +226,9 @@ struct ChannelConstants {
   float mean[V], rstd[V], weight[V], bias[V];
   __device__ ChannelConstants(const float* means, const float* rstds, const T* w, const T* b, const Layout& l,
                               int64_t n, int64_t c0) {
-    const int64_t per_group = l.c / l.groups;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t stat = n * l.groups + (c0 + v) / per_group;
+      const int64_t stat = stat_index(l, n, c0 + v);
       mean[v] = means[stat], rstd[v] = rstds[stat];
       weight[v] = to_float(w[c0 + v]), bias[v] = to_float(b[c0 + v]);
     }
@@ -296,7 +299,7 @@ __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const floa
   float mean_dxhat[V], mean_dxhat_xhat[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    const int64_t stat = n * l.groups + (c0 + v) / (l.c / l.groups);
+    const int64_t stat = stat_index(l, n, c0 + v);
     mean_dxhat[v] = coef[2 * stat], mean_dxhat_xhat[v] = coef[2 * stat + 1];
   }
   for_my_rows<V>(
