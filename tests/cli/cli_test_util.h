@@ -3,6 +3,8 @@
 // and the check that a failure is one clear line.
 #pragma once
 
+#include "common/zest_binary.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,8 +17,6 @@
 #include <vector>
 
 namespace zest::testing {
-
-inline std::string zest_exe() { return std::string(ZEST_BINARY_DIR) + "/zest"; }
 
 struct CliResult {
   int status = 0;          // raw wait status

@@ -18,7 +18,7 @@ namespace {
 TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
   // lr 1e-2 (the run file leaves the default 1e-4): 26 steps then move the loss well past its noise.
-  const CliResult r = run_cli({zest_exe(), "bench", config, "--steps", "10", "--warmup", "5", "--set",
+  const CliResult r = run_cli({zest_binary(), "bench", config, "--steps", "10", "--warmup", "5", "--set",
                                "optimizer.lr=1e-2"},
                               {120.0});
   ASSERT_TRUE(r.exited() && r.code() == 0) << r.describe();
@@ -48,7 +48,7 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
 TEST(Bench, ProfileOnTheCpuIsRefusedWithOneLine) {
   const TempDir dir;
   const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
-  const CliResult r = run_cli({zest_exe(), "bench", config, "--steps", "1", "--warmup", "0", "--profile",
+  const CliResult r = run_cli({zest_binary(), "bench", config, "--steps", "1", "--warmup", "0", "--profile",
                                dir.path() + "/profile"},
                               {120.0});
   ASSERT_TRUE(r.exited()) << r.describe();

@@ -82,13 +82,13 @@ TEST(ErrorReport, AllocationFailuresSayWhatDidNotFit) {
 
 TEST(CliErrors, RunFileThatIsNotAFile) {
   const TempDir dir("cli_runfile");
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", dir.path()}), {dir.path(), "is a folder, not a run file"});
-  expect_one_line_error(run_cli({zest_exe(), "train", dir.path()}), {"is a folder, not a run file"});
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", dir.sub("absent.toml")}), {"absent.toml: run file not found"});
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", dir.path()}), {dir.path(), "is a folder, not a run file"});
+  expect_one_line_error(run_cli({zest_binary(), "train", dir.path()}), {"is a folder, not a run file"});
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", dir.sub("absent.toml")}), {"absent.toml: run file not found"});
   // A device would be read forever.
   CliOptions bounded;
   bounded.timeout_s = 20;
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", "/dev/zero"}, bounded),
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", "/dev/zero"}, bounded),
                         {"/dev/zero: is not a regular file"});
 }
 
@@ -99,11 +99,11 @@ TEST(CliErrors, WriteFailuresAreErrors) {
   write_text(fs::path(dir.path()) / "run.toml", "[model]\nname = \"hymotion_tiny\"\n[data]\ndir = \"d\"\n");
   CliOptions to_full;
   to_full.stdout_path = "/dev/full";
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", dir.sub("run.toml")}, to_full),
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", dir.sub("run.toml")}, to_full),
                         {"cannot write the output (stdout): No space left on device"});
   CliOptions small_files;
   small_files.file_size_limit = 4096;
-  expect_one_line_error(run_cli({zest_exe(), "data", "synth", "--model", "hymotion_tiny", "--out", dir.sub("data"),
+  expect_one_line_error(run_cli({zest_binary(), "data", "synth", "--model", "hymotion_tiny", "--out", dir.sub("data"),
                                  "--samples", "64"}, small_files),
                         {"File too large"});
 }
@@ -133,33 +133,33 @@ TEST(CliErrors, HugeValuesAreCutFromTheMessage) {
   const TempDir dir("cli_huge");
   write_text(fs::path(dir.path()) / "run.toml", "[model]\nname = \"hymotion_tiny\"\n[data]\ndir = \"d\"\n[engine]\n"
                                                 "precision = \"" + std::string(1 << 20, 'a') + "\"\n");
-  const CliResult r = run_cli({zest_exe(), "config", "check", dir.sub("run.toml")});
+  const CliResult r = run_cli({zest_binary(), "config", "check", dir.sub("run.toml")});
   expect_one_line_error(r, {"run.toml:6:13: engine.precision: \"aaaa", "characters left out", "\"fp16\""});
   EXPECT_LT(r.err.size(), 5000u);
 }
 
 TEST(CliErrors, LaunchRankCountSaysWhatItTakes) {
   for (const char* n : {"0", "-3", "2.5", "100000"}) {
-    const CliResult r = run_cli({zest_exe(), "launch", "-n", n, "true"});
+    const CliResult r = run_cli({zest_binary(), "launch", "-n", n, "true"});
     EXPECT_NE(r.code(), 0) << r.describe();
     EXPECT_NE(r.err.find("--nproc: must be a whole number between 1 and 1024 (ranks to start on this machine), got '" +
                          std::string(n) + "'"), std::string::npos) << r.describe();
     EXPECT_EQ(r.err.find("1.79e308"), std::string::npos) << r.describe();
   }
-  const CliResult grace = run_cli({zest_exe(), "launch", "-n", "1", "--grace", "1e300", "true"});
+  const CliResult grace = run_cli({zest_binary(), "launch", "-n", "1", "--grace", "1e300", "true"});
   EXPECT_NE(grace.err.find("--grace: must be a number between 0 and 3600 (seconds)"), std::string::npos) << grace.describe();
 }
 
 // Every printed byte count must be non-negative: 16 bytes of 1e18 parameters overflowed int64 before.
 TEST(CliErrors, EstimateRefusesAbsurdParameterCounts) {
-  expect_one_line_error(run_cli({zest_exe(), "estimate", "--params", "1e18", "--world", "1"}),
+  expect_one_line_error(run_cli({zest_binary(), "estimate", "--params", "1e18", "--world", "1"}),
                         {"--params must be a whole number between 1 and 1e15, got 1e18"});
-  expect_one_line_error(run_cli({zest_exe(), "estimate", "--params", "1000000000000000000", "--world", "1"}),
+  expect_one_line_error(run_cli({zest_binary(), "estimate", "--params", "1000000000000000000", "--world", "1"}),
                         {"between 1 and 1e15"});
-  expect_one_line_error(run_cli({zest_exe(), "estimate", "--params", "seven", "--world", "1"}), {"got 'seven'"});
-  expect_one_line_error(run_cli({zest_exe(), "estimate", "--params", "1e9", "--world", "0"}),
+  expect_one_line_error(run_cli({zest_binary(), "estimate", "--params", "seven", "--world", "1"}), {"got 'seven'"});
+  expect_one_line_error(run_cli({zest_binary(), "estimate", "--params", "1e9", "--world", "0"}),
                         {"--world must be between 1 and 1000000 ranks, got 0"});
-  const CliResult largest = run_cli({zest_exe(), "estimate", "--params", "1e15", "--world", "1", "--precision", "fp32"});
+  const CliResult largest = run_cli({zest_binary(), "estimate", "--params", "1e15", "--world", "1", "--precision", "fp32"});
   ASSERT_EQ(largest.code(), 0) << largest.describe();
   EXPECT_NE(largest.out.find("20000000.000"), std::string::npos) << largest.out;  // 20 bytes · 1e15 parameters
   const std::regex negative(" -[0-9]");
@@ -176,9 +176,9 @@ TEST(CliErrors, RelativeModelConfigIsResolvedOnce) {
                                     "[engine]\nprecision = \"fp32\"\n[train]\nmax_steps = 1\nrun_dir = \"out\"\n");
   CliOptions in_root;
   in_root.cwd = root.string();
-  const CliResult check = run_cli({zest_exe(), "config", "check", "cfg/run.toml"}, in_root);
+  const CliResult check = run_cli({zest_binary(), "config", "check", "cfg/run.toml"}, in_root);
   ASSERT_EQ(check.code(), 0) << check.describe();
-  const CliResult estimate = run_cli({zest_exe(), "estimate", "--config", "cfg/run.toml", "--world", "1"}, in_root);
+  const CliResult estimate = run_cli({zest_binary(), "estimate", "--config", "cfg/run.toml", "--world", "1"}, in_root);
   ASSERT_EQ(estimate.code(), 0) << estimate.describe();
   EXPECT_NE(estimate.out.find("181,036 parameters"), std::string::npos) << estimate.describe();
   // Beside the model state, the activations of the run's micro-batch (no dataset yet: the family's shapes).
@@ -186,7 +186,7 @@ TEST(CliErrors, RelativeModelConfigIsResolvedOnce) {
                                  "activation_checkpointing = \"none\": ", "activation_checkpointing = \"all\": "})
     EXPECT_NE(estimate.out.find(part), std::string::npos) << "missing '" << part << "': " << estimate.describe();
   // train builds the model, then stops at the data: proof that the model file was found.
-  const CliResult train = run_cli({zest_exe(), "train", "cfg/run.toml"}, in_root);
+  const CliResult train = run_cli({zest_binary(), "train", "cfg/run.toml"}, in_root);
   expect_one_line_error(train, {"data.dir 'no_data_here'", "holds no dataset.json"});
   EXPECT_EQ(train.err.find("cfg/cfg"), std::string::npos) << train.describe();
 }
@@ -195,9 +195,9 @@ TEST(CliErrors, LoaderAndThreadCountsAreBounded) {
   const TempDir dir("cli_bounds");
   const fs::path run = fs::path(dir.path()) / "run.toml";
   write_text(run, "[model]\nname = \"hymotion_tiny\"\n[data]\ndir = \"d\"\n");
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", run.string(), "--set", "data.num_workers=100000"}),
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", run.string(), "--set", "data.num_workers=100000"}),
                         {"data.num_workers: must be between 0 and 64"});
-  expect_one_line_error(run_cli({zest_exe(), "config", "check", run.string(), "--set", "engine.threads=1000000"}),
+  expect_one_line_error(run_cli({zest_binary(), "config", "check", run.string(), "--set", "engine.threads=1000000"}),
                         {"engine.threads: must be between 0 and 1024", "cores"});
 }
 
@@ -206,7 +206,7 @@ class TrainMemory : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("cli_memory");
-    const CliResult synth = run_cli({zest_exe(), "data", "synth", "--model", "hymotion_tiny", "--out",
+    const CliResult synth = run_cli({zest_binary(), "data", "synth", "--model", "hymotion_tiny", "--out",
                                      (fs::path(dir_->path()) / "data").string(), "--samples", "16"});
     ASSERT_EQ(synth.code(), 0) << synth.describe();
     write_text(run_file(), "[model]\nname = \"hymotion_tiny\"\n[data]\ndir = \"" + dir_->sub("data") +
@@ -216,7 +216,7 @@ class TrainMemory : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
   static std::string run_file() { return (fs::path(dir_->path()) / "run.toml").string(); }
   static CliResult train(const std::vector<std::string>& sets, long long address_limit) {
-    std::vector<std::string> argv{zest_exe(), "train", run_file(), "--no-resume",
+    std::vector<std::string> argv{zest_binary(), "train", run_file(), "--no-resume",
                                   "--set", "train.run_dir=\"" + dir_->sub("run_" + std::to_string(counter_++)) + "\""};
     for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
     CliOptions options;

@@ -373,7 +373,7 @@ std::vector<Case> make_cases(Rng& rng, const std::vector<std::string>& bases) {
 // The binary's rules: exit 0 with the resolved config, or exit 1 with one short line on stderr; the
 // same verdict as in-process.
 void check_through_binary(const std::string& path, const Case& c, const Outcome& in_process, const std::string& label) {
-  std::vector<std::string> argv{zest_exe(), "config", "check", path};
+  std::vector<std::string> argv{zest_binary(), "config", "check", path};
   for (const std::string& s : c.overrides) argv.insert(argv.end(), {"--set", s});
   CliOptions bounded;
   bounded.timeout_s = 30;

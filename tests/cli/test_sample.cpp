@@ -42,7 +42,7 @@ torch::Tensor read_png(const fs::path& path) {
 }
 
 CliResult sample(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{zest_exe(), "sample"};
+  std::vector<std::string> argv{zest_binary(), "sample"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return run_cli(argv);
 }
@@ -190,11 +190,11 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
   write_sample_run(run, data, run_dir,
                    "every_steps = 2\nprompts = [\"a red fox\", \"a lighthouse\"]\nsteps = 2\nsize = \"16x8\"\n"
                    "num_images = 3\nscheduler = \"euler\"\n");
-  const auto synth = run_cli({zest_exe(), "data", "synth", "--config", run.string(), "--out", data.string(), "--samples", "8"});
+  const auto synth = run_cli({zest_binary(), "data", "synth", "--config", run.string(), "--out", data.string(), "--samples", "8"});
   ASSERT_EQ(synth.code(), 0) << synth.describe();
   CliOptions slow;
   slow.timeout_s = 120.0;
-  const auto train = run_cli({zest_exe(), "train", run.string()}, slow);
+  const auto train = run_cli({zest_binary(), "train", run.string()}, slow);
   ASSERT_EQ(train.code(), 0) << train.describe();
   for (const char* name : {"step_00000002_prompt_0.png", "step_00000002_prompt_1.png"}) {
     ASSERT_TRUE(fs::exists(run_dir / "samples" / name)) << train.describe();
@@ -220,7 +220,7 @@ TEST(ValidationSamples, BadKeysAreOneClearMessage) {
   const fs::path work = scratch("validation_bad");
   auto check = [&](const std::string& sample, const std::string& part) {
     write_sample_run(work / "run.toml", work / "data", work / "run", sample);
-    const auto r = run_cli({zest_exe(), "config", "check", (work / "run.toml").string()});
+    const auto r = run_cli({zest_binary(), "config", "check", (work / "run.toml").string()});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_EQ(one_clear_error_line(r.err), "") << r.err;
     EXPECT_NE(r.err.find(part), std::string::npos) << r.err;

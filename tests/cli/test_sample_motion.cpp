@@ -31,7 +31,7 @@ fs::path motion_scratch(const std::string& name) {
 }
 
 CliResult sample_motion(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{zest_exe(), "sample"};
+  std::vector<std::string> argv{zest_binary(), "sample"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return run_cli(argv);
 }

@@ -43,7 +43,7 @@ class UntrustedData : public ::testing::Test {
     write_text(victims_ + "/v2.txt", "victim two\n");
   }
   CliResult zest(std::vector<std::string> args, double timeout_s = 120) {
-    args.insert(args.begin(), zest_exe());
+    args.insert(args.begin(), zest_binary());
     CliOptions options;
     options.timeout_s = timeout_s;
     return run_cli(args, options);
@@ -155,7 +155,7 @@ TEST_F(UntrustedData, StopSignalDuringSynthLeavesTheFolderAsItWas) {
   if (pid == 0) {
     ::dup2(::open(out_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
     ::dup2(::open(err_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
-    ::execl(zest_exe().c_str(), zest_exe().c_str(), "data", "synth", "--model", "hymotion_tiny", "--out", ds_.c_str(),
+    ::execl(zest_binary().c_str(), zest_binary().c_str(), "data", "synth", "--model", "hymotion_tiny", "--out", ds_.c_str(),
             "--samples", "200000", "--shard-size", "20", "--overwrite", static_cast<char*>(nullptr));
     ::_exit(127);
   }

@@ -51,7 +51,7 @@ class RunSafety : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("run_safety");
-    const CliResult synth = run_cli({zest_exe(), "data", "synth", "--model", "hymotion_tiny", "--out", dir_->sub("data"),
+    const CliResult synth = run_cli({zest_binary(), "data", "synth", "--model", "hymotion_tiny", "--out", dir_->sub("data"),
                                      "--samples", "24"});
     ASSERT_EQ(synth.code(), 0) << synth.describe();
   }
@@ -68,7 +68,7 @@ class RunSafety : public ::testing::Test {
     return folder / "run.toml";
   }
   static CliResult train(const fs::path& run, std::vector<std::string> args = {}, CliOptions options = {}) {
-    std::vector<std::string> argv{zest_exe(), "train", run.string()};
+    std::vector<std::string> argv{zest_binary(), "train", run.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_cli(argv, options);
   }
