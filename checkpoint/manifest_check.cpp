@@ -36,13 +36,8 @@ void check_identity(const Manifest& m, std::vector<std::string>& problems) {
 
 // The [ema] ranges (optim/ema.h), as sentences.
 void check_ema(const EmaConfig& e, std::vector<std::string>& problems) {
-  if (!(e.decay >= 0.0 && e.decay <= 1.0)) problems.push_back(str("ema.decay is ", e.decay, ", expected 0 to 1"));
-  if (!(e.min_decay >= 0.0 && e.min_decay <= e.decay))
-    problems.push_back(str("ema.min_decay is ", e.min_decay, ", expected 0 to ema.decay"));
-  if (e.update_every < 1) problems.push_back(str("ema.update_every is ", e.update_every, ", expected >= 1"));
-  if (e.start_step < 0) problems.push_back(str("ema.start_step is ", e.start_step, ", expected >= 0"));
-  if (!(e.inv_gamma > 0.0)) problems.push_back(str("ema.inv_gamma is ", e.inv_gamma, ", expected > 0"));
-  if (!(e.power > 0.0)) problems.push_back(str("ema.power is ", e.power, ", expected > 0"));
+  for (const EmaConfig::RangeProblem& p : e.range_problems())
+    problems.push_back(str("ema.", p.key, " is ", p.value, ", must be ", p.expected));
 }
 
 // The product of the shape; -1 when a dimension is negative or the product overflows.

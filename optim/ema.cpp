@@ -29,22 +29,29 @@ EmaConfig EmaConfig::from_toml(ConfigTable& table, bool present) {
     if (table.has(key) && !c.use_ema_warmup)
       table.fail(key, "is only used with use_ema_warmup = true (the warm-up form of the decay)");
   }
-  if (c.decay < 0.0 || c.decay > 1.0) table.fail("decay", "must be in [0, 1]");
-  if (c.min_decay < 0.0 || c.min_decay > c.decay) table.fail("min_decay", "must be in [0, decay]");
-  if (c.update_every < 1) table.fail("update_every", "must be >= 1");
-  if (c.start_step < 0) table.fail("start_step", "must be >= 0");
-  if (c.inv_gamma <= 0.0) table.fail("inv_gamma", "must be > 0");
-  if (c.power <= 0.0) table.fail("power", "must be > 0");
+  for (const RangeProblem& p : c.range_problems()) table.fail(p.key, "must be " + p.expected);
   return c;
 }
 
+std::vector<EmaConfig::RangeProblem> EmaConfig::range_problems() const {
+  std::vector<RangeProblem> problems;
+  const auto need = [&](bool holds, const char* key, auto value, const char* expected) {
+    if (!holds) problems.push_back({key, str(value), expected});
+  };
+  // Written so that NaN fails too.
+  need(decay >= 0.0 && decay <= 1.0, "decay", decay, "in [0, 1]");
+  need(min_decay >= 0.0 && min_decay <= decay, "min_decay", min_decay, "in [0, decay]");
+  need(update_every >= 1, "update_every", update_every, ">= 1");
+  need(start_step >= 0, "start_step", start_step, ">= 0");
+  need(inv_gamma > 0.0, "inv_gamma", inv_gamma, "> 0");
+  need(power > 0.0, "power", power, "> 0");
+  return problems;
+}
+
 void EmaConfig::validate() const {
-  ZEST_CHECK(decay >= 0.0 && decay <= 1.0, "ema.decay must be in [0, 1], got ", decay);
-  ZEST_CHECK(min_decay >= 0.0 && min_decay <= decay, "ema.min_decay must be in [0, decay], got ", min_decay);
-  ZEST_CHECK(update_every >= 1, "ema.update_every must be >= 1, got ", update_every);
-  ZEST_CHECK(start_step >= 0, "ema.start_step must be >= 0, got ", start_step);
-  ZEST_CHECK(inv_gamma > 0.0, "ema.inv_gamma must be > 0, got ", inv_gamma);
-  ZEST_CHECK(power > 0.0, "ema.power must be > 0, got ", power);
+  const auto problems = range_problems();
+  if (!problems.empty())
+    ZEST_FAIL("ema.", problems[0].key, " must be ", problems[0].expected, ", got ", problems[0].value);
 }
 
 void to_toml(const EmaConfig& c, ConfigWriter& out) {

@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace zest {
 
@@ -31,10 +33,20 @@ struct EmaConfig {
   double inv_gamma = 1.0;
   double power = 2.0 / 3.0;
 
+  // A setting outside its range: the key, its value as written and what it must be ("in [0, 1]").
+  struct RangeProblem {
+    std::string key;
+    std::string value;
+    std::string expected;
+  };
+  // Every setting outside its range (the one statement of the ranges: the run file, the engine and a
+  // checkpoint's manifest are checked against it).
+  std::vector<RangeProblem> range_problems() const;
+
   // Reads [ema]; `present` says whether the run file has the table at all (absent = off).
   // inv_gamma/power are refused without use_ema_warmup (they would change nothing).
   static EmaConfig from_toml(ConfigTable& table, bool present);
-  // Range checks; throws naming the field.
+  // Throws naming the first setting outside its range.
   void validate() const;
 };
 

@@ -217,9 +217,9 @@ TEST_F(EmaManifest, KindsAndSettingsAgree) {
   expect_refused([](auto& j) { j["kinds"].erase(3); }, "expected [master, exp_avg, exp_avg_sq, ema] for optimizer "
                                                        "adamw with an EMA");
   expect_refused([](auto& j) { j["kinds"] = {"master", "ema", "exp_avg", "exp_avg_sq"}; }, "kinds are");
-  expect_refused([](auto& j) { j["ema"]["decay"] = 1.5; }, "ema.decay is 1.5, expected 0 to 1");
-  expect_refused([](auto& j) { j["ema"]["update_every"] = 0; }, "ema.update_every is 0, expected >= 1");
-  expect_refused([](auto& j) { j["ema"]["power"] = -1; }, "ema.power is -1, expected > 0");
+  expect_refused([](auto& j) { j["ema"]["decay"] = 1.5; }, "ema.decay is 1.5, must be in [0, 1]");
+  expect_refused([](auto& j) { j["ema"]["update_every"] = 0; }, "ema.update_every is 0, must be >= 1");
+  expect_refused([](auto& j) { j["ema"]["power"] = -1; }, "ema.power is -1, must be > 0");
   expect_refused([](auto& j) { j["ema"].erase("start_step"); }, "ema.start_step");
   expect_refused([](auto& j) { j["ema"]["use_ema_warmup"] = 1; }, "ema.use_ema_warmup");
 }

@@ -55,6 +55,27 @@ TEST(EmaConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of("[ema]\nuse_ema_warmup = true\ninv_gamma = 0\n").find("ema.inv_gamma: must be > 0"),
             std::string::npos);
   EXPECT_NE(error_of("[ema]\nupdate_after_step = 3\n").find("zest calls it start_step"), std::string::npos);
+  EXPECT_NE(error_of("[ema]\ndecay = nan\n").find("ema.decay: must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of("[ema]\nmin_decay = 0.5\ndecay = 0.4\n").find("ema.min_decay: must be in [0, decay]"),
+            std::string::npos);
+}
+
+// The engine's own check (an EmaConfig built in code, not read from a run file) states the same ranges.
+TEST(EmaConfig, ShardedEmaRefusesASettingOutOfRange) {
+  EmaConfig c;
+  c.enabled = true;
+  c.decay = 0.4;
+  c.min_decay = 0.5;
+  try {
+    ShardedEma ema(c, torch::zeros({4}));
+    FAIL() << "accepted min_decay > decay";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ema.min_decay must be in [0, decay], got 0.5"), std::string::npos) << e.what();
+  }
+  c.min_decay = 0.0;
+  c.update_every = 0;
+  EXPECT_EQ(c.range_problems().size(), 1u);
+  EXPECT_THROW(ShardedEma(c, torch::zeros({4})), std::exception);
 }
 
 TEST(EmaConfig, PrintedTableReadsBackTheSame) {
