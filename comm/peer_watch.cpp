@@ -1,20 +1,18 @@
 // PeerWatch (see peer_watch.h): "beat/R" = "<counter> <issued> <failed>" every 250 ms; a rank whose
 // counter stands still is not answering, one whose issued count is below the late collective's never
-// issued it, and failed = 1 says its own collective failed. The store is read on request, by the same
-// thread, and the caller waits for the reading with a deadline: LibTorch 1.13's store serves its
-// clients one request at a time, so a rank stopped in the middle of a request (kill -STOP during a
-// beat) leaves every other client's next call waiting for as long as it stays stopped.
+// issued it, and failed = 1 says its own collective failed. Beats and readings are jobs of one
+// StoreWorker; a caller waits for a reading with a deadline.
 #include "comm/peer_watch.h"
 
 #include "comm/store_text.h"
 #include "core/check.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace zest {
 namespace {
@@ -25,156 +23,95 @@ constexpr auto kSilentAfter = std::chrono::milliseconds(1500);  // six beats mis
 // How long a reading of the store may take before the store counts as not answering: far above a busy
 // store's answer, far below any deadline the caller reports against.
 constexpr auto kAnswerWithin = std::chrono::seconds(3);
-constexpr auto kLetGoAfter = std::chrono::seconds(2);  // a thread not back from the store by then stays behind
 
 }  // namespace
 
-struct PeerWatch::State {
+struct PeerWatch::Seen {
   struct Beat {
     int64_t counter = -1;
     int64_t issued = -1;
     bool failed = false;
     Clock::time_point changed;  // when the counter last moved (or the first reading)
   };
-
-  // Set before the thread starts; then the thread's alone.
-  c10::intrusive_ptr<c10d::Store> keep_store;  // a store this rank hosts lives as long as the thread
-  std::unique_ptr<c10d::TCPStore> store;
-  std::string prefix;
-  int rank = 0;
-  std::vector<int> peer_ranks;  // every rank but this one
-  std::atomic<int64_t> issued{0};
-
-  std::mutex mutex;
-  std::condition_variable wake;      // to the thread: stop, beat now, or read the store
-  std::condition_variable observed;  // from the thread: a reading is done, or it has stopped
-  bool stopping = false;
-  bool finished = false;
-  bool failed = false;
-  bool beat_now = false;
-  int64_t readings_asked = 0;
-  int64_t readings_done = 0;
-  bool lost = false;  // the last reading failed: the store's host is gone
-  std::map<int, Beat> seen;
+  std::atomic<int64_t> issued{0};  // this rank's collectives
+  std::atomic<int64_t> beats{0};
+  std::atomic<bool> failed{false};  // this rank's collective failed
+  std::mutex mutex;                 // guards what follows
+  std::map<int, Beat> peers;
+  bool lost = false;     // the last reading failed: the store's host is gone
+  bool stalled = false;  // a reading timed out: the store stopped answering (and is not asked again)
 };
 
 namespace {
 
-void publish_beat(PeerWatch::State& s, int64_t counter, bool failed) {
-  try {
-    s.store->set(s.prefix + "beat/" + std::to_string(s.rank),
-                 store_bytes(str(counter, " ", s.issued.load(), " ", failed ? 1 : 0)));
-  } catch (...) {  // the store's host is gone: the next reading says so
-  }
+void publish_beat(PeerWatch::Seen& seen, c10d::Store& store, const std::string& key) {
+  store.set(key, store_bytes(str(seen.beats++, " ", seen.issued.load(), " ", seen.failed ? 1 : 0)));
 }
 
-// Reads every peer's beat; `ticket` is the last reading asked for when it began.
-void read_beats(PeerWatch::State& s, int64_t ticket) {
-  std::map<int, PeerWatch::State::Beat> read;
-  bool lost = false;
+void read_beats(PeerWatch::Seen& seen, c10d::Store& store, const std::string& prefix, const std::vector<int>& ranks) {
+  {
+    std::lock_guard<std::mutex> lock(seen.mutex);
+    if (seen.stalled) return;
+  }
+  std::map<int, PeerWatch::Seen::Beat> read;
+  bool lost = false, stalled = false;
   try {
-    for (const int r : s.peer_ranks) {
-      const std::string key = s.prefix + "beat/" + std::to_string(r);
-      if (!s.store->check({key})) continue;  // not beating yet: get() would wait for it
-      std::istringstream in(store_text(s.store->get(key)));
-      PeerWatch::State::Beat& b = read[r];
+    for (const int r : ranks) {
+      const std::string key = prefix + "beat/" + std::to_string(r);
+      if (!store.check({key})) continue;  // not beating yet: get() would wait for it
+      std::istringstream in(store_text(store.get(key)));
+      PeerWatch::Seen::Beat& b = read[r];
       int failed = 0;
       in >> b.counter >> b.issued >> failed;
       b.failed = failed != 0;
     }
+  } catch (const std::exception& e) {
+    (is_store_timeout(e) ? stalled : lost) = true;
   } catch (...) {
     lost = true;
   }
   const auto now = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    for (const int r : s.peer_ranks) {
-      PeerWatch::State::Beat& b = s.seen[r];
-      if (b.changed == Clock::time_point{}) b.changed = now;
-      const auto fresh = read.find(r);
-      if (fresh == read.end()) continue;
-      if (fresh->second.counter != b.counter) b.changed = now;
-      b.counter = fresh->second.counter;
-      b.issued = fresh->second.issued;
-      b.failed = fresh->second.failed;
-    }
-    s.lost = lost;
-    s.readings_done = ticket;
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  seen.stalled = stalled;
+  if (stalled) return;
+  for (const int r : ranks) {
+    PeerWatch::Seen::Beat& b = seen.peers[r];
+    if (b.changed == Clock::time_point{}) b.changed = now;
+    const auto fresh = read.find(r);
+    if (fresh == read.end()) continue;
+    if (fresh->second.counter != b.counter) b.changed = now;
+    b.counter = fresh->second.counter;
+    b.issued = fresh->second.issued;
+    b.failed = fresh->second.failed;
   }
-  s.observed.notify_all();
-}
-
-void watch(const std::shared_ptr<PeerWatch::State>& s) {
-  auto next_beat = Clock::now();
-  for (int64_t counter = 0;;) {
-    bool beat = false, failed = false;
-    int64_t ticket = 0;
-    {
-      std::unique_lock<std::mutex> lock(s->mutex);
-      s->wake.wait_until(lock, next_beat,
-                         [&] { return s->stopping || s->beat_now || s->readings_asked > s->readings_done; });
-      if (s->stopping) break;
-      beat = s->beat_now || Clock::now() >= next_beat;
-      s->beat_now = false;
-      failed = s->failed;
-      if (s->readings_asked > s->readings_done) ticket = s->readings_asked;
-    }
-    if (beat) {
-      publish_beat(*s, counter++, failed);
-      next_beat = Clock::now() + kBeatEvery;
-    }
-    if (ticket > 0) read_beats(*s, ticket);
-  }
-  {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    s->finished = true;
-  }
-  s->observed.notify_all();
+  seen.lost = lost;
 }
 
 }  // namespace
 
 PeerWatch::PeerWatch(const Rendezvous& rendezvous, const std::string& prefix, int rank)
-    : peers_(rendezvous.peers), rank_(rank), store_address_(str(rendezvous.host, ":", rendezvous.port)),
-      state_(std::make_shared<State>()) {
-  State& s = *state_;
-  s.keep_store = rendezvous.store;
-  s.prefix = prefix;
-  s.rank = rank;
-  for (const PeerInfo& p : peers_)
-    if (p.rank != rank) s.peer_ranks.push_back(p.rank);
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<uint16_t>(rendezvous.port);
-  options.isServer = false;
-  options.waitWorkers = false;
-  options.timeout = std::chrono::seconds(3);  // diagnostics only: never block for long
-  s.store = std::make_unique<c10d::TCPStore>(rendezvous.host, options);
-  watcher_ = std::thread([state = state_] { watch(state); });
+    : peers_(rendezvous.peers), rank_(rank), prefix_(prefix),
+      store_address_(str(rendezvous.host, ":", rendezvous.port)), seen_(std::make_shared<Seen>()),
+      worker_(std::make_unique<StoreWorker>(rendezvous.host, rendezvous.port, rendezvous.store)) {
+  worker_->every(kBeatEvery, [seen = seen_, key = prefix + "beat/" + std::to_string(rank)](c10d::Store& store) {
+    publish_beat(*seen, store, key);
+  });
 }
 
-PeerWatch::~PeerWatch() {
-  std::unique_lock<std::mutex> lock(state_->mutex);
-  state_->stopping = true;
-  state_->wake.notify_all();
-  const bool finished = state_->observed.wait_for(lock, kLetGoAfter, [this] { return state_->finished; });
-  lock.unlock();
-  if (finished) {
-    watcher_.join();
-  } else {
-    watcher_.detach();  // stuck in the store: it owns its state, and the process is about to end
-  }
-}
+PeerWatch::~PeerWatch() = default;
 
-int64_t PeerWatch::next_sequence() { return state_->issued.fetch_add(1) + 1; }
+int64_t PeerWatch::next_sequence() { return seen_->issued.fetch_add(1) + 1; }
 
 PeerWatch::Reading PeerWatch::refresh(std::chrono::milliseconds within) {
-  std::unique_lock<std::mutex> lock(state_->mutex);
-  const int64_t ticket = ++state_->readings_asked;
-  state_->wake.notify_all();
-  const bool done = state_->observed.wait_for(
-      lock, within, [&] { return state_->readings_done >= ticket || state_->finished; });
-  if (!done || state_->readings_done < ticket) return Reading::silent;
-  return state_->lost ? Reading::lost : Reading::answered;
+  std::vector<int> ranks;
+  for (const PeerInfo& p : peers_)
+    if (p.rank != rank_) ranks.push_back(p.rank);
+  const bool answered = worker_->call(
+      [seen = seen_, prefix = prefix_, ranks](c10d::Store& store) { read_beats(*seen, store, prefix, ranks); }, within);
+  if (!answered) return Reading::silent;
+  std::lock_guard<std::mutex> lock(seen_->mutex);
+  if (seen_->stalled) return Reading::silent;
+  return seen_->lost ? Reading::lost : Reading::answered;
 }
 
 std::string PeerWatch::describe(int r) const { return describe_peer(peers_, r); }
@@ -184,10 +121,10 @@ std::string PeerWatch::silent_peers(std::chrono::milliseconds quiet) {
   if (reading == Reading::lost) return describe(0) + ", which hosts the rendezvous store, is gone";
   if (reading == Reading::silent)
     return str("the rendezvous store at ", store_address_, " (", describe(0), " hosts it) does not answer");
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::lock_guard<std::mutex> lock(seen_->mutex);
   std::string out;
   const auto now = Clock::now();
-  for (const auto& [r, b] : state_->seen) {
+  for (const auto& [r, b] : seen_->peers) {
     if (now - b.changed < quiet) continue;
     const double s = std::chrono::duration<double>(now - b.changed).count();
     out += str(out.empty() ? "" : ", ", describe(r), " has not answered for ", static_cast<int>(s), " s");
@@ -208,10 +145,10 @@ std::string PeerWatch::never_arrived(int64_t sequence) {
     return str("the late rank(s) cannot be named: the rendezvous store at ", store_address_,
                " stopped answering too (a rank was stopped or frozen in the middle of a request to it, or ",
                describe(0), ", which hosts it, is stopped or unreachable)");
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::lock_guard<std::mutex> lock(seen_->mutex);
   std::string out;
   const auto now = Clock::now();
-  for (const auto& [r, b] : state_->seen) {
+  for (const auto& [r, b] : seen_->peers) {
     const bool silent = now - b.changed > kSilentAfter;
     const bool behind = sequence > 0 && b.issued >= 0 && b.issued < sequence;
     if (!silent && !behind) continue;
@@ -224,12 +161,10 @@ std::string PeerWatch::never_arrived(int64_t sequence) {
 }
 
 void PeerWatch::post_failure() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->failed = true;
-    state_->beat_now = true;
-  }
-  state_->wake.notify_all();
+  seen_->failed = true;
+  worker_->post([seen = seen_, key = prefix_ + "beat/" + std::to_string(rank_)](c10d::Store& store) {
+    publish_beat(*seen, store, key);
+  });
 }
 
 void PeerWatch::linger_for_others(std::chrono::milliseconds limit) {
@@ -240,8 +175,8 @@ void PeerWatch::linger_for_others(std::chrono::milliseconds limit) {
     if (refresh(std::min<std::chrono::milliseconds>(kAnswerWithin, left)) != Reading::answered) return;
     bool waiting = false;
     {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      for (const auto& [r, b] : state_->seen)
+      std::lock_guard<std::mutex> lock(seen_->mutex);
+      for (const auto& [r, b] : seen_->peers)
         if (Clock::now() - b.changed <= kSilentAfter && !b.failed) waiting = true;
     }
     if (!waiting) return;

@@ -1,16 +1,17 @@
 // PeerWatch: each rank's heartbeat and collective count, published in the rendezvous store by a
 // thread of its own, so that a collective that fails or times out names the rank(s) that never
 // arrived (stopped, hung, killed, or elsewhere in the program) and their hosts. Only that thread
-// talks to the store: a store that stops answering bounds the diagnosis, it never hangs the rank.
+// talks to the store (a StoreWorker's): a store that stops answering bounds the diagnosis, it never
+// hangs the rank.
 #pragma once
 
 #include "comm/rendezvous.h"
+#include "comm/store_worker.h"
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace zest {
@@ -20,7 +21,6 @@ class PeerWatch {
   // Connects its own client to the store at host:port (the collectives' store is not shared across
   // threads) and starts beating.
   PeerWatch(const Rendezvous& rendezvous, const std::string& prefix, int rank);
-  // Stops the thread; one stuck in a store call that never returns is left behind (it owns what it uses).
   ~PeerWatch();
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
@@ -38,7 +38,7 @@ class PeerWatch {
   void post_failure();
   void linger_for_others(std::chrono::milliseconds limit);
 
-  struct State;  // shared with the thread (comm/peer_watch.cpp)
+  struct Seen;  // what the store said, shared with the worker's jobs (comm/peer_watch.cpp)
 
  private:
   enum class Reading { answered, lost, silent };  // the store answered, is gone, or did not answer in time
@@ -47,9 +47,10 @@ class PeerWatch {
 
   std::vector<PeerInfo> peers_;
   int rank_;
+  std::string prefix_;
   std::string store_address_;
-  std::shared_ptr<State> state_;
-  std::thread watcher_;
+  std::shared_ptr<Seen> seen_;
+  std::unique_ptr<StoreWorker> worker_;  // last: stops before the rest goes
 };
 
 }  // namespace zest

@@ -2,12 +2,14 @@
 //   world     rank 0's "<size>\t<fingerprint>\t<host>", what every rank compares itself with
 //   join/R    rank R's "<size>\t<fingerprint>\t<host>\t<route ip>\t<node rank>\t<pid>"
 //   abort     the reason, posted by the rank that found a mismatch, ending every waiting rank
-// Every wait polls (check(), never a blocking wait()), so stop signals, aborts and the deadline are
-// seen within a fraction of a second.
+// Every wait polls (check(), never a blocking wait()), through a StoreWorker whose answers it waits for
+// with a bound, so stop signals, aborts and the deadline are seen within a second even when the store
+// stops answering.
 #include "comm/rendezvous.h"
 
 #include "comm/net_interface.h"
 #include "comm/store_text.h"
+#include "comm/store_worker.h"
 #include "core/check.h"
 #include "core/number_text.h"
 
@@ -19,7 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <csignal>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -66,10 +70,18 @@ class Joiner {
   explicit Joiner(const WorldInfo& w)
       : w_(w), where_(str(w.master_addr, ":", w.master_port)), deadline_(Clock::now() + rendezvous_timeout()) {}
 
+  // A failed rendezvous leaves the store this rank hosts running until the process ends: a store stalled
+  // by a half request would keep its destructor waiting for it.
+  ~Joiner() {
+    if (!joined_ && hosts_store()) (void)store_.release();
+  }
+
   Rendezvous run() {
     connect();
+    open_reader();
     publish();
     wait_for_everyone();
+    joined_ = true;
     Rendezvous r;
     r.store = store_;
     r.host = w_.master_addr;
@@ -153,6 +165,16 @@ class Joiner {
     }
   }
 
+  // The wait's own connection, opened while the store is fresh (a stalled store may not take a new one).
+  void open_reader() {
+    try {
+      reader_ = std::make_unique<StoreWorker>(w_.master_addr, w_.master_port,
+                                              hosts_store() ? store_ : c10::intrusive_ptr<c10d::Store>());
+    } catch (const std::exception& e) {
+      fail(str("could not open a second connection to the store at ", where_, ": ", first_line(e.what())));
+    }
+  }
+
   static std::string first_line(const std::string& s) {
     std::string line = s.substr(0, s.find('\n'));
     while (!line.empty() && (line.back() == '.' || line.back() == ' ')) line.pop_back();
@@ -211,42 +233,99 @@ class Joiner {
     return out;
   }
 
+  // What one reading of the store found: the keys present with their values, or the store's error.
+  struct KeyValues {
+    std::map<std::string, std::string> present;
+    std::string error;       // the connection is lost
+    bool timed_out = false;  // a call timed out: the store has stopped answering
+  };
+
+  // The keys the wait still looks for: the abort, rank 0's world record until checked, the joins not seen.
+  std::vector<std::string> keys_to_read(const std::vector<bool>& joined, bool checked_world) const {
+    std::vector<std::string> keys{key("abort")};
+    if (!checked_world) keys.push_back(key("world"));
+    for (int r = 0; r < w_.size; ++r)
+      if (!joined[static_cast<size_t>(r)]) keys.push_back(key(str("join/", r)));
+    return keys;
+  }
+
+  // Reads through the reader's thread: a store that stops answering (a rank stopped or cut off in the
+  // middle of a request stalls LibTorch 1.13's store) leaves this wait to its deadline instead of hanging
+  // it. nullopt while the reading has not come back; the next call waits for the same one.
+  // After a timed-out call the reader's connection is out of step: nothing more is read through it.
+  std::optional<KeyValues> read_keys(const std::vector<std::string>& keys) {
+    if (store_stalled_) return std::nullopt;
+    if (!pending_) {
+      auto result = std::make_shared<KeyValues>();
+      const int64_t ticket = reader_->post([result, keys](c10d::Store& store) {
+        try {
+          for (const std::string& k : keys)
+            if (store.check({k})) result->present[k] = store_text(store.get(k));
+        } catch (const std::exception& e) {
+          if (is_store_timeout(e)) {
+            result->timed_out = true;
+          } else {
+            result->error = first_line(e.what());
+          }
+        }
+      });
+      pending_ = Pending{ticket, result};
+    }
+    if (!reader_->wait_for(pending_->ticket, std::chrono::milliseconds(500))) return std::nullopt;
+    const KeyValues values = *pending_->result;
+    pending_.reset();
+    if (values.timed_out) {
+      store_stalled_ = true;
+      return std::nullopt;
+    }
+    last_answer_ = Clock::now();
+    return values;
+  }
+
   void wait_for_everyone() {
     peers_.assign(static_cast<size_t>(w_.size), PeerInfo{});
     std::vector<bool> joined(static_cast<size_t>(w_.size), false);
     bool checked_world = w_.rank == 0;
     int count = 0;
     const auto started = Clock::now();
+    last_answer_ = started;
     auto report_at = started + std::chrono::seconds(3);
     for (;;) {
       check_interrupt("waiting for the other ranks to join");
-      try {
-        if (store_->check({key("abort")})) fail(store_text(store_->get(key("abort"))));
-        if (!checked_world && store_->check({key("world")})) {
-          const auto f = split_tabs(store_text(store_->get(key("world"))));
+      if (const auto read = read_keys(keys_to_read(joined, checked_world))) {
+        if (!read->error.empty())
+          fail(str("lost the store at ", where_, " while waiting for the other ranks (", read->error,
+                   "): rank 0 or its host is gone"));
+        const auto value = [&](const std::string& name) -> const std::string* {
+          const auto it = read->present.find(key(name));
+          return it == read->present.end() ? nullptr : &it->second;
+        };
+        if (const std::string* reason = value("abort")) fail(*reason);
+        if (const std::string* world = value("world"); world && !checked_world) {
+          const auto f = split_tabs(*world);
           parse_and_check(0, f.size() >= 3 ? str(f[0], "\t", f[1], "\t", f[2], "\t-\t0\t0") : "");
           checked_world = true;
         }
         for (int r = 0; r < w_.size; ++r) {
-          if (joined[static_cast<size_t>(r)] || !store_->check({key(str("join/", r))})) continue;
-          const std::string value = store_text(store_->get(key(str("join/", r))));
-          peers_[static_cast<size_t>(r)] = w_.rank == 0 ? parse_and_check(r, value) : parse_unchecked(r, value);
+          const std::string* record = joined[static_cast<size_t>(r)] ? nullptr : value(str("join/", r));
+          if (record == nullptr) continue;
+          peers_[static_cast<size_t>(r)] = w_.rank == 0 ? parse_and_check(r, *record) : parse_unchecked(r, *record);
           joined[static_cast<size_t>(r)] = true;
           ++count;
         }
-      } catch (const Error&) {
-        throw;
-      } catch (const std::exception& e) {
-        fail(str("lost the store at ", where_, " while waiting for the other ranks (", first_line(e.what()),
-                 "): rank 0 or its host is gone"));
       }
       if (count == w_.size && checked_world) return;
       const auto now = Clock::now();
       // Rank 0 gives the verdict at its deadline (every rank then ends with it); the others wait a
       // moment longer for it, and fail on their own only if it never comes.
       if (now > deadline_ + (w_.rank == 0 ? std::chrono::seconds(0) : std::chrono::seconds(3))) {
-        const std::string why = str(count, " of ", w_.size, " ranks joined within ", timeout_text(),
-                                    "; never came: rank(s) ", waiting_list(joined));
+        std::string why = str(count, " of ", w_.size, " ranks joined within ", timeout_text(),
+                              "; never came: rank(s) ", waiting_list(joined));
+        if (now - last_answer_ > std::chrono::seconds(2))
+          why += str("; but the store at ", where_, " has not answered for ",
+                     static_cast<int>(std::chrono::duration<double>(now - last_answer_).count()),
+                     " s (a rank stopped or cut off in the middle of a request to it stalls it), so some of them "
+                     "may have joined unseen");
         if (w_.rank == 0) abort_all(why);
         fail(why);
       }
@@ -274,11 +353,21 @@ class Joiner {
     return p;
   }
 
+  struct Pending {
+    int64_t ticket = 0;
+    std::shared_ptr<KeyValues> result;
+  };
+
   const WorldInfo& w_;
   const std::string where_;
   const Clock::time_point deadline_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<PeerInfo> peers_;
+  std::unique_ptr<StoreWorker> reader_;  // the wait's reads (read_keys)
+  std::optional<Pending> pending_;
+  Clock::time_point last_answer_;
+  bool store_stalled_ = false;
+  bool joined_ = false;
 };
 
 }  // namespace

@@ -1,8 +1,12 @@
-// PeerWatch (comm/peer_watch.h) in one process over a real store: a rank whose beat stops is named as
-// not answering and one that has not issued the collective as elsewhere in the program; rank 0 lingers
-// until the live ranks have posted their failure; and a store that stops answering (a client stopped
-// half-way through a request stalls LibTorch 1.13's store for every client) bounds every call.
+// What the ranks ask the rendezvous store, in one process over a real store. PeerWatch
+// (comm/peer_watch.h): a rank whose beat stops is named as not answering and one that has not issued
+// the collective as elsewhere in the program; rank 0 lingers until the live ranks have posted their
+// failure. And a store that stops answering (a client stopped half-way through a request stalls
+// LibTorch 1.13's store for every client) bounds every call of the watch and the rendezvous' wait
+// (comm/rendezvous.h), instead of hanging them.
 #include "comm/peer_watch.h"
+#include "comm/rendezvous.h"
+#include "core/check.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -46,19 +50,23 @@ Rendezvous hosted_world(int ranks) {
   return r;
 }
 
+// A client of the store at 127.0.0.1:port.
+std::unique_ptr<c10d::TCPStore> store_client(int port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return std::make_unique<c10d::TCPStore>("127.0.0.1", options);
+}
+
 // Whether another client's call to the store at `port` gets no answer within a second and a half. The
 // asking thread stays behind until the store answers.
 bool store_stalls(int port) {
   auto answered = std::make_shared<std::atomic<bool>>(false);
   std::thread([answered, port] {
     try {
-      c10d::TCPStoreOptions options;
-      options.port = static_cast<uint16_t>(port);
-      options.isServer = false;
-      options.waitWorkers = false;
-      options.timeout = std::chrono::seconds(3);
-      c10d::TCPStore client("127.0.0.1", options);
-      client.check({"probe"});
+      store_client(port, std::chrono::seconds(3))->check({"probe"});
     } catch (...) {
     }
     *answered = true;
@@ -156,6 +164,69 @@ TEST(PeerWatch, AStoreThatStopsAnsweringBoundsEveryCall) {
   rank0.reset();
   rank1.reset();
   EXPECT_LT(seconds_since(start), 6.0);
+}
+
+// A port nothing listens on now, below the ephemeral range (as the multi-node tests choose theirs).
+int unused_port() {
+  for (int port = 21000 + (::getpid() % 1000) * 7;; ++port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool taken = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0;
+    ::close(fd);
+    if (!taken) return port;
+  }
+}
+
+// Rank 0 of two waits for rank 1, which never comes, while a client's half request stalls the store:
+// the wait still ends at its deadline, and says that the store stopped answering.
+TEST(RendezvousStall, AStoreThatStopsAnsweringEndsTheWaitAtItsDeadline) {
+  WorldInfo world;
+  world.launcher = Launcher::torchrun;
+  world.size = 2;
+  world.local_size = 1;
+  world.master_addr = "127.0.0.1";
+  world.master_port = unused_port();
+  set_rendezvous_timeout(3.0);
+  auto message = std::make_shared<std::string>();
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  const auto start = Clock::now();
+  std::thread([world, message, ended] {
+    try {
+      join_world(world);
+      *message = "joined";
+    } catch (const Error& e) {
+      *message = e.what();
+    }
+    *ended = true;
+  }).detach();  // a hang would be the failure: the thread is left to it
+  // Once rank 0 waits (its join record is in the store), a half request stalls the store.
+  bool waiting = false;
+  while (!waiting && seconds_since(start) < 2.0) {
+    try {
+      waiting = store_client(world.master_port, std::chrono::seconds(1))->check({"zest/join/0"});
+    } catch (...) {
+    }
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(waiting) << "rank 0 did not host the store";
+  auto half = std::make_unique<HalfRequest>(world.master_port);
+  ASSERT_TRUE(half->sent());
+  const bool stalled = store_stalls(world.master_port);
+  while (!*ended && seconds_since(start) < 20.0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  set_rendezvous_timeout(300.0);
+  ASSERT_TRUE(*ended) << "the wait did not end at its deadline";
+  EXPECT_LT(seconds_since(start), 9.0);
+  EXPECT_NE(message->find("[rank 0] rendezvous: "), std::string::npos) << *message;
+  EXPECT_NE(message->find("of 2 ranks joined within 3 s ([engine] rendezvous_timeout_s); never came: rank(s) 1"),
+            std::string::npos)
+      << *message;
+  const bool says_stalled = message->find("; but the store at 127.0.0.1:" + std::to_string(world.master_port) +
+                                          " has not answered for ") != std::string::npos;
+  EXPECT_EQ(says_stalled, stalled) << *message;
+  half.reset();  // the store answers again, and the left threads end
 }
 
 }  // namespace
