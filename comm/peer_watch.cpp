@@ -38,8 +38,6 @@ struct PeerWatch::Seen {
   std::atomic<bool> failed{false};  // this rank's collective failed
   std::mutex mutex;                 // guards what follows
   std::map<int, Beat> peers;
-  bool lost = false;     // the last reading failed: the store's host is gone
-  bool stalled = false;  // a reading timed out: the store stopped answering (and is not asked again)
 };
 
 namespace {
@@ -48,32 +46,20 @@ void publish_beat(PeerWatch::Seen& seen, c10d::Store& store, const std::string& 
   store.set(key, store_bytes(str(seen.beats++, " ", seen.issued.load(), " ", seen.failed ? 1 : 0)));
 }
 
+// One reading: every peer's beat, merged into `seen` once all are read (a store call that throws ends it).
 void read_beats(PeerWatch::Seen& seen, c10d::Store& store, const std::string& prefix, const std::vector<int>& ranks) {
-  {
-    std::lock_guard<std::mutex> lock(seen.mutex);
-    if (seen.stalled) return;
-  }
   std::map<int, PeerWatch::Seen::Beat> read;
-  bool lost = false, stalled = false;
-  try {
-    for (const int r : ranks) {
-      const std::string key = prefix + "beat/" + std::to_string(r);
-      if (!store.check({key})) continue;  // not beating yet: get() would wait for it
-      std::istringstream in(store_text(store.get(key)));
-      PeerWatch::Seen::Beat& b = read[r];
-      int failed = 0;
-      in >> b.counter >> b.issued >> failed;
-      b.failed = failed != 0;
-    }
-  } catch (const std::exception& e) {
-    (is_store_timeout(e) ? stalled : lost) = true;
-  } catch (...) {
-    lost = true;
+  for (const int r : ranks) {
+    const std::string key = prefix + "beat/" + std::to_string(r);
+    if (!store.check({key})) continue;  // not beating yet: get() would wait for it
+    std::istringstream in(store_text(store.get(key)));
+    PeerWatch::Seen::Beat& b = read[r];
+    int failed = 0;
+    in >> b.counter >> b.issued >> failed;
+    b.failed = failed != 0;
   }
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(seen.mutex);
-  seen.stalled = stalled;
-  if (stalled) return;
   for (const int r : ranks) {
     PeerWatch::Seen::Beat& b = seen.peers[r];
     if (b.changed == Clock::time_point{}) b.changed = now;
@@ -84,7 +70,6 @@ void read_beats(PeerWatch::Seen& seen, c10d::Store& store, const std::string& pr
     b.issued = fresh->second.issued;
     b.failed = fresh->second.failed;
   }
-  seen.lost = lost;
 }
 
 }  // namespace
@@ -93,9 +78,13 @@ PeerWatch::PeerWatch(const Rendezvous& rendezvous, const std::string& prefix, in
     : peers_(rendezvous.peers), rank_(rank), prefix_(prefix),
       store_address_(str(rendezvous.host, ":", rendezvous.port)), seen_(std::make_shared<Seen>()),
       worker_(std::make_unique<StoreWorker>(rendezvous.host, rendezvous.port, rendezvous.store)) {
-  worker_->every(kBeatEvery, [seen = seen_, key = prefix + "beat/" + std::to_string(rank)](c10d::Store& store) {
+  worker_->every(kBeatEvery, beat_job());
+}
+
+StoreWorker::Job PeerWatch::beat_job() const {
+  return [seen = seen_, key = prefix_ + "beat/" + std::to_string(rank_)](c10d::Store& store) {
     publish_beat(*seen, store, key);
-  });
+  };
 }
 
 PeerWatch::~PeerWatch() = default;
@@ -106,12 +95,13 @@ PeerWatch::Reading PeerWatch::refresh(std::chrono::milliseconds within) {
   std::vector<int> ranks;
   for (const PeerInfo& p : peers_)
     if (p.rank != rank_) ranks.push_back(p.rank);
-  const bool answered = worker_->call(
-      [seen = seen_, prefix = prefix_, ranks](c10d::Store& store) { read_beats(*seen, store, prefix, ranks); }, within);
-  if (!answered) return Reading::silent;
-  std::lock_guard<std::mutex> lock(seen_->mutex);
-  if (seen_->stalled) return Reading::silent;
-  return seen_->lost ? Reading::lost : Reading::answered;
+  switch (worker_->call(
+      [seen = seen_, prefix = prefix_, ranks](c10d::Store& store) { read_beats(*seen, store, prefix, ranks); }, within)) {
+    case StoreWorker::Outcome::ran: return Reading::answered;
+    case StoreWorker::Outcome::failed: return Reading::lost;
+    case StoreWorker::Outcome::no_answer: break;
+  }
+  return Reading::silent;
 }
 
 std::string PeerWatch::describe(int r) const { return describe_peer(peers_, r); }
@@ -162,9 +152,7 @@ std::string PeerWatch::never_arrived(int64_t sequence) {
 
 void PeerWatch::post_failure() {
   seen_->failed = true;
-  worker_->post([seen = seen_, key = prefix_ + "beat/" + std::to_string(rank_)](c10d::Store& store) {
-    publish_beat(*seen, store, key);
-  });
+  worker_->post(beat_job());
 }
 
 void PeerWatch::linger_for_others(std::chrono::milliseconds limit) {

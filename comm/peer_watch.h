@@ -43,6 +43,7 @@ class PeerWatch {
  private:
   enum class Reading { answered, lost, silent };  // the store answered, is gone, or did not answer in time
   Reading refresh(std::chrono::milliseconds within);
+  StoreWorker::Job beat_job() const;  // publishes this rank's beat
   std::string describe(int r) const;
 
   std::vector<PeerInfo> peers_;

@@ -233,12 +233,8 @@ class Joiner {
     return out;
   }
 
-  // What one reading of the store found: the keys present with their values, or the store's error.
-  struct KeyValues {
-    std::map<std::string, std::string> present;
-    std::string error;       // the connection is lost
-    bool timed_out = false;  // a call timed out: the store has stopped answering
-  };
+  // What one reading of the store found: the keys present, with their values.
+  using KeyValues = std::map<std::string, std::string>;
 
   // The keys the wait still looks for: the abort, rank 0's world record until checked, the joins not seen.
   std::vector<std::string> keys_to_read(const std::vector<bool>& joined, bool checked_world) const {
@@ -252,34 +248,25 @@ class Joiner {
   // Reads through the reader's thread: a store that stops answering (a rank stopped or cut off in the
   // middle of a request stalls LibTorch 1.13's store) leaves this wait to its deadline instead of hanging
   // it. nullopt while the reading has not come back; the next call waits for the same one.
-  // After a timed-out call the reader's connection is out of step: nothing more is read through it.
   std::optional<KeyValues> read_keys(const std::vector<std::string>& keys) {
-    if (store_stalled_) return std::nullopt;
     if (!pending_) {
       auto result = std::make_shared<KeyValues>();
       const int64_t ticket = reader_->post([result, keys](c10d::Store& store) {
-        try {
-          for (const std::string& k : keys)
-            if (store.check({k})) result->present[k] = store_text(store.get(k));
-        } catch (const std::exception& e) {
-          if (is_store_timeout(e)) {
-            result->timed_out = true;
-          } else {
-            result->error = first_line(e.what());
-          }
-        }
+        for (const std::string& k : keys)
+          if (store.check({k})) (*result)[k] = store_text(store.get(k));
       });
       pending_ = Pending{ticket, result};
     }
-    if (!reader_->wait_for(pending_->ticket, std::chrono::milliseconds(500))) return std::nullopt;
-    const KeyValues values = *pending_->result;
+    std::string error;
+    const auto outcome = reader_->wait_for(pending_->ticket, std::chrono::milliseconds(500), &error);
+    if (outcome == StoreWorker::Outcome::no_answer) return std::nullopt;
+    const std::shared_ptr<KeyValues> result = pending_->result;
     pending_.reset();
-    if (values.timed_out) {
-      store_stalled_ = true;
-      return std::nullopt;
-    }
+    if (outcome == StoreWorker::Outcome::failed)
+      fail(str("lost the store at ", where_, " while waiting for the other ranks (", first_line(error),
+               "): rank 0 or its host is gone"));
     last_answer_ = Clock::now();
-    return values;
+    return *result;
   }
 
   void wait_for_everyone() {
@@ -293,12 +280,9 @@ class Joiner {
     for (;;) {
       check_interrupt("waiting for the other ranks to join");
       if (const auto read = read_keys(keys_to_read(joined, checked_world))) {
-        if (!read->error.empty())
-          fail(str("lost the store at ", where_, " while waiting for the other ranks (", read->error,
-                   "): rank 0 or its host is gone"));
         const auto value = [&](const std::string& name) -> const std::string* {
-          const auto it = read->present.find(key(name));
-          return it == read->present.end() ? nullptr : &it->second;
+          const auto it = read->find(key(name));
+          return it == read->end() ? nullptr : &it->second;
         };
         if (const std::string* reason = value("abort")) fail(*reason);
         if (const std::string* world = value("world"); world && !checked_world) {
@@ -366,7 +350,6 @@ class Joiner {
   std::unique_ptr<StoreWorker> reader_;  // the wait's reads (read_keys)
   std::optional<Pending> pending_;
   Clock::time_point last_answer_;
-  bool store_stalled_ = false;
   bool joined_ = false;
 };
 

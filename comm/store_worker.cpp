@@ -7,6 +7,7 @@
 #include <cctype>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 
 namespace zest {
@@ -30,16 +31,32 @@ struct StoreWorker::State {
   Job periodic;
   std::chrono::milliseconds period{0};
   Clock::time_point next_periodic;
+  std::map<int64_t, std::string> errors;  // by ticket, the failed jobs' errors not yet asked for
+  bool stalled = false;                    // a call timed out: nothing more runs
   bool stopping = false;
   bool finished = false;
 };
 
 namespace {
 
-void run_job(const StoreWorker::Job& job, c10d::Store& store) {
+// Whether a store call failed by its own timeout (the store did not answer in time) rather than by a
+// lost connection. LibTorch 1.13 says "Socket Timeout"; 2.x "... timeout ..." or "timed out".
+bool is_store_timeout(const std::exception& e) {
+  std::string what = e.what();
+  for (char& c : what) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return what.find("timeout") != std::string::npos || what.find("timed out") != std::string::npos;
+}
+
+// Runs `job`: "" when it ran, its error when it threw; `timed_out` when a store call timed out.
+std::string run_job(const StoreWorker::Job& job, c10d::Store& store, bool& timed_out) {
   try {
     job(store);
-  } catch (...) {  // the job's own errors are its to report
+    return "";
+  } catch (const std::exception& e) {
+    timed_out = is_store_timeout(e);
+    return e.what();
+  } catch (...) {
+    return "an unknown error";
   }
 }
 
@@ -49,6 +66,10 @@ bool next_job(StoreWorker::State& s, StoreWorker::Job& job, bool& periodic) {
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     if (s.stopping) return false;
+    if (s.stalled) {
+      s.wake.wait(lock);
+      continue;
+    }
     if (s.periodic && Clock::now() >= s.next_periodic) {
       job = s.periodic;
       periodic = true;
@@ -73,11 +94,16 @@ void work(const std::shared_ptr<StoreWorker::State>& s) {
   StoreWorker::Job job;
   bool periodic = false;
   while (next_job(*s, job, periodic)) {
-    run_job(job, *s->store);
-    if (periodic) continue;
+    bool timed_out = false;
+    const std::string error = run_job(job, *s->store, timed_out);
     {
       std::lock_guard<std::mutex> lock(s->mutex);
-      ++s->done;
+      if (timed_out) {
+        s->stalled = true;  // this job, and every later one, never counts as run
+      } else if (!periodic) {
+        ++s->done;
+        if (!error.empty()) s->errors[s->done] = error;
+      }
     }
     s->ran.notify_all();
   }
@@ -126,10 +152,15 @@ int64_t StoreWorker::post(Job job) {
   return ticket;
 }
 
-bool StoreWorker::wait_for(int64_t ticket, std::chrono::milliseconds within) {
+StoreWorker::Outcome StoreWorker::wait_for(int64_t ticket, std::chrono::milliseconds within, std::string* error) {
   std::unique_lock<std::mutex> lock(state_->mutex);
-  return state_->ran.wait_for(lock, within, [&] { return state_->done >= ticket || state_->finished; }) &&
-         state_->done >= ticket;
+  state_->ran.wait_for(lock, within, [&] { return state_->done >= ticket || state_->finished; });
+  if (state_->done < ticket) return Outcome::no_answer;
+  const auto failed = state_->errors.find(ticket);
+  const bool ran = failed == state_->errors.end();
+  if (!ran && error != nullptr) *error = failed->second;
+  state_->errors.erase(state_->errors.begin(), state_->errors.upper_bound(ticket));  // asked for, or never will be
+  return ran ? Outcome::ran : Outcome::failed;
 }
 
 void StoreWorker::every(std::chrono::milliseconds period, Job job) {
@@ -140,13 +171,6 @@ void StoreWorker::every(std::chrono::milliseconds period, Job job) {
     state_->next_periodic = Clock::now();
   }
   state_->wake.notify_all();
-}
-
-bool is_store_timeout(const std::exception& e) {
-  // LibTorch 1.13 says "Socket Timeout"; 2.x "... timeout ..." or "timed out".
-  std::string what = e.what();
-  for (char& c : what) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return what.find("timeout") != std::string::npos || what.find("timed out") != std::string::npos;
 }
 
 }  // namespace zest

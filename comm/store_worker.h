@@ -8,7 +8,6 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,7 +21,8 @@ namespace zest {
 
 class StoreWorker {
  public:
-  using Job = std::function<void(c10d::Store&)>;  // catches what it expects; the worker drops the rest
+  // A job may throw: the store's own timeout stalls the worker (below); any other error fails the job.
+  using Job = std::function<void(c10d::Store&)>;
 
   // Connects its own client to the store at host:port (throws when it cannot) and starts the thread.
   // `hosted`: the store when this process hosts it, kept as long as the thread (a server stopped under a
@@ -33,14 +33,22 @@ class StoreWorker {
   StoreWorker(const StoreWorker&) = delete;
   StoreWorker& operator=(const StoreWorker&) = delete;
 
+  // What became of a job: it ran; it threw (the connection is lost, or the store refused: `error` says);
+  // or it has not run within the bound. The last: the store is slow, or not answering (stalled, or its
+  // host unreachable): a call stuck in it, or one that timed out. After a timeout the client is out of
+  // step with the store (the late answer may come to its next request), so the worker runs nothing more.
+  enum class Outcome { ran, failed, no_answer };
+
   // Queues `job` after the jobs before it; its ticket says when it has run. A job may run after its
   // caller stopped waiting (when the store answers again), so it must own (not borrow) what it touches.
   int64_t post(Job job);
-  // Waits at most `within` for the job of `ticket`: false when it has not run by then (the store is not
-  // answering, or is slow; waiting again for the same ticket is fine).
-  bool wait_for(int64_t ticket, std::chrono::milliseconds within);
+  // Waits at most `within` for the job of `ticket` (waiting again for the same ticket is fine); `error`,
+  // when given, receives a failed job's error.
+  Outcome wait_for(int64_t ticket, std::chrono::milliseconds within, std::string* error = nullptr);
   // post() and wait_for().
-  bool call(Job job, std::chrono::milliseconds within) { return wait_for(post(std::move(job)), within); }
+  Outcome call(Job job, std::chrono::milliseconds within, std::string* error = nullptr) {
+    return wait_for(post(std::move(job)), within, error);
+  }
   // Runs `job` every `period` from now on, between the other jobs (replaces an earlier one).
   void every(std::chrono::milliseconds period, Job job);
 
@@ -50,10 +58,5 @@ class StoreWorker {
   std::shared_ptr<State> state_;
   std::thread thread_;
 };
-
-// Whether a store call failed by its own timeout (the store did not answer in time: stalled, or its host
-// unreachable) rather than by a lost connection. After one, that client is out of step with the store
-// (the late answer may come to its next request): it is not asked again.
-bool is_store_timeout(const std::exception& e);
 
 }  // namespace zest
