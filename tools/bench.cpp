@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
+#include "models/common/fused_paths.h"
 #include "models/model_resolve.h"
 #include "tools/device_memory.h"
 #include "tools/flop_counter.h"
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 namespace zest {
@@ -192,6 +194,15 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double beyond_state = std::max(0.0, memory.peak_allocated_bytes - static_cast<double>(state.on_device()));
   const double activation_bytes_per_sample = max_over_ranks(*comm, beyond_state / static_cast<double>(batch));
   const nlohmann::json launches = kernels.is_object() ? kernels.at("launches_per_step") : nlohmann::json();
+  // Which fused kernels the steps took and which fell back (GPU only), each fallback also said in a line.
+  nlohmann::json fused_paths = nlohmann::json::object();
+  for (const FusedPathUse& use : fused_path_uses()) {
+    fused_paths[use.path] = {{"taken", use.taken}, {"fell_back", use.fell_back},
+                             {"why_not", use.fell_back > 0 ? nlohmann::json(use.why_not) : nlohmann::json()}};
+  }
+  if (comm->rank() == 0) {
+    for (const std::string& line : fused_path_fallback_lines()) std::cerr << "zest bench: " << line << "\n";
+  }
   return {{"model", resolved.name},
           {"parameters", engine.num_parameters()},
           {"device", device.str()},
@@ -226,6 +237,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"loss_first", loss_first},
           {"loss_last", loss_last},
           {"kernel_launches_per_step", launches},
+          {"fused_paths", fused_paths},
           {"cuda_graphs", graphs.is_enabled() ? std::string("on") : "off: " + graphs.disabled_reason()},
           {"graph_captures", graphs.captures()},
           {"graph_replays", graphs.replays()},

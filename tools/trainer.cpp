@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
+#include "models/common/fused_paths.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "tools/activation_check.h"
@@ -309,8 +310,13 @@ TrainOutcome TrainRun::train() {
     return outcome;
   }
   Window window = new_window(engine_->device());
+  bool fused_paths_said = false;
   while (engine_->step_count() < config_.train.max_steps) {
     step_once(window);  // never waits for the device; a skipped step is reported by the engine itself
+    if (!fused_paths_said) {  // after the first step, every layer has chosen: say which fused path fell back
+      fused_paths_said = true;
+      for (const std::string& line : fused_path_fallback_lines()) progress_->message("zest train: " + line);
+    }
     saver_.poll(*comm_);
     const bool stop = agree_stop(*comm_);  // the same answer on every rank, as are the conditions below
     const int64_t done = engine_->step_count();

@@ -1,4 +1,5 @@
 // concat_gelu_tanh (see concat_gelu_op.h): the CUDA kernels' autograd function is in concat_gelu_cuda.cpp.
+#include "models/common/fused_paths.h"
 #include "models/common/concat_gelu_op.h"
 
 #include "models/common/kernel_tensors.h"
@@ -20,10 +21,13 @@ namespace {
 
 bool uses_concat_gelu_kernels(const torch::Tensor& left, const torch::Tensor& right) {
 #ifdef ZEST_WITH_CUDA
+  if (!left.is_cuda()) return false;
   const auto dtype = left.scalar_type();
-  return left.is_cuda() && is_kernel_dtype(dtype) && right.scalar_type() == dtype && right.device() == left.device() &&
-         has_even_rows(left) && has_even_rows(right) && left.size(0) == right.size(0) &&
-         left.size(1) == right.size(1) && left.numel() > 0 && right.numel() > 0;
+  const bool covered = is_kernel_dtype(dtype) && right.scalar_type() == dtype && right.device() == left.device() &&
+                       has_even_rows(left) && has_even_rows(right) && left.size(0) == right.size(0) &&
+                       left.size(1) == right.size(1) && left.numel() > 0 && right.numel() > 0;
+  note_fused_path("concat_gelu", covered, "halves not [B, L, W] with evenly spaced rows of one dtype");
+  return covered;
 #else
   (void)left, (void)right;
   return false;

@@ -1,5 +1,6 @@
 // Float32 norms that save compute-dtype tensors only (see fused_norms.h): custom autograd functions over
 // ATen's own layer/group norm kernels and their backward kernels.
+#include "models/common/fused_paths.h"
 #include "models/common/fused_norms.h"
 
 #include "models/common/layer_norm_modulate_op.h"
@@ -26,7 +27,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_backward
 bool uses_group_norm_kernels(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                              int64_t groups) {
 #ifdef ZEST_WITH_CUDA
-  return group_norm_nhwc_applies(x, weight, bias, groups);
+  if (!x.is_cuda()) return false;
+  const bool covered = group_norm_nhwc_applies(x, weight, bias, groups);
+  note_fused_path("group_norm_nhwc", covered, "activations not channels-last, or channels not a multiple of groups");
+  return covered;
 #else
   (void)x, (void)weight, (void)bias, (void)groups;
   return false;

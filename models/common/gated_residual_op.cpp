@@ -1,4 +1,5 @@
 // gated_residual (see gated_residual_op.h): the CUDA kernels' autograd function is in gated_residual_cuda.cpp.
+#include "models/common/fused_paths.h"
 #include "models/common/gated_residual_op.h"
 
 #include "models/common/kernel_tensors.h"
@@ -11,11 +12,14 @@ torch::Tensor gated_residual_cuda(const torch::Tensor& x, const torch::Tensor& y
 
 bool uses_gated_residual_kernels(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
 #ifdef ZEST_WITH_CUDA
+  if (!x.is_cuda()) return false;
   const auto dtype = x.scalar_type();
-  return x.is_cuda() && x.dim() == 3 && x.numel() > 0 && is_kernel_dtype(dtype) && y.sizes() == x.sizes() &&
-         y.scalar_type() == dtype && y.device() == x.device() && gate.dim() == 3 && gate.size(0) == x.size(0) &&
-         gate.size(1) == 1 && gate.size(2) == x.size(2) && gate.stride(2) == 1 && gate.scalar_type() == dtype &&
-         gate.device() == x.device();
+  const bool covered = x.dim() == 3 && x.numel() > 0 && is_kernel_dtype(dtype) && y.sizes() == x.sizes() &&
+                       y.scalar_type() == dtype && y.device() == x.device() && gate.dim() == 3 &&
+                       gate.size(0) == x.size(0) && gate.size(1) == 1 && gate.size(2) == x.size(2) &&
+                       gate.stride(2) == 1 && gate.scalar_type() == dtype && gate.device() == x.device();
+  note_fused_path("gated_residual", covered, "inputs not [B, S, D] with a per-sample [B, 1, D] gate of their dtype");
+  return covered;
 #else
   (void)x, (void)y, (void)gate;
   return false;

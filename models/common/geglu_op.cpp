@@ -1,4 +1,5 @@
 // geglu (see geglu_op.h): the CUDA kernels' autograd function is in geglu_cuda.cpp.
+#include "models/common/fused_paths.h"
 #include "models/common/geglu_op.h"
 
 #include "models/common/kernel_tensors.h"
@@ -11,9 +12,11 @@ torch::Tensor geglu_cuda(const torch::Tensor& proj);
 
 bool uses_geglu_kernels(const torch::Tensor& proj) {
 #ifdef ZEST_WITH_CUDA
-  const auto dtype = proj.scalar_type();
-  return proj.is_cuda() && proj.is_contiguous() && proj.dim() >= 1 && proj.numel() > 0 && proj.size(-1) % 2 == 0 &&
-         is_kernel_dtype(dtype);
+  if (!proj.is_cuda()) return false;
+  const bool covered = proj.is_contiguous() && proj.dim() >= 1 && proj.numel() > 0 && proj.size(-1) % 2 == 0 &&
+                       is_kernel_dtype(proj.scalar_type());
+  note_fused_path("geglu", covered, "projection not contiguous with an even last dim");
+  return covered;
 #else
   (void)proj;
   return false;

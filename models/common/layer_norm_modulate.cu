@@ -1,7 +1,8 @@
 // Modulated layer-norm kernels (see layer_norm_modulate.h). A block takes a row; with T threads, thread t
 // holds the packs t, t + T, ... of V elements, so it owns the same columns in every row, and backward
 // accumulates shift's and scale's column sums in registers across the rows of its tile. T is sized to the
-// row (HY-Motion 1B's 1280 columns: 160 threads of one 8-element pack each).
+// row (HY-Motion 1B's 1280 columns: 160 threads of one 8-element pack each); where no whole number of
+// warps splits the row evenly, the last threads hold one pack fewer (or none) than the others.
 #include "models/common/kernel_access.cuh"
 #include "models/common/layer_norm_modulate.h"
 
@@ -34,6 +35,12 @@ __device__ __forceinline__ float2 block_sum(float2 v, float2* shared) {
   float2 total = make_float2(0.0f, 0.0f);
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total.x += shared[w].x, total.y += shared[w].y;
   return total;
+}
+
+// The packs this thread holds of a row of `vectors` packs: pack k is vector threadIdx.x + k·blockDim.x.
+__device__ __forceinline__ int packs_of_thread(int64_t vectors) {
+  const int64_t t = threadIdx.x, threads = blockDim.x;
+  return t < vectors ? static_cast<int>((vectors - t + threads - 1) / threads) : 0;
 }
 
 // Element i of the thread's k-th pack: column (threadIdx.x + k·blockDim.x)·V + i.
@@ -92,7 +99,7 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
                                                            const T* scale, float eps, T* y, float* mean_out,
                                                            float* rstd_out) {
   __shared__ float2 shared[kMaxWarps];
-  const int packs = static_cast<int>(r.dim / (blockDim.x * V));
+  const int packs = packs_of_thread(r.dim / V);
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   for (int64_t row = blockIdx.x; row < r.batch * r.seq; row += gridDim.x) {
     const int64_t b = row / r.seq;
@@ -124,7 +131,7 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
                                                             const T* scale, const float* mean, const float* rstd,
                                                             T* dx, float* partial, int64_t rows_per_tile) {
   __shared__ float2 shared[kMaxWarps];
-  const int packs = static_cast<int>(r.dim / (blockDim.x * V));
+  const int packs = packs_of_thread(r.dim / V);
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
   float one_plus[K], dshift[K] = {}, dscale[K] = {};
@@ -185,18 +192,32 @@ struct RowLayout {
   int width = 0, threads = 0;
 };
 
+// An even split over whole warps first (every thread busy); else the fewest packs a thread with the
+// threads rounded up to whole warps, the last ones holding less.
 RowLayout layout_for(int64_t dim, int width) {
-  if (dim % width != 0) return {};
+  if (dim <= 0 || dim % width != 0) return {};
   const int64_t vectors = dim / width;
   for (int packs = 1; packs * width <= kMaxPerThread; ++packs) {
     const int64_t threads = vectors % packs == 0 ? vectors / packs : 0;
     if (threads > 0 && threads % 32 == 0 && threads <= kMaxThreads) return {width, static_cast<int>(threads)};
   }
+  for (int packs = 1; packs * width <= kMaxPerThread; ++packs) {
+    const int64_t threads = (vectors + packs - 1) / packs;
+    const int64_t warps_threads = (threads + 31) / 32 * 32;
+    if (warps_threads <= kMaxThreads) return {width, static_cast<int>(warps_threads)};
+  }
   return {};
 }
 
-// Calls fn.template operator()<K>() with K = the elements a thread holds for `packs` packs of V: V or 2V
-// exactly (HY-Motion's rows), else kMaxPerThread with the kernels' runtime guard.
+// The most packs a thread holds.
+int packs_per_thread(int64_t dim, const RowLayout& layout) {
+  const int64_t vectors = dim / layout.width;
+  return static_cast<int>((vectors + layout.threads - 1) / layout.threads);
+}
+
+// Calls fn.template operator()<K>() with K = the elements a thread holds for at most `packs` packs of V:
+// V or 2V (HY-Motion's rows), else kMaxPerThread, the kernels' runtime guards stopping at the thread's own
+// pack count.
 template <int V, typename Fn>
 void with_elements_per_thread(int packs, Fn&& fn) {
   static_assert(2 * V <= kMaxPerThread, "a pack is at most 16 bytes: 8 16-bit elements");
@@ -240,7 +261,7 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
   const RowLayout layout = row_layout(rows, element_bytes, {x, y});
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
-  const int packs = static_cast<int>(rows.dim / (layout.threads * layout.width));
+  const int packs = packs_per_thread(rows.dim, layout);
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
     with_elements_per_thread<V>(packs, [&]<int K>() {
       forward_kernel<T, V, K><<<blocks, layout.threads, 0, stream>>>(
@@ -260,7 +281,7 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
   const int64_t tiles = backward_tiles(rows);
   const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
-  const int packs = static_cast<int>(rows.dim / (layout.threads * layout.width));
+  const int packs = packs_per_thread(rows.dim, layout);
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
     with_elements_per_thread<V>(packs, [&]<int K>() {
       backward_kernel<T, V, K><<<grid, layout.threads, 0, stream>>>(

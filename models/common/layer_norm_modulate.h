@@ -18,8 +18,8 @@ struct ModulatedRows {
   int64_t rows() const { return batch * seq; }
 };
 
-// A row splits over whole warps of up to 512 threads, at most 16 elements each (a multiple of 32 with
-// such a split; HY-Motion's 1280, 2048 and 3072 have one).
+// A row spreads over whole warps of up to 512 threads, at most 16 elements each: every width from 1 to
+// 8192 (evenly where a whole number of warps splits it, as HY-Motion's 1280, 2048 and 3072).
 bool layer_norm_modulate_covers(int64_t dim);
 int64_t layer_norm_modulate_scratch(const ModulatedRows& rows);  // floats
 

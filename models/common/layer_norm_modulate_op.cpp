@@ -3,7 +3,10 @@
 #include "models/common/layer_norm_modulate_op.h"
 
 #include "core/check.h"
+#include "models/common/fused_paths.h"
 #include "models/common/kernel_tensors.h"
+
+#include <string>
 
 namespace zest {
 
@@ -23,8 +26,14 @@ bool is_per_sample(const torch::Tensor& m, const torch::Tensor& x) {
 
 bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
 #ifdef ZEST_WITH_CUDA
-  return x.is_cuda() && x.dim() == 3 && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) &&
-         layer_norm_modulate_covers(x.size(2)) && is_per_sample(shift, x) && is_per_sample(scale, x);
+  if (!x.is_cuda()) return false;
+  const bool layout = x.dim() == 3 && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) && is_per_sample(shift, x) &&
+                      is_per_sample(scale, x);
+  const bool covered = layout && layer_norm_modulate_covers(x.size(2));
+  note_fused_path("layer_norm_modulate", covered,
+                  !layout ? "input not [B, S, D] with per-sample [B, 1, D] shift and scale of its dtype"
+                          : "width " + std::to_string(x.size(2)) + " not covered (1 to 8192)");
+  return covered;
 #else
   (void)x, (void)shift, (void)scale;
   return false;

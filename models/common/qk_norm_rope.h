@@ -34,8 +34,10 @@ struct QkvShape {
   int64_t rows() const { return batch * seq() * heads; }
 };
 
-// Whether the kernels take this head dim and element size (16-byte accesses of whole pairs; a row is
-// 2–32 threads), and the alignment every projection row and pointer needs, in elements.
+// Whether the kernels take this head dim and element size: every head dim from 8 to 256 that is a whole
+// number of 16-byte accesses (a multiple of 8 in 16-bit dtypes, of 4 in float32; of 8 in float32 past
+// 128), a row spread over a power-of-two group of at most 32 lanes; and the alignment every projection
+// row and pointer needs, in elements.
 bool qk_norm_rope_covers(int64_t head_dim, int element_bytes);
 int64_t qk_norm_rope_alignment(int element_bytes);
 int64_t qk_norm_rope_scratch(const QkvShape& shape, int element_bytes);  // floats

@@ -3,9 +3,11 @@
 
 #include "core/check.h"
 #include "core/env_switch.h"
+#include "models/common/fused_paths.h"
 #include "models/common/kernel_tensors.h"
 
 #include <cstdint>
+#include <string>
 
 namespace zest {
 
@@ -26,16 +28,23 @@ EnvSwitch& kernel_switch() {
 bool qk_norm_rope_enabled() { return kernel_switch().enabled(); }
 void set_qk_norm_rope(bool enabled) { kernel_switch().set(enabled); }
 
-bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
-                               const torch::Tensor& sin) {
 #ifdef ZEST_WITH_CUDA
-  if (!qk_norm_rope_enabled() || streams.empty() || streams.size() > 2 || num_heads <= 0) return false;
+namespace {
+
+// Why the kernels cannot take these inputs, or nothing when they can.
+std::string refusal(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
+                    const torch::Tensor& sin) {
+  if (!qk_norm_rope_enabled()) return "switched off (ZEST_QK_NORM_ROPE=0)";
+  if (streams.empty() || streams.size() > 2 || num_heads <= 0) return "one or two streams of whole heads";
   const auto& first = streams.front().proj;
-  if (!first.defined() || !first.is_cuda() || first.dim() != 3 || first.size(-1) % (3 * num_heads) != 0) return false;
+  if (first.dim() != 3 || first.size(-1) % (3 * num_heads) != 0) return "the projection is not [B, S, 3·H·d]";
   const auto dtype = first.scalar_type();
   const int64_t head_dim = first.size(-1) / (3 * num_heads);
   const int bytes = static_cast<int>(first.element_size());
-  if (!is_kernel_dtype(dtype) || !qk_norm_rope_covers(head_dim, bytes)) return false;
+  if (!is_kernel_dtype(dtype)) return "dtype not float32, bfloat16 or float16";
+  if (!qk_norm_rope_covers(head_dim, bytes)) {
+    return "head dim " + std::to_string(head_dim) + " not covered (8 to 256, whole 16-byte accesses)";
+  }
   const int64_t align = qk_norm_rope_alignment(bytes);
   const auto aligned = [&](const torch::Tensor& t) {
     return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % static_cast<std::uintptr_t>(16) == 0;
@@ -50,13 +59,28 @@ bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_
       return w.defined() && w.device() == first.device() && w.scalar_type() == dtype && w.dim() == 1 &&
              w.size(0) == head_dim && w.is_contiguous() && aligned(w);
     };
-    if (!proj_ok || !weight_ok(s.q_weight) || !weight_ok(s.k_weight)) return false;
+    if (!proj_ok) return "a projection is not 16-byte aligned with a contiguous last dim";
+    if (!weight_ok(s.q_weight) || !weight_ok(s.k_weight)) return "a norm weight is not [d] in the projection's dtype";
     seq += p.size(1);
   }
-  return cos.defined() && sin.defined() && cos.scalar_type() == torch::kFloat32 &&
-         sin.scalar_type() == torch::kFloat32 && cos.device() == first.device() && sin.device() == first.device() &&
-         cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.size(1) == head_dim && cos.size(0) <= seq &&
-         cos.is_contiguous() && sin.is_contiguous();
+  const bool tables_ok = cos.defined() && sin.defined() && cos.scalar_type() == torch::kFloat32 &&
+                         sin.scalar_type() == torch::kFloat32 && cos.device() == first.device() &&
+                         sin.device() == first.device() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
+                         cos.size(1) == head_dim && cos.size(0) <= seq && cos.is_contiguous() && sin.is_contiguous();
+  if (!tables_ok) return "the RoPE tables are not float32 [rotated ≤ S, d] on the device";
+  return {};
+}
+
+}  // namespace
+#endif
+
+bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+#ifdef ZEST_WITH_CUDA
+  if (streams.empty() || !streams.front().proj.defined() || !streams.front().proj.is_cuda()) return false;
+  const std::string why_not = refusal(streams, num_heads, cos, sin);
+  note_fused_path("qk_norm_rope", why_not.empty(), why_not);
+  return why_not.empty();
 #else
   (void)streams, (void)num_heads, (void)cos, (void)sin;
   return false;
@@ -65,11 +89,12 @@ bool uses_qk_norm_rope_kernels(const std::vector<QkvProjection>& streams, int64_
 
 AttentionInputs qk_norm_rope(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
                              const torch::Tensor& sin, double eps) {
-  ZEST_CHECK(uses_qk_norm_rope_kernels(streams, num_heads, cos, sin), "q/k norm + RoPE kernels: inputs not covered");
 #ifdef ZEST_WITH_CUDA
+  const std::string why_not = refusal(streams, num_heads, cos, sin);
+  ZEST_CHECK(why_not.empty(), "q/k norm + RoPE kernels: ", why_not);
   return qk_norm_rope_cuda(streams, num_heads, cos, sin, eps);
 #else
-  (void)eps;
+  (void)streams, (void)num_heads, (void)cos, (void)sin, (void)eps;
   ZEST_FAIL("q/k norm + RoPE kernels: this zest was built without CUDA");
 #endif
 }

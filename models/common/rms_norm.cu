@@ -1,4 +1,6 @@
-// RMSNorm kernels (see rms_norm.h): a warp per row, lane l holding elements l, l+32, ... of the row.
+// RMSNorm kernels (see rms_norm.h): a warp per row, lane l holding elements l, l+32, ... of the row: K
+// slots a lane for rows of up to 32·K elements, the slots past the row's end holding nothing, so every
+// head dim from 1 to 256 is covered by eight instantiations a dtype.
 #include "models/common/kernel_access.cuh"
 #include "models/common/rms_norm.h"
 
@@ -30,15 +32,17 @@ __global__ void forward_kernel(RmsRows r, const T* x, const T* weight, float eps
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarps) + threadIdx.x / 32;
   if (row >= row_count(r)) return;
   const T* in = x + row_offset(r, row);
-  float v[K], sumsq = 0.0f;
+  float v[K] = {}, sumsq = 0.0f;
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = to_float(in[lane + 32 * k]), sumsq += v[k] * v[k];
+  for (int k = 0; k < K; ++k) {
+    if (lane + 32 * k < r.head_dim) v[k] = to_float(in[lane + 32 * k]), sumsq += v[k] * v[k];
+  }
   const float inv = rsqrtf(warp_sum(sumsq) / static_cast<float>(r.head_dim) + eps);
   if (lane == 0) rstd[row] = inv;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int j = lane + 32 * k;
-    y[row * r.head_dim + j] = from_float<T>(rounded<T>(v[k] * inv) * to_float(weight[j]));
+    if (j < r.head_dim) y[row * r.head_dim + j] = from_float<T>(rounded<T>(v[k] * inv) * to_float(weight[j]));
   }
 }
 
@@ -49,16 +53,19 @@ __global__ void backward_kernel(RmsRows r, const T* dy, const T* x, const T* wei
                                 float* partial) {
   __shared__ float block_sum[kWarps][32 * K];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float w[K], dweight[K] = {};
+  float w[K] = {}, dweight[K] = {};
 #pragma unroll
-  for (int k = 0; k < K; ++k) w[k] = to_float(weight[lane + 32 * k]);
+  for (int k = 0; k < K; ++k) {
+    if (lane + 32 * k < r.head_dim) w[k] = to_float(weight[lane + 32 * k]);
+  }
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarps) + warp; row < row_count(r);
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
     const T* in = x + row_offset(r, row);
     const float inv = rstd[row];
-    float v[K], g[K], dot = 0.0f;
+    float v[K] = {}, g[K] = {}, dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
+      if (lane + 32 * k >= r.head_dim) continue;
       const float d = to_float(dy[row * r.head_dim + lane + 32 * k]);
       v[k] = to_float(in[lane + 32 * k]);
       g[k] = rounded<T>(d * w[k]);
@@ -68,6 +75,7 @@ __global__ void backward_kernel(RmsRows r, const T* dy, const T* x, const T* wei
     const float dmean = warp_sum(dot) * -0.5f * inv * inv * inv;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
+      if (lane + 32 * k >= r.head_dim) continue;
       dx[row * r.head_dim + lane + 32 * k] =
           from_float<T>(g[k] * inv + dmean * 2.0f * v[k] / static_cast<float>(r.head_dim));
     }
@@ -75,10 +83,10 @@ __global__ void backward_kernel(RmsRows r, const T* dy, const T* x, const T* wei
 #pragma unroll
   for (int k = 0; k < K; ++k) block_sum[warp][lane + 32 * k] = dweight[k];
   __syncthreads();
-  for (int j = threadIdx.x; j < 32 * K; j += kThreads) {
+  for (int j = threadIdx.x; j < r.head_dim; j += kThreads) {
     float total = 0.0f;
     for (int k = 0; k < kWarps; ++k) total += block_sum[k][j];
-    partial[blockIdx.x * static_cast<int64_t>(32 * K) + j] = total;
+    partial[blockIdx.x * r.head_dim + j] = total;
   }
 }
 
@@ -103,25 +111,31 @@ __global__ void finalize_weight_kernel(const float* partial, int64_t blocks, int
 int64_t forward_blocks(const RmsRows& r) { return (r.rows() + kWarps - 1) / kWarps; }
 int64_t backward_blocks(const RmsRows& r) { return std::min(forward_blocks(r), kMaxBackwardBlocks); }
 
-// Calls fn.template operator()<T, K>() with K = head_dim / 32.
+constexpr int64_t kMaxHeadDim = 32 * 8;
+
+// Calls fn.template operator()<T, K>() with K = ⌈head_dim / 32⌉ slots a lane.
 template <typename Fn>
 void dispatch_rows(KernelDtype dtype, int64_t head_dim, Fn&& fn) {
+  if (head_dim < 1 || head_dim > kMaxHeadDim) {
+    throw std::invalid_argument("RMSNorm kernels: head dim " + std::to_string(head_dim));
+  }
   dispatch(dtype, 1, [&]<typename T, int>() {
-    switch (head_dim) {
-      case 32: fn.template operator()<T, 1>(); return;
-      case 64: fn.template operator()<T, 2>(); return;
-      case 128: fn.template operator()<T, 4>(); return;
-      case 256: fn.template operator()<T, 8>(); return;
-      default: throw std::invalid_argument("RMSNorm kernels: head dim " + std::to_string(head_dim));
+    switch ((head_dim + 31) / 32) {
+      case 1: fn.template operator()<T, 1>(); return;
+      case 2: fn.template operator()<T, 2>(); return;
+      case 3: fn.template operator()<T, 3>(); return;
+      case 4: fn.template operator()<T, 4>(); return;
+      case 5: fn.template operator()<T, 5>(); return;
+      case 6: fn.template operator()<T, 6>(); return;
+      case 7: fn.template operator()<T, 7>(); return;
+      default: fn.template operator()<T, 8>(); return;
     }
   });
 }
 
 }  // namespace
 
-bool rms_norm_covers(int64_t head_dim) {
-  return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
-}
+bool rms_norm_covers(int64_t head_dim) { return head_dim >= 1 && head_dim <= kMaxHeadDim; }
 
 int64_t rms_norm_backward_scratch(const RmsRows& rows) { return backward_blocks(rows) * rows.head_dim; }
 

@@ -17,7 +17,7 @@ struct RmsRows {
   int64_t rows() const { return batch * seq * heads; }
 };
 
-bool rms_norm_covers(int64_t head_dim);  // 32, 64, 128 or 256
+bool rms_norm_covers(int64_t head_dim);  // every head dim from 1 to 256
 int64_t rms_norm_backward_scratch(const RmsRows& rows);  // floats
 
 // y [rows, d] contiguous = bf16(x·rstd) · weight; rstd: float [rows], saved for backward.

@@ -5,6 +5,7 @@
 #include "common/tensor_close.h"
 #include "hymotion/hymotion_test_util.h"
 #include "models/common/concat_gelu_op.h"
+#include "models/common/fused_paths.h"
 #include "models/common/gated_residual_op.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +67,88 @@ TEST(GpuHyMotion, Bf16TracksTheFloat32Reference) {
     const auto& expected = golden.grads().at(item.key());
     if (expected.abs().max().item<double>() < 1e-9) continue;  // the refiner's k-norm bias: mathematically 0
     EXPECT_LE(relative_l2(grad.cpu(), expected), 1e-1) << item.key();
+  }
+}
+
+// HY-Motion at configs that are not the release: head dims of 96 and 40 (rows of 12 and 5 lanes, padded
+// to 16 and 8) and widths of 288 and 200 that no whole number of warps splits evenly. On the GPU every
+// fused path is taken, none falls back, and float32 there equals the CPU's op-by-op form (output and
+// every gradient); bf16 takes the same paths and tracks it.
+HyMotionConfig shape_variant(int64_t feat_dim, int64_t heads) {
+  HyMotionConfig c = load_config("hymotion_tiny");
+  c.feat_dim = feat_dim;
+  c.num_heads = heads;
+  c.num_layers = 3;  // one double block, two single blocks
+  c.validate();
+  return c;
+}
+
+// Every parameter drawn at random (the release zero-initialises the gates, which would leave the blocks
+// out of the output), the same on every call.
+std::shared_ptr<HyMotionModel> random_model(const HyMotionConfig& c) {
+  torch::manual_seed(5);
+  auto model = std::make_shared<HyMotionModel>(c);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.1);
+  return model;
+}
+
+HyMotionInputs random_inputs(const HyMotionConfig& c) {
+  torch::manual_seed(6);
+  const int64_t batch = 2, frames = 24, tokens = 6;
+  auto lengths_mask = [](int64_t width, std::vector<int64_t> lengths) {
+    auto mask = torch::zeros({static_cast<int64_t>(lengths.size()), width}, torch::kBool);
+    for (size_t b = 0; b < lengths.size(); ++b) mask[static_cast<int64_t>(b)].narrow(0, 0, lengths[b]).fill_(true);
+    return mask;
+  };
+  return {torch::randn({batch, frames, c.input_dim}), torch::randn({batch, tokens, c.ctxt_input_dim}),
+          torch::randn({batch, 1, c.vtxt_input_dim}), torch::rand({batch}),
+          lengths_mask(frames, {24, 17}), lengths_mask(tokens, {6, 4})};
+}
+
+void expect_no_fallback() {
+  const auto uses = fused_path_uses();
+  bool qk_norm_rope = false, layer_norm_modulate = false;
+  for (const auto& use : uses) {
+    EXPECT_EQ(use.fell_back, 0) << use.path << ": " << use.why_not;
+    qk_norm_rope = qk_norm_rope || (use.path == "qk_norm_rope" && use.taken > 0);
+    layer_norm_modulate = layer_norm_modulate || (use.path == "layer_norm_modulate" && use.taken > 0);
+  }
+  EXPECT_TRUE(qk_norm_rope);
+  EXPECT_TRUE(layer_norm_modulate);
+}
+
+TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
+  for (const auto& [feat_dim, heads] : std::vector<std::pair<int64_t, int64_t>>{{288, 3}, {200, 5}}) {
+    SCOPED_TRACE(::testing::Message() << "feat_dim " << feat_dim << ", " << heads << " heads");
+    const HyMotionConfig c = shape_variant(feat_dim, heads);
+    const HyMotionInputs inputs = random_inputs(c);
+    auto cpu = random_model(c);
+    const auto want = cpu->forward(inputs);
+    want.pow(2).mean().backward();
+
+    auto gpu = random_model(c);
+    gpu->to(torch::kCUDA);
+    reset_fused_path_uses();
+    const auto got = gpu->forward(on_gpu(inputs));
+    got.pow(2).mean().backward();
+    expect_no_fallback();
+    EXPECT_LE(relative_l2(got.cpu(), want), 1e-5);
+    const auto cpu_params = cpu->named_parameters();
+    for (const auto& item : gpu->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      const auto c_grad = closeness(item.value().grad().cpu(), cpu_params[item.key()].grad(), kGradParity);
+      EXPECT_TRUE(c_grad.ok) << item.key() << ": " << c_grad.describe();
+    }
+
+    auto half = random_model(c);
+    half->to(torch::kCUDA, torch::kBFloat16);
+    reset_fused_path_uses();
+    const auto got16 = half->forward(on_gpu(inputs));
+    got16.to(torch::kFloat32).pow(2).mean().backward();
+    expect_no_fallback();
+    EXPECT_LE(relative_l2(got16.cpu(), want), 2e-2);
+    reset_fused_path_uses();
   }
 }
 

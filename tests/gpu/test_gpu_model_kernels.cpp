@@ -2,6 +2,7 @@
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
 // sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
 // per-head RMSNorm; the modulated layer norm; the gated residual; [attention | GELU_tanh(MLP half)].
+#include "models/common/fused_paths.h"
 #include "models/common/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
 #include "models/common/gated_residual_op.h"
@@ -175,10 +176,11 @@ TEST(GpuRope, KernelsMatchTheCpuPath) {
 
 // The per-head RMSNorm on q as a view of a qkv projection (rows strided, d contiguous), against the
 // reference's op-by-op form on the CPU, output and the gradients of x and the weight.
+// Head dims filling whole lanes (32, 64, 128, 256) and leaving the last lanes' slots empty (8, 40, 96, 200).
 TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
   torch::manual_seed(9);
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (const int64_t d : {64, 128}) {
+    for (const int64_t d : {64, 128, 8, 32, 40, 96, 200, 256}) {
       SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " head dim " << d);
       const int64_t heads = 4;
       const auto qkv = (torch::randn({3, 50, 3 * heads * d}) * 3).to(dtype);
@@ -212,12 +214,12 @@ TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
 // HY-Motion's modulated layer norm with shift and scale as chunks of one modulation output (strided
 // per sample, D contiguous), against the op chain autocast computes (float32 layer norm, 1 + scale in the
 // activation dtype, float32 modulation, one rounding) on the CPU: output and the gradients of x, shift and
-// scale. Widths of 32 to 384 threads (256, 768, HY-Motion's 1280, 2048, 3072) and one the kernels leave
-// to ATen (200).
+// scale. Widths split evenly over 32 to 384 threads (256, 768, HY-Motion's 1280, 2048, 3072) and widths
+// whose last threads hold less or nothing (200, 288, 1000, 1088, 1152, 4104).
 TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
   torch::manual_seed(11);
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (const int64_t d : {256, 768, 1280, 2048, 3072, 200}) {
+    for (const int64_t d : {256, 768, 1280, 2048, 3072, 200, 288, 1000, 1088, 1152, 4104}) {
       SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
       const int64_t batch = 3, seq = 37;
       const auto x0 = (torch::randn({batch, seq, d}) * 2 + 0.5).to(dtype);
@@ -235,7 +237,7 @@ TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
         const auto& scale = chunks[4];
         torch::Tensor y;
         if (gpu) {
-          EXPECT_EQ(uses_layer_norm_modulate_kernels(x, shift, scale), d % 32 == 0);
+          EXPECT_TRUE(uses_layer_norm_modulate_kernels(x, shift, scale));
           y = layer_norm_modulate(x, shift, scale, 1e-6);
         } else {
           const auto normed = torch::layer_norm(x.to(torch::kFloat32), {d}, {}, {}, 1e-6);
@@ -254,6 +256,22 @@ TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
       EXPECT_EQ(got_dmod.narrow(-1, 0, 3 * d).abs().max().item<double>(), 0.0);  // the unused chunks
     }
   }
+}
+
+// Past 8192 columns (512 threads of 16) the op chain runs, and the fallback is recorded with its reason.
+TEST(GpuLayerNormModulate, AWidthPastTheKernelsFallsBackAndSaysWhy) {
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto x = torch::randn({1, 3, 8200}, cuda);
+  const auto mod = torch::randn({1, 1, 2 * 8200}, cuda).chunk(2, -1);
+  reset_fused_path_uses();
+  EXPECT_FALSE(uses_layer_norm_modulate_kernels(x, mod[0], mod[1]));
+  const auto lines = fused_path_fallback_lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("layer_norm_modulate"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("width 8200 not covered"), std::string::npos) << lines[0];
+  const auto y = layer_norm_modulate(x, mod[0], mod[1], 1e-6);  // the op chain
+  EXPECT_EQ(y.sizes(), x.sizes());
+  reset_fused_path_uses();
 }
 
 // Bitwise repeatable: the column sums of backward go in a fixed order.

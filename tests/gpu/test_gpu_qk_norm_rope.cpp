@@ -127,9 +127,14 @@ void check_case(const Case& c) {
   EXPECT_TRUE(torch::equal(weights[0].grad(), first_dw));
 }
 
+// The released head dims (64, 128) and others: rows of a power-of-two lane count (32, 256), padded lane
+// groups (40, 96, 152 and 200 in bf16: 5, 12, 19, 25 lanes), float32's two accesses a lane past 128 (200,
+// 256), float32's four-element lanes (36: 9 lanes of 16) and one-lane rows (8 in bf16).
 TEST(GpuQkNormRope, MatchesTheOpChain) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (const int64_t d : {64, 128}) {
+    const std::vector<int64_t> dims = dtype == torch::kFloat32 ? std::vector<int64_t>{64, 128, 36, 96, 200, 256}
+                                                               : std::vector<int64_t>{64, 128, 8, 32, 40, 96, 152, 200, 256};
+    for (const int64_t d : dims) {
       SCOPED_TRACE(std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " d=" + std::to_string(d));
       check_case({dtype, d, {37}, 0, 37});           // one stream, all rotated
       check_case({dtype, d, {29}, 5 * d, 11});        // a slice of a wider projection, part rotated
@@ -142,10 +147,12 @@ TEST(GpuQkNormRope, MatchesTheOpChain) {
 TEST(GpuQkNormRope, OtherShapesTakeTheOpChain) {
   const KernelsOn on;
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-  const auto w = torch::ones({32}, cuda);
-  const auto p = torch::randn({2, 5, 3 * kHeads * 32}, cuda);
-  const auto cos = torch::ones({5, 32}, cuda);
-  EXPECT_FALSE(uses_qk_norm_rope_kernels({{p, w, w}}, kHeads, cos, cos)) << "head dim 32";
+  for (const int64_t d : {34, 264, 6}) {  // not whole 16-byte accesses; past 256; under 8
+    const auto w = torch::ones({d}, cuda);
+    const auto p = torch::randn({2, 5, 3 * kHeads * d}, cuda);
+    const auto cos = torch::ones({5, d}, cuda);
+    EXPECT_FALSE(uses_qk_norm_rope_kernels({{p, w, w}}, kHeads, cos, cos)) << "head dim " << d;
+  }
   const auto w64 = torch::ones({64}, cuda);
   const auto p64 = torch::randn({2, 5, 3 * kHeads * 64}, cuda);
   EXPECT_FALSE(uses_qk_norm_rope_kernels({{p64, w64, w64}}, kHeads, torch::ones({6, 64}, cuda),
