@@ -137,6 +137,12 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
     const auto cpu_params = cpu->named_parameters();
     for (const auto& item : gpu->named_parameters()) {
       ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      if (item.key().find("self_attn_k_norm.bias") != std::string::npos) {
+        // Zero in exact arithmetic (a per-head shift of every key adds one logit to a whole softmax row):
+        // both sides hold rounding noise of ~1e-9, which no relative bound compares.
+        EXPECT_LE(item.value().grad().abs().max().item<double>(), 1e-7) << item.key();
+        continue;
+      }
       const auto c_grad = closeness(item.value().grad().cpu(), cpu_params[item.key()].grad(), kGradParity);
       EXPECT_TRUE(c_grad.ok) << item.key() << ": " << c_grad.describe();
     }
