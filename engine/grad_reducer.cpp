@@ -14,27 +14,19 @@ GradReducer::GradReducer(const std::vector<Unit>& units, std::vector<Bucket>& bu
       bucket_of_unit_(std::move(bucket_of_unit)),
       max_in_flight_(max_in_flight),
       is_accumulation_final_(is_accumulation_final) {
-  markers_pending_.assign(units.size(), 0);
-  is_marked_.assign(units.size(), 0);
-  slot_accumulated_.resize(units.size());
-  slots_left_.assign(units.size(), 0);
+  progress_.resize(units.size());
   is_launched_.assign(buckets.size(), 0);
   reset_tracking();
 }
 
 void GradReducer::reset_tracking() {
-  std::fill(markers_pending_.begin(), markers_pending_.end(), 0);
-  std::fill(is_marked_.begin(), is_marked_.end(), 0);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    slot_accumulated_[u].assign(units_[u].params().size(), 0);
-    slots_left_[u] = static_cast<int>(units_[u].params().size());
-  }
+  for (size_t u = 0; u < units_.size(); ++u) progress_[u].reset(units_[u].params().size());
   // is_launched_ stays until the next begin_backward.
 }
 
 void GradReducer::marker_attached(size_t u) {
-  ++markers_pending_[u];
-  is_marked_[u] = 1;
+  ++progress_[u].markers_pending;
+  progress_[u].is_marked = true;
 }
 
 void GradReducer::begin_backward(bool reduce, bool accumulate) {
@@ -58,16 +50,18 @@ void GradReducer::grad_arriving(size_t u) {
 }
 
 void GradReducer::grad_accumulated(size_t u, size_t slot) {
-  if (!slot_accumulated_[u][slot]) {
-    slot_accumulated_[u][slot] = 1;
-    --slots_left_[u];
+  UnitProgress& p = progress_[u];
+  if (!p.slot_accumulated[slot]) {
+    p.slot_accumulated[slot] = 1;
+    --p.slots_left;
   }
-  if (is_reducing_ && !is_marked_[u] && slots_left_[u] == 0) launch_ready(/*flush=*/false);
+  if (is_reducing_ && !p.is_marked && p.slots_left == 0) launch_ready(/*flush=*/false);
 }
 
 void GradReducer::unit_backward_done(size_t u) {
-  ZEST_CHECK(markers_pending_[u] > 0, "unit '", units_[u].name(), "': backward finished more often than it ran");
-  --markers_pending_[u];
+  ZEST_CHECK(progress_[u].markers_pending > 0, "unit '", units_[u].name(),
+             "': backward finished more often than it ran");
+  --progress_[u].markers_pending;
   if (is_reducing_) launch_ready(/*flush=*/false);
 }
 
@@ -77,8 +71,9 @@ void GradReducer::end_backward() {
 }
 
 bool GradReducer::is_own_backward_done(size_t u) const {
-  if (is_marked_[u]) return markers_pending_[u] == 0;
-  return is_accumulation_final_ && slots_left_[u] == 0;
+  const UnitProgress& p = progress_[u];
+  if (p.is_marked) return p.markers_pending == 0;
+  return is_accumulation_final_ && p.slots_left == 0;
 }
 
 bool GradReducer::is_complete(size_t u) const {

@@ -54,11 +54,22 @@ class GradReducer {
   const int max_in_flight_;
   const bool is_accumulation_final_;
 
-  std::vector<int> markers_pending_;  // per unit: markers attached this micro-step, not yet returned
-  std::vector<char> is_marked_;       // per unit: its forward carried a marker this micro-step
-  std::vector<std::vector<char>> slot_accumulated_;  // per unit, per parameter
-  std::vector<int> slots_left_;       // per unit: parameters not yet accumulated
-  std::vector<char> is_launched_;     // per bucket, this micro-step
+  // Where one unit's backward stands in this micro-step.
+  struct UnitProgress {
+    int markers_pending = 0;                // markers attached to its inputs, not yet returned
+    bool is_marked = false;                 // its forward carried a marker
+    std::vector<char> slot_accumulated;     // per parameter: its gradient has accumulated
+    int slots_left = 0;                     // parameters not yet accumulated
+    void reset(size_t num_params) {
+      markers_pending = 0;
+      is_marked = false;
+      slot_accumulated.assign(num_params, 0);
+      slots_left = static_cast<int>(num_params);
+    }
+  };
+
+  std::vector<UnitProgress> progress_;  // per unit
+  std::vector<char> is_launched_;       // per bucket, this micro-step
   int next_bucket_ = -1;              // launched from the last to the first
   bool is_reducing_ = false;
   bool is_accumulating_ = false;
