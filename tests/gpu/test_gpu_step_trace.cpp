@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
+#include <vector>
 
 namespace zest::testing {
 namespace {
