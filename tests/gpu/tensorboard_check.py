@@ -22,6 +22,7 @@ import math
 import os
 import struct
 import sys
+import tempfile
 
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -146,6 +147,10 @@ def check_config(acc, run_dir):
         print("config: the text equals config.toml")
 
 
+def kernels_in(trace):
+    return any(e.get("cat") == "kernel" for e in trace["traceEvents"])
+
+
 def check_trace(path):
     with open(path) as f:
         trace = json.load(f)
@@ -164,6 +169,10 @@ def check_trace(path):
             steps.append(span)
         if e["cat"] == "kernel":
             kernels.append(span)
+    # zest's host phases (system clock) share their thread's lane with LibTorch's operators (the profiler's
+    # clock, converted to the epoch): on a GPU trace an operator at a phase's edge may stick out by a few
+    # microseconds. Up to 50 us is counted and reported; more is a failure.
+    edge_overlaps = 0
     for lane, spans in lanes.items():
         spans.sort(key=lambda s: (s[0], -s[1]))
         open_spans = []
@@ -171,8 +180,13 @@ def check_trace(path):
             while open_spans and open_spans[-1][1] <= s[0] + 1e-3:
                 open_spans.pop()
             if open_spans and s[1] > open_spans[-1][1] + 1e-3:
-                fail("%s: %r overlaps the end of %r on lane %s" % (path, s[2], open_spans[-1][2], lane))
+                if s[1] - open_spans[-1][1] <= 50.0 and kernels_in(trace):
+                    edge_overlaps += 1
+                else:
+                    fail("%s: %r overlaps the end of %r on lane %s" % (path, s[2], open_spans[-1][2], lane))
             open_spans.append(s)
+    if edge_overlaps:
+        print("  %d operator(s) stick out of a host phase by at most 50 us (two clocks)" % edge_overlaps)
     if not steps:
         fail("%s: no ProfilerStep# span" % path)
     if kernels and steps:
@@ -189,7 +203,11 @@ def check_trace(path):
         RunProfileData = None
     if RunProfileData is not None:
         try:
-            RunProfileData.parse(os.path.basename(path).split(".")[0], None, path)
+            worker = os.path.basename(path).split(".")[0]
+            try:
+                RunProfileData.parse(worker, None, path)
+            except TypeError:  # older plugin versions take a cache folder too
+                RunProfileData.parse(worker, None, path, tempfile.gettempdir())
             print("  torch-tb-profiler parses it")
         except Exception as error:  # noqa: BLE001 - any failure of the plugin's parser is the finding
             fail("%s: torch-tb-profiler cannot parse it: %r" % (path, error))
