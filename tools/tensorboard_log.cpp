@@ -30,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kEventFilePrefix[] = "events.out.tfevents.";
-constexpr double kGiB = 1073741824.0;
+constexpr double kBytesPerGiB = 1073741824.0;
 
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -184,11 +184,11 @@ void TensorBoardLog::record(const StepRecord& r) {
   scalar("time/data_wait_ms", r.step, r.data_wait_ms);
   if (r.saved) scalar("time/checkpoint_stall_ms", r.step, r.checkpoint_stall_ms);
   if (r.gpu_peak_allocated_bytes >= 0) {
-    scalar("memory/gpu_peak_allocated_gib", r.step, static_cast<double>(r.gpu_peak_allocated_bytes) / kGiB);
-    scalar("memory/gpu_peak_reserved_gib", r.step, static_cast<double>(r.gpu_peak_reserved_bytes) / kGiB);
+    scalar("memory/gpu_peak_allocated_gib", r.step, static_cast<double>(r.gpu_peak_allocated_bytes) / kBytesPerGiB);
+    scalar("memory/gpu_peak_reserved_gib", r.step, static_cast<double>(r.gpu_peak_reserved_bytes) / kBytesPerGiB);
   }
-  scalar("memory/host_rss_gib", r.step, static_cast<double>(r.host_rss_bytes) / kGiB);
-  scalar("memory/host_peak_rss_gib", r.step, static_cast<double>(r.host_peak_rss_bytes) / kGiB);
+  scalar("memory/host_rss_gib", r.step, static_cast<double>(r.host_rss_bytes) / kBytesPerGiB);
+  scalar("memory/host_peak_rss_gib", r.step, static_cast<double>(r.host_peak_rss_bytes) / kBytesPerGiB);
 }
 
 void TensorBoardLog::picture(const std::string& tag, int64_t step, const std::string& encoded) {
