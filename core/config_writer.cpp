@@ -74,6 +74,11 @@ void ConfigWriter::set(const std::string& key, const std::vector<double>& value,
   for (size_t i = 0; i < value.size(); ++i) out += (i ? ", " : "") + toml_float(value[i]);
   add(key, out + "]", doc);
 }
+void ConfigWriter::set(const std::string& key, const std::vector<int64_t>& value, const std::string& doc) {
+  std::string out = "[";
+  for (size_t i = 0; i < value.size(); ++i) out += (i ? ", " : "") + std::to_string(value[i]);
+  add(key, out + "]", doc);
+}
 void ConfigWriter::set(const std::string& key, const std::vector<std::string>& value, const std::string& doc) {
   std::string out = "[";
   for (size_t i = 0; i < value.size(); ++i) out += (i ? ", " : "") + toml_string(value[i]);

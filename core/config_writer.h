@@ -21,6 +21,7 @@ class ConfigWriter {
   void set(const std::string& key, const std::string& value, const std::string& doc = "");
   void set(const std::string& key, const char* value, const std::string& doc = "");
   void set(const std::string& key, const std::vector<double>& value, const std::string& doc = "");
+  void set(const std::string& key, const std::vector<int64_t>& value, const std::string& doc = "");
   void set(const std::string& key, const std::vector<std::string>& value, const std::string& doc = "");
 
   // A nested table, rendered as [path.key] after this table's own keys; `doc` becomes a comment line.

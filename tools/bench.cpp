@@ -15,6 +15,7 @@
 #include "tools/flop_counter.h"
 #include "tools/kernel_profile.h"
 #include "tools/progress.h"
+#include "tools/step_trace.h"
 
 #include <sys/resource.h>
 
@@ -91,8 +92,6 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   auto model = build_model(resolved);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   const torch::Device device = engine.device();
-  ZEST_CHECK(options.profile_dir.empty() || device.is_cuda(), "bench: --profile records GPU kernels; this run is on ",
-             device.str());
   const ModelFamily& family = *resolved.family;
   ZEST_CHECK(family.synthetic_batch != nullptr, "bench: family ", family.name, " has no synthetic batches");
 
@@ -154,21 +153,35 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     pipelined_ms = max_over_ranks(*comm, (now_seconds() - t0) * 1000.0 / options.steps);
   }
   // After the timed steps, so the recorder's cost is not in them: on GPUs the kernels of one more step
-  // (replayed, where graphs are on), or of profile_steps more with --profile, which also writes the tables.
+  // (replayed, where graphs are on), or with --profile profile_steps more, traced (tools/step_trace.h):
+  // a Chrome trace per rank in the folder, and on GPUs the kernel tables beside it.
   nlohmann::json kernels;
-  if (device.is_cuda()) {
-    const bool tables = !options.profile_dir.empty();
-    const int steps = tables ? options.profile_steps : 1;
-    std::string table_path;
-    if (tables) {
-      std::filesystem::create_directories(options.profile_dir);
-      const std::string name = "kernels_rank" + std::to_string(comm->rank()) + ".tsv";
-      table_path = (std::filesystem::path(options.profile_dir) / name).string();
+  std::string trace_path;
+  if (!options.profile_dir.empty()) {
+    std::filesystem::create_directories(options.profile_dir);
+    StepTrace trace(options.profile_dir, comm->rank(), comm->size(), 1, options.profile_steps, device.is_cuda());
+    const std::string tables = "kernels_rank" + std::to_string(comm->rank()) + ".tsv";
+    if (device.is_cuda()) trace.keep_kernel_tables((std::filesystem::path(options.profile_dir) / tables).string(), 25);
+    for (int step = 1; step <= options.profile_steps; ++step) {
+      trace.begin_step(step);
+      StepTrace::Phase body = trace.step_body();
+      const int64_t captures = graphs.captures(), replays = graphs.replays();
+      one_step();
+      trace.end_step_body(body, graphs.captures() > captures  ? StepTrace::StepKind::graph_capture
+                                : graphs.replays() > replays ? StepTrace::StepKind::graph_replay
+                                                             : StepTrace::StepKind::eager);
+      StepTrace::Phase waiting = trace.phase("wait for the device");
+      synchronize(device);
+      waiting.end();
+      trace.end_step(step);  // the last one writes the trace
     }
+    kernels = trace.kernel_summary();
+    trace_path = trace.written();
+  } else if (device.is_cuda()) {
     KernelProfile recording;
-    for (int i = 0; i < steps; ++i) one_step();
+    one_step();
     synchronize(device);
-    kernels = recording.finish(steps, table_path, tables ? 25 : 0);
+    kernels = recording.finish(1, "", 0);
   }
 
   const nlohmann::json ms = step_ms_summary(*comm, step_ms);
@@ -244,7 +257,8 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"attention_kernels", attention},
           {"last_loss_scale", stats.loss_scale},
           {"skipped_total", stats.skipped_total},
-          {"profile", options.profile_dir.empty() ? nlohmann::json() : kernels}};
+          {"profile", options.profile_dir.empty() ? nlohmann::json() : kernels},
+          {"trace", trace_path.empty() ? nlohmann::json() : nlohmann::json(trace_path)}};
 }
 
 }  // namespace zest

@@ -17,7 +17,7 @@ struct BenchOptions {
   int warmup = 3;
   SyntheticShapes shapes;      // 0: data.seq_len for the length when set, else the family's default
   double peak_tflops = 790.0;  // the MFU denominator (dense bf16 of one H200, measured)
-  std::string profile_dir;     // non-empty: profile_steps more steps under the kernel profiler, tables here
+  std::string profile_dir;     // non-empty: profile_steps more steps traced (tools/step_trace.h), traces and tables here
   int profile_steps = 2;
 };
 

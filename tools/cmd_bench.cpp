@@ -31,7 +31,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--text-tokens", args->options.shapes.text_tokens, "text tokens (default 128 / 77)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--profile", args->options.profile_dir,
-                  "after the timed steps, profile more steps (CUDA builds): per-rank kernel tables in this folder");
+                  "after the timed steps, trace more steps: a Chrome trace per rank in this folder (TensorBoard's profile tab, "
+                  "Perfetto), on GPUs with kernels and per-rank kernel tables");
   cmd->add_option("--profile-steps", args->options.profile_steps, "steps under the profiler")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));

@@ -8,7 +8,7 @@ namespace zest {
 #ifdef ZEST_WITH_CUDA
 void start_cuda_kernel_profile();
 void stop_cuda_kernel_profile();
-nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_path, int top);
+nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_path, int top, ChromeTrace* trace);
 #endif
 
 KernelProfile::KernelProfile() {
@@ -26,13 +26,13 @@ KernelProfile::~KernelProfile() {
 #endif
 }
 
-nlohmann::json KernelProfile::finish(int steps, const std::string& table_path, int top) {
+nlohmann::json KernelProfile::finish(int steps, const std::string& table_path, int top, ChromeTrace* trace) {
   ZEST_CHECK(recording_, "bench: the kernel profile was already finished");
   recording_ = false;
 #ifdef ZEST_WITH_CUDA
-  return finish_cuda_kernel_profile(steps, table_path, top);
+  return finish_cuda_kernel_profile(steps, table_path, top, trace);
 #else
-  (void)steps, (void)table_path, (void)top;
+  (void)steps, (void)table_path, (void)top, (void)trace;
   return {};
 #endif
 }

@@ -3,6 +3,8 @@
 // CUDA builds only (Kineto with CUPTI); elsewhere starting a profile is refused.
 #pragma once
 
+#include "formats/chrome_trace.h"
+
 #include <nlohmann/json.hpp>
 
 #include <memory>
@@ -20,7 +22,9 @@ class KernelProfile {
   // Stops recording; writes every kernel name with its time and launches per step (over `steps` steps)
   // to `table_path` (tab-separated, slowest first; no table when it is empty) and returns the per-step sums
   // of kernel time (NCCL's apart: it overlaps), the launches per step and the `top` heaviest kernels.
-  nlohmann::json finish(int steps, const std::string& table_path, int top);
+  // `trace`: also adds every recorded event to it (tools/step_trace.h): kernels, copies and memsets on
+  // their device and stream (pid = device index, tid = stream, as torch's traces), operators on their thread.
+  nlohmann::json finish(int steps, const std::string& table_path, int top, ChromeTrace* trace = nullptr);
 
  private:
   bool recording_ = false;

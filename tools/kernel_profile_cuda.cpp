@@ -3,9 +3,12 @@
 // operator on the launching thread, e.g. an autograd node in backward, and the innermost one).
 #include "core/check.h"
 #include "core/compat.h"
+#include "formats/chrome_trace.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -92,6 +95,40 @@ nlohmann::json heaviest(const std::vector<Total>& totals, const char* what, int 
   return list;
 }
 
+// The category torch's own traces give a device event, from Kineto's names ("Memcpy HtoD (...)", "Memset (...)").
+const char* device_category(const std::string& name) {
+  if (name.rfind("Memcpy", 0) == 0) return "gpu_memcpy";
+  if (name.rfind("Memset", 0) == 0) return "gpu_memset";
+  return "kernel";
+}
+
+// Every event into `trace`: device events on (device, stream), host events on (this process, thread).
+// Operators have "::" in their names (aten::mm, autograd::engine::...); the rest are CUDA runtime calls.
+void add_trace_events(const std::vector<KinetoEvent>& events, ChromeTrace& trace) {
+  const int64_t pid = ::getpid();
+  std::set<std::pair<int64_t, int64_t>> streams;
+  for (const auto& e : events) {
+    const auto start = static_cast<int64_t>(compat::event_start_ns(e));
+    const auto duration = static_cast<int64_t>(compat::event_duration_ns(e));
+    if (e.deviceType() == c10::DeviceType::CUDA) {
+      const int64_t device = e.deviceIndex(), stream = e.deviceResourceId();
+      streams.insert({device, stream});
+      trace.events.push_back({e.name(), device_category(e.name()), start, duration, device, stream,
+                              {{"device", device}, {"stream", stream}}});
+    } else {
+      const bool op = e.name().find("::") != std::string::npos;
+      trace.events.push_back({e.name(), op ? "cpu_op" : "cuda_runtime", start, duration, pid,
+                              static_cast<int64_t>(e.startThreadId()), nlohmann::json::object()});
+    }
+  }
+  std::set<int64_t> devices;
+  for (const auto& [device, stream] : streams) {
+    devices.insert(device);
+    trace.thread_names.push_back({{device, stream}, "stream " + std::to_string(stream)});
+  }
+  for (const int64_t device : devices) trace.process_names.push_back({device, "GPU " + std::to_string(device)});
+}
+
 }  // namespace
 
 void start_cuda_kernel_profile() {
@@ -102,9 +139,10 @@ void start_cuda_kernel_profile() {
 
 void stop_cuda_kernel_profile() { (void)torch::autograd::profiler::disableProfiler(); }
 
-nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_path, int top) {
+nlohmann::json finish_cuda_kernel_profile(int steps, const std::string& table_path, int top, ChromeTrace* trace) {
   const auto result = torch::autograd::profiler::disableProfiler();
   const auto& events = result->events();
+  if (trace != nullptr) add_trace_events(events, *trace);
   const OperatorIndex operators(events);
   std::map<std::string, Total> by_kernel, by_operator;
   double compute_ms = 0.0, nccl_ms = 0.0;  // NCCL's kernels run on their own stream, overlapped

@@ -28,6 +28,7 @@ const std::map<std::string, std::string> kTopLevelHints = {
     {"lr_scheduler", "zest calls it [scheduler]"},
     {"activation_checkpointing", "zest calls it [engine] activation_checkpointing"},
     {"use_ema", "an [ema] table turns the EMA of the weights on"},
+    {"tensorboard", "TensorBoard files are [log] tensorboard = true (the default)"},
 };
 
 // A config error is one line: a value it quotes back may hold a newline or other control characters
@@ -61,6 +62,9 @@ void check_across_tables(ConfigTable& root, RunConfig& c) {
     c.scheduler.decay_steps = static_cast<int>(std::min<int64_t>(rest, INT32_MAX));
   }
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.train.run_dir + "/checkpoints";
+  if (c.profile.enabled() && c.profile.steps[0] > c.train.max_steps)
+    root.table("profile").fail("steps", "starts after the last step (train.max_steps = " +
+                                            std::to_string(c.train.max_steps) + ")");
 }
 
 }  // namespace
@@ -102,6 +106,8 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable train = root.table("train");
   ConfigTable checkpoint = root.table("checkpoint");
   ConfigTable sample = root.table("sample");
+  ConfigTable log = root.table("log");
+  ConfigTable profile = root.table("profile");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -114,6 +120,8 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.train = TrainConfig::from_toml(train);
   c.checkpoint = CheckpointConfig::from_toml(checkpoint);
   c.sample = SampleConfig::from_toml(sample);
+  c.log = LogConfig::from_toml(log);
+  c.profile = ProfileConfig::from_toml(profile);
   check_across_tables(root, c);
   return c;
 }
@@ -152,6 +160,8 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.train, out);
   to_toml(c.checkpoint, out);
   to_toml(c.sample, out);
+  to_toml(c.log, out);
+  to_toml(c.profile, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

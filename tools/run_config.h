@@ -1,5 +1,5 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [ema], [train], [checkpoint], [sample]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint], [sample], [log], [profile]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
@@ -9,6 +9,8 @@
 #include "models/model_selection.h"
 #include "optim/ema.h"
 #include "optim/optim_config.h"
+#include "tools/step_trace.h"
+#include "tools/tensorboard_log.h"
 #include "tools/validation_samples.h"
 
 #include <cstdint>
@@ -43,6 +45,8 @@ struct RunConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   SampleConfig sample;  // [sample]: validation samples (tools/validation_samples.h)
+  LogConfig log;        // [log]: TensorBoard files (tools/tensorboard_log.h)
+  ProfileConfig profile;  // [profile]: step traces (tools/step_trace.h)
 };
 
 // Reads a run file (an error naming it when it is missing or not a regular file; every error is one

@@ -25,7 +25,9 @@
 #include "tools/progress.h"
 #include "tools/run_folder.h"
 #include "tools/step_failure.h"
+#include "tools/step_trace.h"
 #include "tools/stop_signal.h"
+#include "tools/tensorboard_log.h"
 #include "tools/train_data.h"
 #include "tools/validation_samples.h"
 
@@ -160,6 +162,7 @@ class TrainRun {
   void step_once(Window& window);
   void save_now();
   void finish(const TrainOutcome& outcome);
+  void start_watching();  // TensorBoard files and step traces (rank 0 / every rank), after a resume
 
   const RunConfig& config_;
   std::string& phase_;
@@ -174,6 +177,8 @@ class TrainRun {
   checkpoint::SaveRequest request_;
   std::unique_ptr<ProgressReporter> progress_;
   std::unique_ptr<ValidationSamples> samples_;  // [sample]
+  std::unique_ptr<TensorBoardLog> tensorboard_;  // [log] tensorboard (tools/tensorboard_log.h)
+  std::unique_ptr<StepTrace> trace_;             // [profile] steps (tools/step_trace.h)
   checkpoint::Saver saver_;
   // One noise generator per micro-batch of a step, each reseeded per step (micro_batch_seed): a captured
   // step replays them all, and a resumed run draws what the uninterrupted one would have.
@@ -234,6 +239,18 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
                                                  data_->items_name());
   samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir);
   if (!resume_from_.empty()) resume();
+  start_watching();
+}
+
+void TrainRun::start_watching() {
+  phase_ = "opening the TensorBoard files";
+  TensorBoardLog::Setup setup{config_.train.run_dir, comm_->size(), data_->items_name(), engine_->step_count(),
+                              to_toml(config_)};
+  tensorboard_ = std::make_unique<TensorBoardLog>(comm_->rank() == 0 && config_.log.tensorboard, setup);
+  const ProfileConfig& profile = config_.profile;
+  const int64_t first = profile.enabled() ? profile.steps[0] : 1, last = profile.enabled() ? profile.steps[1] : 0;
+  trace_ = std::make_unique<StepTrace>(tensorboard_dir(config_.train.run_dir), comm_->rank(), comm_->size(), first,
+                                       last, engine_->device().is_cuda());
 }
 
 void TrainRun::resume() {
@@ -259,7 +276,10 @@ void TrainRun::step_once(Window& window) {
   std::vector<StepGraphs::Inputs> micro_batches;
   for (int micro = 0; micro < config_.engine.accumulation_steps; ++micro) {
     // On a GPU, already there: copied ahead on a side stream, the compute stream waiting on its event.
+    // Named as torch.profiler names a DataLoader's next(), so TensorBoard's profile tab counts it as data loading.
+    StepTrace::Phase waiting = trace_->phase("enumerate(DataLoader)#TrainData.__next__");
     HostBatch batch = data_->next_for_step();
+    waiting.end();
     window.data_wait_s += data_->last_wait_s();
     if (step_context_.batch_shapes.empty()) step_context_.batch_shapes = describe_batch(batch.tensors);  // all alike
     window.items += batch.items;  // counted on the host batch: no device read
@@ -268,9 +288,15 @@ void TrainRun::step_once(Window& window) {
   }
   saver_.order_before_update();  // an asynchronous save's copy of the shard comes before this step's update
   // Forward and backward of every micro-batch, then the optimizer step: eagerly, or one graph replay.
+  StepTrace::Phase body = trace_->step_body();
+  const int64_t captures = graphs_->captures(), replays = graphs_->replays();
   const torch::Tensor losses = graphs_->step(micro_batches, [this](const StepGraphs::Inputs& inputs, int micro) {
+    const StepTrace::Phase forward = trace_->forward_phase(micro);
     return resolved_.family->training_loss(*model_, inputs, generators_[static_cast<size_t>(micro)]);
   });
+  trace_->end_step_body(body, graphs_->captures() > captures  ? StepTrace::StepKind::graph_capture
+                              : graphs_->replays() > replays ? StepTrace::StepKind::graph_replay
+                                                             : StepTrace::StepKind::eager);
   window.loss_sum += losses.sum().to(torch::kFloat64);
   window.micro_batches += config_.engine.accumulation_steps;
   ++window.steps;
@@ -312,27 +338,43 @@ TrainOutcome TrainRun::train() {
   Window window = new_window(engine_->device());
   bool fused_paths_said = false;
   while (engine_->step_count() < config_.train.max_steps) {
+    trace_->begin_step(engine_->step_count() + 1);
     step_once(window);  // never waits for the device; a skipped step is reported by the engine itself
     if (!fused_paths_said) {  // after the first step, every layer has chosen: say which fused path fell back
       fused_paths_said = true;
       for (const std::string& line : fused_path_fallback_lines()) progress_->message("zest train: " + line);
     }
     saver_.poll(*comm_);
+    StepTrace::Phase agreeing = trace_->phase("agree on stopping (collective)");
     const bool stop = agree_stop(*comm_);  // the same answer on every rank, as are the conditions below
+    agreeing.end();
     const int64_t done = engine_->step_count();
     const bool save_due = stop || done == config_.train.max_steps ||
                           (config_.checkpoint.every_steps > 0 && done % config_.checkpoint.every_steps == 0);
     // A save comes before its step's record, which carries how long training stood still for it.
-    if (save_due) save_now();
-    if (samples_->due(done)) samples_->run(*engine_, *comm_, done, *progress_);
+    if (save_due) {
+      const StepTrace::Phase saving = trace_->phase("checkpoint save");
+      save_now();
+    }
+    if (samples_->due(done)) {
+      const StepTrace::Phase sampling = trace_->phase("validation samples");
+      const auto files = samples_->run(*engine_, *comm_, done, *progress_);  // rank 0: one grid per prompt
+      const auto tags = prompt_tags(config_.sample.prompts);
+      std::vector<std::pair<std::string, std::string>> pictures;
+      for (size_t i = 0; i < files.size() && i < tags.size(); ++i) pictures.emplace_back(tags[i], files[i]);
+      tensorboard_->pictures(done, pictures);
+    }
     if (done % config_.train.log_every == 0 || save_due) {
+      const StepTrace::Phase reporting = trace_->phase("read and report the step's figures");
       const StepStats stats = engine_->read_stats();  // the host reads numbers on logging steps only
       StepRecord record = report_window(*comm_, window, stats, static_cast<double>(global_batch), engine_->device());
       if (save_due) add_save_figures(record, saver_.last_save());
       progress_->record(record);
+      tensorboard_->record(record);
       outcome.last_loss = record.loss;
       window = new_window(engine_->device());
     }
+    trace_->end_step(done);
     if (stop) {
       progress_->message(str("stop signal received: stopped after step ", done, " with a checkpoint"));
       outcome.preempted = true;
@@ -348,6 +390,8 @@ void TrainRun::finish(const TrainOutcome& outcome) {
   if (last_saved_ != engine_->step_count()) save_now();
   saver_.wait(*comm_);
   progress_->finish();
+  tensorboard_->finish();
+  trace_->finish();  // a run stopped inside [profile] steps: the steps it recorded
   const auto merged = (fs::path(config_.train.run_dir) / "model.safetensors").string();
   // With [ema], the EMA of the weights too, under the same names.
   const auto merged_ema = (fs::path(config_.train.run_dir) / "model_ema.safetensors").string();

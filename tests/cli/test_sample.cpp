@@ -4,6 +4,7 @@
 // scripts/golden/make_sd_pipeline_golden.py; skipped while absent), and bad input as one clear message.
 #include "cli_test_util.h"
 #include "sd_pipeline_test_util.h"
+#include "tensorboard/event_file_reader.h"
 
 #include "formats/safetensors.h"
 #include "core/check.h"
@@ -11,6 +12,9 @@
 #include "tools/sd_pipeline.h"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
 
 #include <stb/stb_image.h>  // its implementation: tests/common/stb_image.cpp
 
@@ -213,7 +217,18 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
     EXPECT_EQ(j.at("validation_samples")[1].at("file"), "samples/step_00000002_prompt_1.png");
     EXPECT_EQ(j.at("validation_samples")[1].at("prompt"), "a lighthouse");
   }
-  EXPECT_EQ(listed, 1);
+  EXPECT_EQ(listed, 1);  // The same grids in TensorBoard's images tab, under their prompts, at their step (tools/tensorboard_log.h).
+  std::map<std::string, std::string> pictures;
+  for (const auto& entry : fs::directory_iterator(run_dir / "tensorboard"))
+    for (const auto& e : tb::read_events(entry.path().string()))
+      if (e.kind == tb::Event::kImage && e.step == 2) pictures[e.tag] = e.encoded;
+  const auto bytes_of = [&](const char* name) {
+    std::ifstream in(run_dir / "samples" / name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(pictures.size(), 2u);
+  EXPECT_EQ(pictures["samples/a red fox"], bytes_of("step_00000002_prompt_0.png"));
+  EXPECT_EQ(pictures["samples/a lighthouse"], bytes_of("step_00000002_prompt_1.png"));
 }
 
 TEST(ValidationSamples, BadKeysAreOneClearMessage) {

@@ -6,6 +6,7 @@
 #include "cli/cli_test_util.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"
+#include "tensorboard/event_file_reader.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -209,7 +210,8 @@ TEST_F(RunSafety, UnusableCheckpointFolderFailsAtStart) {
   }
 }
 
-// Every write failure ends the run with an error: the progress output, config.toml, metrics.jsonl.
+// Every write failure ends the run with an error: the progress output, config.toml, metrics.jsonl, the
+// TensorBoard event file.
 TEST_F(RunSafety, FullDiskIsAnError) {
   const fs::path run = run_file("fulldisk", "max_steps = 40\nlog_every = 1\n[checkpoint]\nevery_steps = 0\n");
   const fs::path out = run.parent_path() / "run";
@@ -233,7 +235,7 @@ TEST_F(RunSafety, FullDiskIsAnError) {
 
   fs::remove_all(out);
   small.file_size_limit = config_size + 700;  // config.toml fits, two metrics lines do too
-  const CliResult lines = train(run, {}, small);
+  const CliResult lines = train(run, {"--set", "log.tensorboard=false"}, small);
   EXPECT_EQ(lines.code(), 1) << lines.describe();
   EXPECT_EQ(one_clear_error_line(lines.err), "") << lines.describe();
   EXPECT_NE(lines.err.find("cannot write " + (out / "metrics.jsonl").string() + ": File too large"), std::string::npos)
@@ -242,6 +244,18 @@ TEST_F(RunSafety, FullDiskIsAnError) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.back(), '\n') << "metrics.jsonl ends in half a line";
   EXPECT_GE(metrics(out).size(), 1u);
+
+  // The TensorBoard file (larger than metrics.jsonl: it also holds the config) is where the same limit
+  // strikes first: the error names it, and the record that did not fit was cut off again.
+  fs::remove_all(out);
+  const CliResult events = train(run, {}, small);
+  EXPECT_EQ(events.code(), 1) << events.describe();
+  EXPECT_EQ(one_clear_error_line(events.err), "") << events.describe();
+  EXPECT_NE(events.err.find("cannot write " + (out / "tensorboard" / "events.out.tfevents.").string()), std::string::npos)
+      << events.describe();
+  EXPECT_NE(events.err.find(": File too large (set [log] tensorboard = false"), std::string::npos) << events.describe();
+  for (const auto& entry : fs::directory_iterator(out / "tensorboard"))
+    EXPECT_NO_THROW(tb::read_tfrecords(entry.path().string())) << "half a record at the end of " << entry.path();
 }
 
 // 1 rank reads 16 of the 24 samples (past half an epoch of 2 ranks, which failed before), then 2 ranks
