@@ -102,6 +102,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable train = root.table("train");
   ConfigTable checkpoint = root.table("checkpoint");
   ConfigTable sample = root.table("sample");
+  ConfigTable loss = root.table("loss");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -114,6 +115,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.train = TrainConfig::from_toml(train);
   c.checkpoint = CheckpointConfig::from_toml(checkpoint);
   c.sample = SampleConfig::from_toml(sample);
+  c.loss = LossConfig::from_toml(loss);
   check_across_tables(root, c);
   return c;
 }
@@ -152,6 +154,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.train, out);
   to_toml(c.checkpoint, out);
   to_toml(c.sample, out);
+  to_toml(c.loss, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();
