@@ -22,6 +22,11 @@ namespace zest {
 using TensorMap = std::map<std::string, torch::Tensor>;
 // A training objective on one loader batch (ModelFamily::training_loss has the shape).
 using TrainingLoss = std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>;
+// A run's objective and its one-line description for the log ("v_prediction, min-SNR γ 5, ...").
+struct TrainingObjective {
+  TrainingLoss loss;
+  std::string description;
+};
 
 // Shapes of a synthetic batch (benchmarks): 0 takes the family's default — HY-Motion: 360 frames
 // (valid lengths 60..360) and 128 text tokens (8..128); UNet: 64×64 latents and 77 text tokens.
@@ -59,7 +64,7 @@ struct ModelFamily {
   // default LossConfig gives training_loss. `pretrained` is [model] pretrained ("" = none): a pipeline
   // folder's scheduler config gives a UNet its noise schedule and prediction type. An option the family's
   // objective does not have is an error naming the key.
-  std::function<TrainingLoss(const LossConfig& loss, const std::string& pretrained)> make_training_loss;
+  std::function<TrainingObjective(const LossConfig& loss, const std::string& pretrained)> make_training_loss;
   // The dataset features of a model-configuration table (read with the family's own parser, so the
   // defaults and validation are the model's); `source` names the configuration in messages.
   std::function<DatasetFeatures(ConfigTable& config, const std::string& source)> dataset_features;

@@ -177,7 +177,7 @@ class TrainRun {
   // One noise generator per micro-batch of a step, each reseeded per step (micro_batch_seed): a captured
   // step replays them all, and a resumed run draws what the uninterrupted one would have.
   std::vector<torch::Generator> generators_;
-  TrainingLoss training_loss_;  // the family's objective with the run's [loss]
+  TrainingObjective objective_;  // the family's objective with the run's [loss]
   std::unique_ptr<StepGraphs> graphs_;  // every step goes through it: a CUDA graph where one can be captured
   int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
   bool already_finished_ = false;  // resumed at or past max_steps
@@ -198,7 +198,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   torch::manual_seed(config.train.seed);
   resolved_ = resolve_run_model(config);
   phase_ = "setting up the training objective";
-  training_loss_ = resolved_.family->make_training_loss(config.loss, resolved_.pretrained);  // [loss] errors early
+  objective_ = resolved_.family->make_training_loss(config.loss, resolved_.pretrained);  // [loss] errors early
   // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
   phase_ = "checking that the model state fits the device";
   check_fits(preflight_inputs_for(count_model_parameters(resolved_), comm_->size(), config.engine, config.optimizer,
@@ -271,7 +271,7 @@ void TrainRun::step_once(Window& window) {
   saver_.order_before_update();  // an asynchronous save's copy of the shard comes before this step's update
   // Forward and backward of every micro-batch, then the optimizer step: eagerly, or one graph replay.
   const torch::Tensor losses = graphs_->step(micro_batches, [this](const StepGraphs::Inputs& inputs, int micro) {
-    return training_loss_(*model_, inputs, generators_[static_cast<size_t>(micro)]);
+    return objective_.loss(*model_, inputs, generators_[static_cast<size_t>(micro)]);
   });
   window.loss_sum += losses.sum().to(torch::kFloat64);
   window.micro_batches += config_.engine.accumulation_steps;
@@ -301,6 +301,7 @@ TrainOutcome TrainRun::train() {
   progress_->message(str("zest train: ", resolved_.description, ", ", engine_->num_parameters(), " parameters, ",
                          comm_->size(), " rank(s), stage ", config_.engine.stage, ", ",
                          to_string(config_.engine.precision), ", global batch ", global_batch));
+  progress_->message("objective: " + objective_.description);
   if (request_.async)
     progress_->message(str("asynchronous checkpoints copy this rank's shard into ", format_bytes(saver_.staging_bytes()),
                            engine_->master_shard().is_cuda() ? " of page-locked" : " of", " host memory, allocated once"));

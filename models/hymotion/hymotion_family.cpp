@@ -53,7 +53,7 @@ torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Ge
 // [loss] for flow matching: only the flow-time range applies. The diffusion options have no standard form
 // for a velocity objective (no noise schedule, so no SNR weighting, zero terminal SNR or offset noise) and
 // are refused by name.
-TrainingLoss make_training_loss(const LossConfig& loss, const std::string& /*pretrained*/) {
+TrainingObjective make_training_loss(const LossConfig& loss, const std::string& /*pretrained*/) {
   const std::pair<const char*, bool> diffusion_only[] = {
       {"prediction", loss.prediction != "auto"},
       {"snr_gamma", loss.snr_gamma != 0.0},
@@ -69,9 +69,10 @@ TrainingLoss make_training_loss(const LossConfig& loss, const std::string& /*pre
   TimeSampling sampling;
   sampling.min_time = loss.min_time;
   sampling.max_time = loss.max_time;
-  return [sampling](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
-    return sampled_loss(sampling, model, batch, generator);
-  };
+  return {[sampling](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+            return sampled_loss(sampling, model, batch, generator);
+          },
+          str("flow matching (velocity data − noise), flow times t in [", loss.min_time, ", ", loss.max_time, ")")};
 }
 
 // Valid lengths drawn uniformly from [min_length, length]: true for the first `len` positions.

@@ -50,6 +50,14 @@ DiffusionObjective diffusion_objective_for(const LossConfig& loss, const Schedul
   return objective;
 }
 
+std::string describe(const DiffusionObjective& objective) {
+  std::string text = to_string(objective.prediction);
+  if (objective.snr_gamma > 0) text += str(", min-SNR γ ", objective.snr_gamma);
+  if (objective.noise_offset > 0) text += str(", noise offset ", objective.noise_offset);
+  if (objective.schedule.alphas_cumprod[-1].item<double>() == 0.0) text += ", zero terminal SNR";
+  return text + str(", timesteps [", objective.min_timestep, ", ", objective.max_timestep, ")");
+}
+
 std::optional<fs::path> pipeline_scheduler_config(const std::string& pretrained) {
   if (pretrained.empty() || !fs::is_directory(pretrained)) return std::nullopt;
   const fs::path folder = fs::path(pretrained).lexically_normal();

@@ -34,6 +34,9 @@ struct DiffusionObjective {
 // max_time) are refused.
 DiffusionObjective diffusion_objective_for(const LossConfig& loss, const SchedulerConfig& pipeline);
 
+// "v_prediction, min-SNR γ 5, noise offset 0.05, zero terminal SNR, timesteps [0, 1000)": what a run trains.
+std::string describe(const DiffusionObjective& objective);
+
 // The scheduler configuration of the pipeline `pretrained` belongs to: PIPELINE/scheduler/scheduler_config.json
 // for a pipeline folder or its unet/ subfolder; nullopt for anything else (a UNet folder alone, a file, "").
 std::optional<std::filesystem::path> pipeline_scheduler_config(const std::string& pretrained);

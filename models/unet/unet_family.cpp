@@ -60,14 +60,16 @@ torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Ge
 }
 
 // [loss] over the pipeline's scheduler configuration (SD's without one), resolved once.
-TrainingLoss make_training_loss(const LossConfig& loss, const std::string& pretrained) {
+TrainingObjective make_training_loss(const LossConfig& loss, const std::string& pretrained) {
   const auto file = pipeline_scheduler_config(pretrained);
   const SchedulerConfig pipeline =
       file ? SchedulerConfig::from_file(*file, SchedulerConfig::Use::training) : SchedulerConfig::stable_diffusion();
   auto objective = std::make_shared<const DiffusionObjective>(diffusion_objective_for(loss, pipeline));
-  return [objective](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
-    return objective_loss(*objective, model, batch, generator);
-  };
+  const std::string schedule = file ? "the noise schedule of " + file->string() : std::string("SD's noise schedule");
+  return {[objective](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+            return objective_loss(*objective, model, batch, generator);
+          },
+          describe(*objective) + " on " + schedule};
 }
 
 TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int64_t batch, const torch::Device& device,
