@@ -234,7 +234,8 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
-  samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir);
+  samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir,
+                                                 config.loss);
   if (!resume_from_.empty()) resume();
 }
 
