@@ -34,7 +34,8 @@ std::vector<ModelFamily> make_families() {
   std::set<std::string> format_names = {kSafetensorsFormat};
   for (const ModelFamily& family : families) {
     const bool complete = !family.name.empty() && family.build && family.count_parameters &&
-                          family.forward && family.training_loss && family.dataset_features;
+                          family.forward && family.training_loss && family.make_training_loss &&
+                          family.dataset_features;
     ZEST_CHECK(complete, "model family '", family.name, "' is registered incompletely");
     ZEST_CHECK(names.insert(family.name).second, "model family '", family.name, "' is registered twice");
     for (const FolderFormat& format : family.folder_formats) check_folder_format(family, format, format_names);

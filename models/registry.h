@@ -6,6 +6,7 @@
 #include "engine/activation_memory.h"
 #include "engine/unit_module.h"
 #include "models/folder_format.h"
+#include "models/loss_config.h"
 
 #include <torch/torch.h>
 
@@ -19,6 +20,13 @@
 namespace zest {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
+// A training objective on one loader batch (ModelFamily::training_loss has the shape).
+using TrainingLoss = std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>;
+// A run's objective and its one-line description for the log ("v_prediction, min-SNR γ 5, ...").
+struct TrainingObjective {
+  TrainingLoss loss;
+  std::string description;
+};
 
 // Shapes of a synthetic batch (benchmarks): 0 takes the family's default — HY-Motion: 360 frames
 // (valid lengths 60..360) and 128 text tokens (8..128); UNet: 64×64 latents and 77 text tokens.
@@ -51,8 +59,12 @@ struct ModelFamily {
   // encoder_hidden_states[, text_embeds, time_ids]). The batch is used as loaded (float32): the model
   // casts to its compute dtype (the parameters' dtype) where the reference does under autocast
   // (docs/models.md 5); the loss is a float32 scalar; noise and timesteps are drawn from `generator`.
-  std::function<torch::Tensor(UnitModule& model, const TensorMap& batch, torch::Generator& generator)>
-      training_loss;
+  TrainingLoss training_loss;
+  // The objective a run's [loss] table asks for (models/loss_config.h), made once before training; the
+  // default LossConfig gives training_loss. `pretrained` is [model] pretrained ("" = none): a pipeline
+  // folder's scheduler config gives a UNet its noise schedule and prediction type. An option the family's
+  // objective does not have is an error naming the key.
+  std::function<TrainingObjective(const LossConfig& loss, const std::string& pretrained)> make_training_loss;
   // The dataset features of a model-configuration table (read with the family's own parser, so the
   // defaults and validation are the model's); `source` names the configuration in messages.
   std::function<DatasetFeatures(ConfigTable& config, const std::string& source)> dataset_features;

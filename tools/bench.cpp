@@ -104,8 +104,9 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   torch::Tensor first_loss, last_loss;  // kept on the device, read once at the end (no sync per step)
   // Every step goes through StepGraphs, as in `zest train`: captured and replayed where it can be.
   StepGraphs graphs(engine, {gen});
+  const TrainingObjective objective = family.make_training_loss(config.loss, resolved.pretrained);  // as zest train
   const StepGraphs::LossFn loss_of = [&](const StepGraphs::Inputs& inputs, int) {
-    return family.training_loss(*model, inputs, gen);
+    return objective.loss(*model, inputs, gen);
   };
   auto one_step = [&] {
     std::vector<TensorMap> micro_batches;

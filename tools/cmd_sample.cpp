@@ -35,6 +35,7 @@ struct SampleArgs {
   WeightsSource weights;
   std::optional<int64_t> steps;   // unset: 30 (pictures), 50 (motion)
   std::optional<double> guidance; // unset: 7.5 (pictures), the release's own (motion)
+  double guidance_rescale = 0.0;  // pictures: diffusers' guidance_rescale
   uint64_t seed = 0;
   int64_t count = 1;
   std::string device = "auto";
@@ -136,6 +137,9 @@ void sample_pictures(const SampleArgs& args) {
   if (args.has_negative) request.negative_prompt = args.negative_prompt;
   request.steps = args.steps.value_or(30);
   request.guidance_scale = args.guidance.value_or(7.5);
+  ZEST_CHECK(args.guidance_rescale >= 0 && args.guidance_rescale <= 1, "--guidance-rescale ", args.guidance_rescale,
+             ": expected 0 to 1 (0.7 is the paper's choice for zero-terminal-SNR models)");
+  request.guidance_rescale = args.guidance_rescale;
   request.seed = args.seed;
   request.count = args.count;
   if (!args.scheduler.empty()) request.scheduler = unet::parse_scheduler_kind(args.scheduler);
@@ -188,6 +192,10 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps, "denoising steps (default 30; HY-Motion: 50 Euler steps)");
   cmd->add_option("--guidance", args->guidance,
                   "classifier-free guidance scale, 1 = off (default 7.5; HY-Motion: the release's, else 5)");
+  cmd->add_option("--guidance-rescale", args->guidance_rescale,
+                  "Stable Diffusion: rescale of the guided prediction, 0 to 1 (diffusers' guidance_rescale; 0.7 for "
+                  "zero-terminal-SNR v-prediction models)")
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "seed of the starting noise (a CPU generator, as diffusers')")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "WIDTHxHEIGHT in pixels")->capture_default_str();

@@ -108,6 +108,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable sample = root.table("sample");
   ConfigTable log = root.table("log");
   ConfigTable profile = root.table("profile");
+  ConfigTable loss = root.table("loss");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -122,6 +123,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.sample = SampleConfig::from_toml(sample);
   c.log = LogConfig::from_toml(log);
   c.profile = ProfileConfig::from_toml(profile);
+  c.loss = LossConfig::from_toml(loss);
   check_across_tables(root, c);
   return c;
 }
@@ -162,6 +164,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.sample, out);
   to_toml(c.log, out);
   to_toml(c.profile, out);
+  to_toml(c.loss, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

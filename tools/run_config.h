@@ -1,10 +1,11 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [ema], [train], [checkpoint], [sample], [log], [profile]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint], [sample], [loss], [log], [profile]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
 #include "data/data_config.h"
 #include "engine/engine_config.h"
+#include "models/loss_config.h"
 #include "models/model_resolve.h"
 #include "models/model_selection.h"
 #include "optim/ema.h"
@@ -47,6 +48,7 @@ struct RunConfig {
   SampleConfig sample;  // [sample]: validation samples (tools/validation_samples.h)
   LogConfig log;        // [log]: TensorBoard files (tools/tensorboard_log.h)
   ProfileConfig profile;  // [profile]: step traces (tools/step_trace.h)
+  LossConfig loss;      // [loss]: the training objective's options (models/loss_config.h)
 };
 
 // Reads a run file (an error naming it when it is missing or not a regular file; every error is one

@@ -198,8 +198,8 @@ torch::Tensor generate_images(SdPipeline& p, const SampleRequest& r) {
   const auto noise = torch::randn({r.count, p.unet->config().in_channels, r.height / f, r.width / f}, generator,
                                   torch::TensorOptions().dtype(p.dtype))
                          .to(p.device);
-  const auto latents = unet::run_scheduler(*scheduler, unet::guided_epsilon(*p.unet, cond, uncond, r.guidance_scale),
-                                           noise);
+  const auto latents = unet::run_scheduler(
+      *scheduler, unet::guided_epsilon(*p.unet, cond, uncond, r.guidance_scale, r.guidance_rescale), noise);
   const auto vae_dtype = vae::vae_compute_dtype(p.vae->config(), p.dtype);
   const auto images = p.vae->decode(p.vae->from_unet_latents(latents.to(vae_dtype)));
   return to_pixels(images);

@@ -54,6 +54,7 @@ struct SampleRequest {
   std::optional<std::string> negative_prompt;  // unset: "" (SD1.5) or zeros (SDXL, force_zeros_for_empty_prompt)
   int64_t steps = 30;
   double guidance_scale = 7.5;
+  double guidance_rescale = 0.0;  // diffusers' guidance_rescale (zero-terminal-SNR models): 0 = off, up to 1
   uint64_t seed = 0;
   int64_t width = 512, height = 512;
   int64_t count = 1;  // images for the prompt

@@ -183,6 +183,7 @@ class TrainRun {
   // One noise generator per micro-batch of a step, each reseeded per step (micro_batch_seed): a captured
   // step replays them all, and a resumed run draws what the uninterrupted one would have.
   std::vector<torch::Generator> generators_;
+  TrainingObjective objective_;  // the family's objective with the run's [loss]
   std::unique_ptr<StepGraphs> graphs_;  // every step goes through it: a CUDA graph where one can be captured
   int64_t last_saved_ = -1;      // step of the newest checkpoint of this run (resumed or written)
   bool already_finished_ = false;  // resumed at or past max_steps
@@ -202,6 +203,8 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   phase_ = "building the model";
   torch::manual_seed(config.train.seed);
   resolved_ = resolve_run_model(config);
+  phase_ = "setting up the training objective";
+  objective_ = resolved_.family->make_training_loss(config.loss, resolved_.pretrained);  // [loss] errors early
   // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
   phase_ = "checking that the model state fits the device";
   check_fits(preflight_inputs_for(count_model_parameters(resolved_), comm_->size(), config.engine, config.optimizer,
@@ -237,7 +240,8 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   progress_ = std::make_unique<ProgressReporter>(comm_->rank() == 0, config.train.max_steps,
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
-  samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir);
+  samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir,
+                                                 config.loss);
   if (!resume_from_.empty()) resume();
   start_watching();
 }
@@ -292,7 +296,7 @@ void TrainRun::step_once(Window& window) {
   const int64_t captures = graphs_->captures(), replays = graphs_->replays();
   const torch::Tensor losses = graphs_->step(micro_batches, [this](const StepGraphs::Inputs& inputs, int micro) {
     const StepTrace::Phase forward = trace_->forward_phase(micro);
-    return resolved_.family->training_loss(*model_, inputs, generators_[static_cast<size_t>(micro)]);
+    return objective_.loss(*model_, inputs, generators_[static_cast<size_t>(micro)]);
   });
   trace_->end_step_body(body, graphs_->captures() > captures  ? StepTrace::StepKind::graph_capture
                               : graphs_->replays() > replays ? StepTrace::StepKind::graph_replay
@@ -325,6 +329,7 @@ TrainOutcome TrainRun::train() {
   progress_->message(str("zest train: ", resolved_.description, ", ", engine_->num_parameters(), " parameters, ",
                          comm_->size(), " rank(s), stage ", config_.engine.stage, ", ",
                          to_string(config_.engine.precision), ", global batch ", global_batch));
+  progress_->message("objective: " + objective_.description);
   if (request_.async)
     progress_->message(str("asynchronous checkpoints copy this rank's shard into ", format_bytes(saver_.staging_bytes()),
                            engine_->master_shard().is_cuda() ? " of page-locked" : " of", " host memory, allocated once"));

@@ -91,8 +91,8 @@ std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelect
 }
 
 ValidationSamples::ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family,
-                                     std::string run_dir)
-    : config_(std::move(config)), run_dir_(std::move(run_dir)) {
+                                     std::string run_dir, LossConfig loss)
+    : config_(std::move(config)), loss_(std::move(loss)), run_dir_(std::move(run_dir)) {
   if (config_.every_steps == 0) return;
   ZEST_CHECK(family == "unet", "[sample] draws pictures with a Stable Diffusion pipeline; this run trains a ", family,
              " model (remove [sample] or set sample.every_steps = 0)");
@@ -122,6 +122,8 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
   const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
   if (!pipeline_) {
     pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {weights, "", false}, device, dtype));
+    if (const auto type = unet::prediction_type_named(loss_.prediction)) pipeline_->scheduler.prediction_type = *type;
+    if (loss_.rescale_betas_zero_snr) pipeline_->scheduler.rescale_betas_zero_snr = *loss_.rescale_betas_zero_snr;
   } else {
     load_unet_values(*pipeline_, weights);
   }

@@ -4,6 +4,7 @@
 // metrics.jsonl. The [sample] table's keys, checked with the run file.
 #pragma once
 
+#include "models/loss_config.h"
 #include "tools/progress.h"
 
 #include <cstdint>
@@ -44,7 +45,10 @@ std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelect
 class ValidationSamples {
  public:
   // Checked at the start of the run (every rank): the family must be the UNet's and a pipeline folder known.
-  ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family, std::string run_dir);
+  // `loss`: the run's [loss]; where it sets the prediction type or zero terminal SNR, the samples follow it
+  // rather than the pipeline's scheduler config (the model being trained predicts what [loss] says).
+  ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family, std::string run_dir,
+                    LossConfig loss = {});
   ~ValidationSamples();
 
   bool due(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
@@ -53,6 +57,7 @@ class ValidationSamples {
 
  private:
   SampleConfig config_;
+  LossConfig loss_;
   std::string pipeline_folder_;
   std::string run_dir_;
   std::unique_ptr<SdPipeline> pipeline_;  // rank 0, loaded on first use

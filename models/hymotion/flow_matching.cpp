@@ -8,9 +8,15 @@ namespace zest::hymotion {
 
 torch::Tensor sample_time(int64_t batch, const TimeSampling& sampling, torch::Generator& generator) {
   const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(generator.device());
-  if (sampling.kind == TimeSampling::Kind::uniform) return torch::rand({batch}, generator, opts);
-  ZEST_CHECK(sampling.std > 0, "logit-normal time sampling needs std > 0, got ", sampling.std);
-  return torch::sigmoid(torch::randn({batch}, generator, opts) * sampling.std + sampling.mean);
+  ZEST_CHECK(0 <= sampling.min_time && sampling.min_time < sampling.max_time && sampling.max_time <= 1,
+             "flow time range [", sampling.min_time, ", ", sampling.max_time, ") is not inside [0, 1]");
+  ZEST_CHECK(sampling.kind == TimeSampling::Kind::uniform || sampling.std > 0,
+             "logit-normal time sampling needs std > 0, got ", sampling.std);
+  const auto t = sampling.kind == TimeSampling::Kind::uniform
+                     ? torch::rand({batch}, generator, opts)
+                     : torch::sigmoid(torch::randn({batch}, generator, opts) * sampling.std + sampling.mean);
+  if (sampling.min_time == 0.0 && sampling.max_time == 1.0) return t;  // bit for bit what was drawn
+  return sampling.min_time + (sampling.max_time - sampling.min_time) * t;
 }
 
 torch::Tensor flow_matching_loss(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,

@@ -15,6 +15,8 @@ struct TimeSampling {
   Kind kind = Kind::uniform;
   double mean = 0.0;  // logit_normal: t = sigmoid(mean + std·N(0, 1))
   double std = 1.0;
+  double min_time = 0.0;  // the drawn t mapped onto [min_time, max_time): t ← min + (max − min)·t
+  double max_time = 1.0;  // ([loss] min_time / max_time; the defaults leave t as drawn)
 };
 
 // Per-sample flow times t [batch] (float32, on the generator's device).

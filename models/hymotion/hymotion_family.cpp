@@ -38,11 +38,41 @@ torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
 // Flow-matching loss on a loader batch: `x` holds the clean (normalised) motion, padded frames masked.
 // The batch stays float32: x_t and the target are formed in float32 and the model casts to its compute
 // dtype where the reference does under autocast (docs/models.md 5).
-torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+torch::Tensor sampled_loss(const TimeSampling& sampling, UnitModule& model, const TensorMap& batch,
+                           torch::Generator& generator) {
   auto* hy = dynamic_cast<HyMotionModel*>(&model);
   ZEST_CHECK(hy != nullptr, "HY-Motion training loss called on a model of another family");
   return flow_matching_loss(*hy, input(batch, "x"), input(batch, "ctxt_input"), input(batch, "vtxt_input"),
-                            input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator);
+                            input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator, sampling);
+}
+
+torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+  return sampled_loss(TimeSampling{}, model, batch, generator);
+}
+
+// [loss] for flow matching: only the flow-time range applies. The diffusion options have no standard form
+// for a velocity objective (no noise schedule, so no SNR weighting, zero terminal SNR or offset noise) and
+// are refused by name.
+TrainingObjective make_training_loss(const LossConfig& loss, const std::string& /*pretrained*/) {
+  const std::pair<const char*, bool> diffusion_only[] = {
+      {"prediction", loss.prediction != "auto"},
+      {"snr_gamma", loss.snr_gamma != 0.0},
+      {"noise_offset", loss.noise_offset != 0.0},
+      {"rescale_betas_zero_snr", loss.rescale_betas_zero_snr.value_or(false)},
+      {"min_timestep", loss.min_timestep != 0},
+      {"max_timestep", loss.max_timestep.has_value()},
+  };
+  for (const auto& [key, is_set] : diffusion_only) {
+    ZEST_CHECK(!is_set, loss.key(key), " is a diffusion (UNet) option; HY-Motion trains a flow-matching velocity "
+               "(data − noise) and takes only min_time / max_time, its flow-time range in [0, 1]");
+  }
+  TimeSampling sampling;
+  sampling.min_time = loss.min_time;
+  sampling.max_time = loss.max_time;
+  return {[sampling](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+            return sampled_loss(sampling, model, batch, generator);
+          },
+          str("flow matching (velocity data − noise), flow times t in [", loss.min_time, ", ", loss.max_time, ")")};
 }
 
 // Valid lengths drawn uniformly from [min_length, length]: true for the first `len` positions.
@@ -94,6 +124,7 @@ ModelFamily family() {
   f.count_parameters = [](ConfigTable& table) { return count_parameters(HyMotionConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
+  f.make_training_loss = make_training_loss;
   f.synthetic_batch = synthetic_batch;
   f.dataset_features = dataset_features;
   f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {

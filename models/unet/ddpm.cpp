@@ -1,5 +1,5 @@
-// The scaled-linear DDPM schedule and the epsilon-prediction loss (diffusers' DDPMScheduler.add_noise +
-// the text-to-image training example's MSE).
+// The DDPM schedules (scaled-linear, any betas, zero-terminal-SNR rescaling) and the epsilon-prediction loss
+// (diffusers' DDPMScheduler.add_noise + the text-to-image training example's MSE).
 #include "models/unet/ddpm.h"
 
 #include "core/check.h"
@@ -11,13 +11,30 @@ namespace zest::unet {
 NoiseSchedule NoiseSchedule::scaled_linear(int64_t num_train_timesteps, double beta_start,
                                            double beta_end) {
   ZEST_CHECK(num_train_timesteps > 1, "NoiseSchedule: need at least 2 timesteps");
-  NoiseSchedule s;
   const auto roots = torch::linspace(std::sqrt(beta_start), std::sqrt(beta_end), num_train_timesteps,
                                      torch::TensorOptions().dtype(torch::kFloat32));
-  s.betas = roots * roots;  // diffusers: ** 2, which PyTorch computes as x·x
+  return from_betas(roots * roots);  // diffusers: ** 2, which PyTorch computes as x·x
+}
+
+NoiseSchedule NoiseSchedule::from_betas(const torch::Tensor& betas) {
+  ZEST_CHECK(betas.dim() == 1 && betas.size(0) > 1, "NoiseSchedule: need at least 2 betas, got ", betas.sizes());
+  NoiseSchedule s;
+  s.betas = betas.to(torch::kFloat32).contiguous();
   s.alphas_cumprod = torch::cumprod(1.0 - s.betas, 0);
   s.alphas_cumprod_copies = std::make_shared<DeviceCopies>(s.alphas_cumprod);
   return s;
+}
+
+torch::Tensor rescale_zero_terminal_snr(const torch::Tensor& betas) {
+  const auto alphas_cumprod = torch::cumprod(1.0 - betas.to(torch::kFloat32), 0);
+  auto root = alphas_cumprod.sqrt();
+  const auto first = root[0].clone();
+  const auto last = root[-1].clone();
+  // The same operations in the same order as the reference, so that the float32 values are its own.
+  root = (root - last) * (first / (first - last));
+  const auto alphas_bar = root.pow(2);
+  const auto alphas = torch::cat({alphas_bar.slice(0, 0, 1), alphas_bar.slice(0, 1) / alphas_bar.slice(0, 0, -1)});
+  return 1.0 - alphas;
 }
 
 const NoiseSchedule& NoiseSchedule::stable_diffusion() {

@@ -1,5 +1,6 @@
-// Stable Diffusion's training objective (docs/models.md 2.5): the scaled-linear DDPM noise schedule and the
-// epsilon-prediction loss MSE(UNet(x_t, t, c), ε) with x_t = √ᾱ_t·x₀ + √(1−ᾱ_t)·ε.
+// Stable Diffusion's training objective (docs/models.md 2.5): the DDPM noise schedule (scaled-linear or linear
+// betas, optionally rescaled to zero terminal SNR) and the epsilon-prediction loss MSE(UNet(x_t, t, c), ε) with
+// x_t = √ᾱ_t·x₀ + √(1−ᾱ_t)·ε. The other targets and the loss options are models/unet/diffusion_objective.h.
 #pragma once
 
 #include "core/device_copies.h"
@@ -22,11 +23,18 @@ struct NoiseSchedule {
   // in float32. SD1.5/SDXL: T = 1000, β 0.00085 → 0.012 (ᾱ_0 = 0.99915, ᾱ_999 ≈ 0.0047).
   static NoiseSchedule scaled_linear(int64_t num_train_timesteps = 1000, double beta_start = 0.00085,
                                      double beta_end = 0.012);
+  // Any β [T] (float32): ᾱ = cumprod(1 − β) in float32, as diffusers' schedulers build it.
+  static NoiseSchedule from_betas(const torch::Tensor& betas);
   // SD1.5's and SDXL's (the defaults above), made once.
   static const NoiseSchedule& stable_diffusion();
   // ᾱ on `device` in `dtype`, from the copies when they exist.
   torch::Tensor alphas_cumprod_on(const torch::Device& device, torch::Dtype dtype) const;
 };
+
+// diffusers' rescale_zero_terminal_snr (Lin et al. 2023, "Common Diffusion Noise Schedules and Sample Steps
+// are Flawed", Algorithm 1), in float32 as diffusers computes it: √ᾱ is shifted so that its last value is 0
+// and scaled so that its first is unchanged, and the β that give it are returned (β_{T−1} = 1, ᾱ_{T−1} = 0).
+torch::Tensor rescale_zero_terminal_snr(const torch::Tensor& betas);
 
 // x_t = √ᾱ_t·x0 + √(1−ᾱ_t)·noise per sample (t [B] integer), in x0's dtype (as diffusers' add_noise).
 torch::Tensor add_noise(const NoiseSchedule& schedule, const torch::Tensor& x0,

@@ -34,9 +34,11 @@ std::vector<double> trailing(int64_t train_steps, int64_t steps) {
   return t;
 }
 
-// σ = √((1−ᾱ)/ᾱ) per training timestep, computed in float32 as diffusers does.
+// σ = √((1−ᾱ)/ᾱ) per training timestep, computed in float32 as diffusers does. A zero-terminal-SNR schedule's
+// last ᾱ (0) becomes 2⁻²⁴ as Euler's and DPM-Solver++'s constructors set it, so that the first σ is finite.
 std::vector<double> train_sigmas(const SchedulerConfig& config) {
-  const auto acp = config.noise_schedule().alphas_cumprod;
+  auto acp = config.noise_schedule().alphas_cumprod.clone();
+  if (config.rescale_betas_zero_snr) acp[-1] = std::ldexp(1.0, -24);
   const auto sigmas = ((1.0 - acp) / acp).pow(0.5).to(torch::kFloat64).contiguous();
   return {sigmas.data_ptr<double>(), sigmas.data_ptr<double>() + sigmas.numel()};
 }
@@ -107,28 +109,41 @@ DdimScheduler::DdimScheduler(const SchedulerConfig& config, int64_t steps) {
   final_alpha_ = config.set_alpha_to_one.value_or(true) ? 1.0 : alphas_cumprod_[0].item<double>();
   clip_ = config.clip_sample.value_or(true);
   clip_range_ = config.clip_sample_range;
+  prediction_ = config.prediction_type;
   timesteps_ = torch::tensor(t_, torch::kLong).to(torch::kFloat32);
 }
 
-torch::Tensor DdimScheduler::step(const torch::Tensor& epsilon, int64_t step, const torch::Tensor& x) {
+torch::Tensor DdimScheduler::step(const torch::Tensor& output, int64_t step, const torch::Tensor& x) {
   const int64_t t = t_.at(static_cast<size_t>(step));
   const int64_t prev = t - ratio_;
   const double alpha = static_cast<float>(alphas_cumprod_[t].item<double>());
   const double alpha_prev = static_cast<float>(prev >= 0 ? alphas_cumprod_[prev].item<double>() : final_alpha_);
-  const auto eps = epsilon.to(torch::kFloat32);
+  const auto out = output.to(torch::kFloat32);
   const auto sample = x.to(torch::kFloat32);
-  auto x0 = (sample - std::sqrt(1.0 - alpha) * eps) / std::sqrt(alpha);
-  auto eps_used = eps;
-  if (clip_) {
-    x0 = x0.clamp(-clip_range_, clip_range_);
-    eps_used = (sample - std::sqrt(alpha) * x0) / std::sqrt(1.0 - alpha);  // as the reference re-derives it
+  // x̂0 and ε̂ from the model output, as DDIMScheduler.step derives them for each prediction type.
+  torch::Tensor x0, eps;
+  switch (prediction_) {
+    case PredictionType::epsilon:
+      x0 = (sample - std::sqrt(1.0 - alpha) * out) / std::sqrt(alpha);
+      eps = out;
+      break;
+    case PredictionType::sample:
+      x0 = out;
+      eps = (sample - std::sqrt(alpha) * x0) / std::sqrt(1.0 - alpha);
+      break;
+    case PredictionType::v_prediction:
+      x0 = std::sqrt(alpha) * sample - std::sqrt(1.0 - alpha) * out;
+      eps = std::sqrt(alpha) * out + std::sqrt(1.0 - alpha) * sample;
+      break;
   }
-  return (std::sqrt(alpha_prev) * x0 + std::sqrt(1.0 - alpha_prev) * eps_used).to(x.scalar_type());
+  // The pipelines call step() without use_clipped_model_output: clipping x̂0 leaves ε̂ as derived above.
+  if (clip_) x0 = x0.clamp(-clip_range_, clip_range_);
+  return (std::sqrt(alpha_prev) * x0 + std::sqrt(1.0 - alpha_prev) * eps).to(x.scalar_type());
 }
 
 // ---- Euler ----
 
-EulerScheduler::EulerScheduler(const SchedulerConfig& config, int64_t steps) {
+EulerScheduler::EulerScheduler(const SchedulerConfig& config, int64_t steps) : prediction_(config.prediction_type) {
   const int64_t train = config.num_train_timesteps;
   check_steps(steps, train);
   const std::string spacing = spacing_of(config, "linspace");
@@ -158,11 +173,20 @@ torch::Tensor EulerScheduler::scale_model_input(const torch::Tensor& x, int64_t 
   return x / std::sqrt(sigma * sigma + 1.0);
 }
 
-torch::Tensor EulerScheduler::step(const torch::Tensor& epsilon, int64_t step, const torch::Tensor& x) {
+torch::Tensor EulerScheduler::step(const torch::Tensor& output, int64_t step, const torch::Tensor& x) {
   const auto i = static_cast<size_t>(step);
-  // x̂0 = x − σ ε̂, derivative (x − x̂0)/σ = ε̂, so x ← x + ε̂·(σ_{i+1} − σ_i).
+  const double sigma = sigmas_.at(i);
+  const double dt = sigmas_.at(i + 1) - sigma;
   const auto sample = x.to(torch::kFloat32);
-  return (sample + epsilon.to(torch::kFloat32) * (sigmas_.at(i + 1) - sigmas_.at(i))).to(x.scalar_type());
+  const auto out = output.to(torch::kFloat32);
+  // ε̂: x̂0 = x − σ ε̂, so the derivative (x − x̂0)/σ is ε̂ itself: x ← x + ε̂·(σ_{i+1} − σ_i).
+  if (prediction_ == PredictionType::epsilon) return (sample + out * dt).to(x.scalar_type());
+  // v: x̂0 = −σ/√(σ²+1)·v + x/(σ²+1) (on the unscaled sample); sample: x̂0 is the output.
+  const auto x0 = prediction_ == PredictionType::sample
+                      ? out
+                      : out * (-sigma / std::sqrt(sigma * sigma + 1.0)) + sample / (sigma * sigma + 1.0);
+  const auto derivative = (sample - x0) / sigma;
+  return (sample + derivative * dt).to(x.scalar_type());
 }
 
 // ---- DPM-Solver++ ----
@@ -193,7 +217,7 @@ DpmSolverScheduler::DpmSolverScheduler(const SchedulerConfig& config, int64_t st
   timesteps_ = as_tensor(t);
 }
 
-torch::Tensor DpmSolverScheduler::step(const torch::Tensor& epsilon, int64_t step, const torch::Tensor& x) {
+torch::Tensor DpmSolverScheduler::step(const torch::Tensor& output, int64_t step, const torch::Tensor& x) {
   const auto i = static_cast<size_t>(step);
   const int64_t n = steps();
   auto alpha_sigma = [](double sigma) {
@@ -202,7 +226,11 @@ torch::Tensor DpmSolverScheduler::step(const torch::Tensor& epsilon, int64_t ste
   };
   const auto sample = x.to(torch::kFloat32);
   const auto [alpha_s0, sigma_s0] = alpha_sigma(sigmas_.at(i));
-  const auto x0 = (sample - sigma_s0 * epsilon.to(torch::kFloat32)) / alpha_s0;  // convert_model_output
+  const auto out = output.to(torch::kFloat32);
+  // convert_model_output (dpmsolver++): x̂0 from ε̂, the output itself, or v.
+  const auto x0 = config_.prediction_type == PredictionType::epsilon  ? (sample - sigma_s0 * out) / alpha_s0
+                  : config_.prediction_type == PredictionType::sample ? out
+                                                                      : alpha_s0 * sample - sigma_s0 * out;
   const bool lower_order_final =
       step == n - 1 && (config_.euler_at_final || (config_.lower_order_final && n < 15) || config_.final_sigmas_type == "zero");
   const bool first_order = config_.solver_order == 1 || lower_order_nums_ < 1 || lower_order_final;
@@ -255,17 +283,28 @@ torch::Tensor run_scheduler(Scheduler& scheduler, const EpsilonFn& epsilon, cons
   return x;
 }
 
+torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor& cond, double guidance_rescale) {
+  std::vector<int64_t> per_sample;
+  for (int64_t d = 1; d < guided.dim(); ++d) per_sample.push_back(d);
+  const auto std_cond = cond.std(per_sample, /*unbiased=*/true, /*keepdim=*/true);
+  const auto std_guided = guided.std(per_sample, /*unbiased=*/true, /*keepdim=*/true);
+  const auto rescaled = guided * (std_cond / std_guided);
+  return guidance_rescale * rescaled + (1 - guidance_rescale) * guided;
+}
+
 EpsilonFn guided_epsilon(UNet2DConditionModel& model, const UNetConditioning& cond, const UNetConditioning& uncond,
-                         double guidance_scale) {
+                         double guidance_scale, double guidance_rescale) {
+  ZEST_CHECK(guidance_rescale >= 0 && guidance_rescale <= 1, "guidance rescale must be in [0, 1], got ", guidance_rescale);
   if (guidance_scale <= 1.0) {
     return [&model, cond](const torch::Tensor& x, const torch::Tensor& t) { return model.forward(x, t, cond); };
   }
   auto cat = [](const torch::Tensor& a, const torch::Tensor& b) { return a.defined() ? torch::cat({a, b}, 0) : a; };
   const UNetConditioning both{cat(uncond.encoder_hidden_states, cond.encoder_hidden_states),
                               cat(uncond.text_embeds, cond.text_embeds), cat(uncond.time_ids, cond.time_ids)};
-  return [&model, both, guidance_scale](const torch::Tensor& x, const torch::Tensor& t) {
-    const auto eps = model.forward(torch::cat({x, x}, 0), torch::cat({t, t}, 0), both).chunk(2, 0);
-    return eps[0] + guidance_scale * (eps[1] - eps[0]);
+  return [&model, both, guidance_scale, guidance_rescale](const torch::Tensor& x, const torch::Tensor& t) {
+    const auto out = model.forward(torch::cat({x, x}, 0), torch::cat({t, t}, 0), both).chunk(2, 0);
+    const auto guided = out[0] + guidance_scale * (out[1] - out[0]);
+    return guidance_rescale > 0 ? rescale_guidance(guided, out[1], guidance_rescale) : guided;
   };
 }
 

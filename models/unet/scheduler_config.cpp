@@ -45,13 +45,13 @@ int64_t read_int(const nlohmann::json& config, const char* key, const std::strin
 }
 
 // Options whose non-default value zest does not implement: refused rather than silently sampled wrong.
-void refuse_unsupported(const nlohmann::json& config, const std::string& path) {
+void refuse_unsupported(const nlohmann::json& config, const std::string& path, SchedulerConfig::Use use) {
+  if (present(config, "trained_betas")) ZEST_FAIL(path, ": \"trained_betas\" is set; zest supports only null");
+  if (use == SchedulerConfig::Use::training) return;  // the rest are the samplers' own arithmetic
   for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
-                          "use_flow_sigmas", "thresholding", "rescale_betas_zero_snr", "use_dynamic_shifting"}) {
+                          "use_flow_sigmas", "thresholding", "use_dynamic_shifting"}) {
     if (read_bool(config, key, path, false)) ZEST_FAIL(path, ": \"", key, "\" is true; zest's schedulers support only false");
   }
-  if (present(config, "trained_betas")) ZEST_FAIL(path, ": \"trained_betas\" is set; zest supports only null");
-  read_choice(config, "prediction_type", path, {"epsilon"}, "epsilon");
   read_choice(config, "interpolation_type", path, {"linear"}, "linear");
   read_choice(config, "timestep_type", path, {"discrete"}, "discrete");
   read_choice(config, "algorithm_type", path, {"dpmsolver++"}, "dpmsolver++");
@@ -73,9 +73,9 @@ SchedulerConfig SchedulerConfig::stable_diffusion() {
   return c;
 }
 
-SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& config, const std::string& path) {
+SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& config, const std::string& path, Use use) {
   if (!config.is_object()) ZEST_FAIL(path, ": expected a JSON object of scheduler fields");
-  refuse_unsupported(config, path);
+  refuse_unsupported(config, path, use);
   SchedulerConfig c;
   if (present(config, "_class_name") && config["_class_name"].is_string()) c.class_name = config["_class_name"];
   c.num_train_timesteps = read_int(config, "num_train_timesteps", path, c.num_train_timesteps, 2);
@@ -95,23 +95,26 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& config, const s
   c.solver_type = read_choice(config, "solver_type", path, {"midpoint", "heun"}, "midpoint");
   c.lower_order_final = read_bool(config, "lower_order_final", path, true);
   c.euler_at_final = read_bool(config, "euler_at_final", path, false);
+  c.prediction_type = *prediction_type_named(
+      read_choice(config, "prediction_type", path, {"epsilon", "v_prediction", "sample"}, "epsilon"));
+  c.rescale_betas_zero_snr = read_bool(config, "rescale_betas_zero_snr", path, false);
   return c;
 }
 
-SchedulerConfig SchedulerConfig::from_file(const std::filesystem::path& path) {
+SchedulerConfig SchedulerConfig::from_file(const std::filesystem::path& path, Use use) {
   std::ifstream in(path);
   ZEST_CHECK(in.good(), path.string(), ": cannot open the scheduler configuration");
   nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) ZEST_FAIL(path.string(), ": not valid JSON");
-  return from_json(config, path.string());
+  return from_json(config, path.string(), use);
 }
 
 NoiseSchedule SchedulerConfig::noise_schedule() const {
-  if (beta_schedule == "scaled_linear") return NoiseSchedule::scaled_linear(num_train_timesteps, beta_start, beta_end);
-  NoiseSchedule s;
-  s.betas = torch::linspace(beta_start, beta_end, num_train_timesteps, torch::TensorOptions().dtype(torch::kFloat32));
-  s.alphas_cumprod = torch::cumprod(1.0 - s.betas, 0);
-  return s;
+  NoiseSchedule s = beta_schedule == "scaled_linear"
+                        ? NoiseSchedule::scaled_linear(num_train_timesteps, beta_start, beta_end)
+                        : NoiseSchedule::from_betas(torch::linspace(beta_start, beta_end, num_train_timesteps,
+                                                                    torch::TensorOptions().dtype(torch::kFloat32)));
+  return rescale_betas_zero_snr ? NoiseSchedule::from_betas(rescale_zero_terminal_snr(s.betas)) : s;
 }
 
 }  // namespace zest::unet

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "models/unet/ddpm.h"
+#include "models/unet/prediction.h"
 
 #include <nlohmann/json.hpp>
 
@@ -30,17 +31,25 @@ struct SchedulerConfig {
   std::string solver_type = "midpoint";         // DPM-Solver++: "midpoint" | "heun"
   bool lower_order_final = true;                // DPM-Solver++
   bool euler_at_final = false;                  // DPM-Solver++
+  PredictionType prediction_type = PredictionType::epsilon;  // what the UNet outputs (every class)
+  bool rescale_betas_zero_snr = false;          // β rescaled to zero terminal SNR (every class)
 
   // The SD1.5 pipeline's values, for a folder without scheduler/scheduler_config.json.
   static SchedulerConfig stable_diffusion();
 
-  // Reads a scheduler_config.json object. Options that would change the arithmetic beyond what zest
-  // implements (v-prediction, Karras sigmas, thresholding, trained betas, ...) are errors naming `path`
-  // and the field; bookkeeping and other classes' fields are ignored, as from_config ignores them.
-  static SchedulerConfig from_json(const nlohmann::json& config, const std::string& path);
-  static SchedulerConfig from_file(const std::filesystem::path& path);
+  // What the configuration is read for: sampling refuses every option zest's samplers do not implement;
+  // training (the noise schedule and prediction type, as DDPMScheduler.from_pretrained reads them in
+  // diffusers' training scripts) refuses only those that change the schedule (trained betas).
+  enum class Use { sampling, training };
 
-  // β and ᾱ of the training schedule (float32, as diffusers builds them).
+  // Reads a scheduler_config.json object. Options that would change the arithmetic beyond what zest
+  // implements (Karras sigmas, thresholding, trained betas, ...) are errors naming `path`
+  // and the field; bookkeeping and other classes' fields are ignored, as from_config ignores them.
+  static SchedulerConfig from_json(const nlohmann::json& config, const std::string& path, Use use = Use::sampling);
+  static SchedulerConfig from_file(const std::filesystem::path& path, Use use = Use::sampling);
+
+  // β and ᾱ of the training schedule (float32, as diffusers builds them), rescaled to zero terminal SNR
+  // when rescale_betas_zero_snr says so.
   NoiseSchedule noise_schedule() const;
 };
 

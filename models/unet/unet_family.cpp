@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "models/unet/diffusers_folder.h"
+#include "models/unet/diffusion_objective.h"
 
 #include <set>
 
@@ -39,16 +40,36 @@ torch::Tensor forward_named(UnitModule& model, const TensorMap& inputs) {
   return unet->forward(input(inputs, "sample", true), input(inputs, "timestep", true), cond);
 }
 
-// Epsilon-prediction DDPM loss on a loader batch: `sample` holds the clean latents x0 (× scaling). The
-// batch stays float32: x_t, the noise and the loss are float32 and the model casts to its compute dtype
-// where diffusers does under autocast (docs/models.md 5).
-torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+// The DDPM loss on a loader batch: `sample` holds the clean latents x0 (× scaling). The batch stays float32:
+// x_t, the noise and the loss are float32 and the model casts to its compute dtype where diffusers does
+// under autocast (docs/models.md 5).
+torch::Tensor objective_loss(const DiffusionObjective& objective, UnitModule& model, const TensorMap& batch,
+                             torch::Generator& generator) {
   auto* unet = dynamic_cast<UNet2DConditionModel*>(&model);
   ZEST_CHECK(unet != nullptr, "UNet training loss called on a model of another family");
   const bool is_text_time = unet->config().text_time_embedding;
   UNetConditioning cond{input(batch, "encoder_hidden_states", true), input(batch, "text_embeds", is_text_time),
                         input(batch, "time_ids", is_text_time)};
-  return epsilon_loss(*unet, input(batch, "sample", true), cond, generator);
+  return diffusion_loss(*unet, objective, input(batch, "sample", true), cond, generator);
+}
+
+// Epsilon prediction on SD's schedule, every option off.
+torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+  static const DiffusionObjective* const plain = new DiffusionObjective();  // never destroyed: see stable_diffusion()
+  return objective_loss(*plain, model, batch, generator);
+}
+
+// [loss] over the pipeline's scheduler configuration (SD's without one), resolved once.
+TrainingObjective make_training_loss(const LossConfig& loss, const std::string& pretrained) {
+  const auto file = pipeline_scheduler_config(pretrained);
+  const SchedulerConfig pipeline =
+      file ? SchedulerConfig::from_file(*file, SchedulerConfig::Use::training) : SchedulerConfig::stable_diffusion();
+  auto objective = std::make_shared<const DiffusionObjective>(diffusion_objective_for(loss, pipeline));
+  const std::string schedule = file ? "the noise schedule of " + file->string() : std::string("SD's noise schedule");
+  return {[objective](UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
+            return objective_loss(*objective, model, batch, generator);
+          },
+          describe(*objective) + " on " + schedule};
 }
 
 TensorMap synthetic_batch(UnitModule& model, const SyntheticShapes& shapes, int64_t batch, const torch::Device& device,
@@ -105,6 +126,7 @@ ModelFamily family() {
   f.count_parameters = [](ConfigTable& table) { return count_parameters(UNetConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
+  f.make_training_loss = make_training_loss;
   f.synthetic_batch = synthetic_batch;
   f.dataset_features = dataset_features;
   f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {

@@ -26,21 +26,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const std::string& path) {
+std::string untrusted_read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+void untrusted_write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 class UntrustedData : public ::testing::Test {
  protected:
   void SetUp() override {
     fs::create_directories(victims_);
-    write_text(victims_ + "/v1.txt", "victim one\n");
-    write_text(victims_ + "/v2.txt", "victim two\n");
+    untrusted_write_text(victims_ + "/v1.txt", "victim one\n");
+    untrusted_write_text(victims_ + "/v2.txt", "victim two\n");
   }
   CliResult zest(std::vector<std::string> args, double timeout_s = 120) {
     args.insert(args.begin(), zest_binary());
@@ -54,9 +54,9 @@ class UntrustedData : public ::testing::Test {
     ASSERT_EQ(r.code(), 0) << r.describe();
   }
   void edit_listing(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json doc = nlohmann::json::parse(read_text(dir + "/dataset.json"));
+    nlohmann::json doc = nlohmann::json::parse(untrusted_read_text(dir + "/dataset.json"));
     edit(doc);
-    write_text(dir + "/dataset.json", doc.dump(2));
+    untrusted_write_text(dir + "/dataset.json", doc.dump(2));
   }
   void expect_refused(const CliResult& r, const std::vector<std::string>& parts) {
     EXPECT_EQ(r.code(), 1) << r.describe();
@@ -64,8 +64,8 @@ class UntrustedData : public ::testing::Test {
     for (const std::string& part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.describe();
   }
   void expect_victims_untouched() {
-    EXPECT_EQ(read_text(victims_ + "/v1.txt"), "victim one\n");
-    EXPECT_EQ(read_text(victims_ + "/v2.txt"), "victim two\n");
+    EXPECT_EQ(untrusted_read_text(victims_ + "/v1.txt"), "victim one\n");
+    EXPECT_EQ(untrusted_read_text(victims_ + "/v2.txt"), "victim two\n");
   }
 
   TempDir root_{"untrusted_data"};
@@ -149,7 +149,7 @@ TEST_F(UntrustedData, AbsurdSampleCountIsRefused) {
 // SIGTERM during `data synth --overwrite`: the old dataset stays whole, no partial file is left.
 TEST_F(UntrustedData, StopSignalDuringSynthLeavesTheFolderAsItWas) {
   synth(ds_, 8);
-  const std::string before = read_text(ds_ + "/dataset.json");
+  const std::string before = untrusted_read_text(ds_ + "/dataset.json");
   const std::string out_log = root_.sub("synth.out"), err_log = root_.sub("synth.err");
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -169,11 +169,11 @@ TEST_F(UntrustedData, StopSignalDuringSynthLeavesTheFolderAsItWas) {
   ::kill(pid, SIGTERM);
   CliResult result;
   ::waitpid(pid, &result.status, 0);
-  result.out = read_text(out_log);
-  result.err = read_text(err_log);
+  result.out = untrusted_read_text(out_log);
+  result.err = untrusted_read_text(err_log);
   ASSERT_TRUE(started) << "the synth never started writing\n" << result.describe();
   expect_refused(result, {"stopped by SIGTERM while", "temporary files were removed and nothing was replaced"});
-  EXPECT_EQ(read_text(ds_ + "/dataset.json"), before);
+  EXPECT_EQ(untrusted_read_text(ds_ + "/dataset.json"), before);
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(ds_)) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());

@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const fs::path& path) {
+std::string readme_read_text(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -46,7 +46,7 @@ TEST(ReadmeRunFile, ExtractsTheBlockUnderItsHeading) {
 }
 
 TEST(ReadmeRunFile, TrainsVerbatimOnTwoRanks) {
-  const std::string toml = toml_block_under(read_text(fs::path(ZEST_SOURCE_DIR) / "README.md"), "## A run file");
+  const std::string toml = toml_block_under(readme_read_text(fs::path(ZEST_SOURCE_DIR) / "README.md"), "## A run file");
   ASSERT_FALSE(toml.empty()) << "README.md has no ```toml block under \"## A run file\"";
   const TempDir work("readme");
   const fs::path dir = work.path();

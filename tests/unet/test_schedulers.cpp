@@ -99,8 +99,8 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 TEST(Schedulers, UnsupportedOptionsAreOneClearMessage) {
   expect_error([] { parse_scheduler_kind("pndm"); }, {"unknown scheduler 'pndm'", "ddim, euler or dpmpp"});
-  expect_error([] { config_of({{"prediction_type", "v_prediction"}}); },
-               {"scheduler_config.json", "\"prediction_type\"", "\"epsilon\""});
+  expect_error([] { config_of({{"prediction_type", "flow_prediction"}}); },
+               {"scheduler_config.json", "\"prediction_type\"", "\"epsilon\", \"v_prediction\", \"sample\""});
   expect_error([] { config_of({{"use_karras_sigmas", true}}); }, {"\"use_karras_sigmas\" is true"});
   expect_error([] { config_of({{"timestep_spacing", "uniform"}}); }, {"\"timestep_spacing\"", "\"trailing\""});
   expect_error([] { config_of({{"solver_order", 3}}); }, {"\"solver_order\" is 3"});
