@@ -120,8 +120,9 @@ WorldInfo read_torch(const EnvLookup& env, bool primary) {
   w.source = "torchrun-style (RANK/WORLD_SIZE)";
   w.size = *env_int(env, "WORLD_SIZE");
   w.rank = *env_int(env, "RANK");
-  w.local_rank = env_int(env, "LOCAL_RANK").value_or(w.rank);
   w.local_size = env_int(env, "LOCAL_WORLD_SIZE").value_or(w.size);
+  // Unset: the rank's place on its node (a zero count is refused just below, not divided by).
+  w.local_rank = env_int(env, "LOCAL_RANK").value_or(w.local_size > 0 ? w.rank % w.local_size : w.rank);
   validate_counts(w);
   w.node_rank = env_int(env, "GROUP_RANK").value_or(w.rank / w.local_size);
   read_master(env, w, "set it to the host of rank 0 (torchrun --master_addr, zest launch --master-addr)", primary);
