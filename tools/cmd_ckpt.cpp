@@ -6,6 +6,7 @@
 #include "checkpoint/checksum.h"
 #include "checkpoint/verify.h"
 #include "core/untrusted_file.h"
+#include "tools/error_report.h"
 
 #include <CLI/CLI.hpp>
 
@@ -59,7 +60,7 @@ void run_inspect(const InspectArgs& args) {
   // Without --verify the listing shows what the manifest promises (files are not hashed or reported).
   const checkpoint::CheckpointReport report = checkpoint::inspect_checkpoint(args.dir, args.verify);
   const checkpoint::Manifest& m = report.manifest;
-  if (!report.location.note.empty()) std::fprintf(stderr, "zest: note: %s\n", printable(report.location.note, 600).c_str());
+  if (!report.location.note.empty()) std::fprintf(stderr, "zest: note: %s\n", terminal_safe(report.location.note).c_str());
   print_summary(report.location.step_dir, m);
   std::printf("%-26s %14s  %-16s  %s\n", "file", "bytes", "xxh64", args.verify ? "status" : "");
   uint64_t total = 0;
@@ -74,7 +75,7 @@ void run_inspect(const InspectArgs& args) {
       bad += s.ok() ? 0 : 1;
     }
     std::printf("%-26s %14llu  %-16s  %s\n", printable(file.name, 60).c_str(), static_cast<unsigned long long>(file.bytes),
-                checkpoint::to_hex(file.xxh64).c_str(), printable(status, 300).c_str());
+                checkpoint::to_hex(file.xxh64).c_str(), terminal_safe(status).c_str());
   }
   std::printf("total        %.1f MB in %zu file(s)%s\n", total / 1e6, m.files.size(),
               args.verify ? (bad ? (", " + std::to_string(bad) + " BAD").c_str() : ", all verified") : "");

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
+#include "tools/error_report.h"
 #include "models/model_export.h"
 
 #include <CLI/CLI.hpp>
@@ -56,7 +57,7 @@ void run_merge(const MergeArgs& args) {
       export_checkpoint(args.checkpoint, args.output, options, parse_export_format(args.format));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Notes may quote the checkpoint's own strings (tensor names, `latest`): printed escaped.
-  for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", printable(note, 600).c_str());
+  for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", terminal_safe(note).c_str());
   for (const std::string& file : result.files) std::printf("wrote %s\n", printable(file, 400).c_str());
   if (!result.index_path.empty()) std::printf("wrote %s\n", printable(result.index_path, 400).c_str());
   std::printf("%lld tensors%s, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",

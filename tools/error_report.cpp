@@ -69,6 +69,8 @@ std::string bounded(std::string text) {
          text.substr(text.size() - kTail);
 }
 
+}  // namespace
+
 // The last line of defence for the terminal: whatever a message quotes (a tensor name, a file's first
 // line), control characters other than newline and tab, and C1 controls (UTF-8 U+0080..U+009F), reach it
 // as \xNN, so no escape sequence in a stranger's file can move the cursor or retitle the window.
@@ -96,8 +98,6 @@ std::string terminal_safe(const std::string& text) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string describe_error(const std::exception& error) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error))
