@@ -5,6 +5,8 @@
 #include "checkpoint/save_phase.h"
 #include "core/check.h"
 #include "core/fd_write.h"
+#include "core/untrusted_file.h"
+#include "formats/input_limits.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -98,18 +100,24 @@ struct LatestChoice {
   std::string note;  // set when `latest` was not followed as written
 };
 
-// The folder name `latest` holds, or "" when it is absent, not a regular file or unreadable.
-std::string read_latest_name(const fs::path& latest) {
+// The folder name `latest` holds (its first line), or "" when it is absent, not a regular file, larger
+// than a folder name can be, or unreadable (`problem` then says which, for the note).
+std::string read_latest_name(const fs::path& latest, std::string& problem) {
   std::error_code ec;
-  if (!fs::is_regular_file(latest, ec)) return "";
-  std::ifstream in(latest);
-  std::string name;
-  return in && std::getline(in, name) ? name : "";
+  if (!fs::exists(fs::symlink_status(latest, ec))) return "";
+  try {
+    const std::string text = read_text_file(latest.string(), "`latest` file", kMaxLatestBytes);
+    return text.substr(0, text.find('\n'));
+  } catch (const Error& e) {
+    problem = e.what();
+    return "";
+  }
 }
 
 LatestChoice choose_latest(const std::string& root) {
   const fs::path latest = fs::path(root) / kLatestName;
-  const std::string name = read_latest_name(latest);
+  std::string problem;
+  const std::string name = read_latest_name(latest, problem);
   if (parse_step_dir_name(name)) {
     if (is_committed(fs::path(root) / name)) return {(fs::path(root) / name).string(), ""};
     const fs::path old = fs::path(root) / (name + kOldSuffix);
@@ -118,10 +126,12 @@ LatestChoice choose_latest(const std::string& root) {
   const auto all = list_checkpoints(root);
   if (all.empty()) return {std::nullopt, ""};
   std::error_code ec;
-  const std::string why = !fs::exists(fs::symlink_status(latest, ec))
-                              ? latest.string() + " does not exist"
-                              : latest.string() + " names '" + name + "', which is not a committed checkpoint";
-  return {all.back().path, why + "; using " + all.back().path + ", the newest committed checkpoint"};
+  const std::string why = !fs::exists(fs::symlink_status(latest, ec)) ? printable(latest.string()) + " does not exist"
+                          : !problem.empty()                             ? problem
+                                                                         : printable(latest.string()) + " names '" +
+                                                                               printable(name, 80) +
+                                                                               "', which is not a committed checkpoint";
+  return {all.back().path, why + "; using " + printable(all.back().path) + ", the newest committed checkpoint"};
 }
 
 // A root when `dir` holds a `latest` file (then its step folders are checkpoints of one run).

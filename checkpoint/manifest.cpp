@@ -79,12 +79,7 @@ Json ema_to_json(const EmaConfig& e) {
 
 // Caller-provided JSON must be an object; it is stored as a JSON value, not a string.
 Json object_from_text(const std::string& text, const std::string& what) {
-  Json value;
-  try {
-    value = Json::parse(text.empty() ? "{}" : text);
-  } catch (const Json::exception& e) {
-    ZEST_FAIL(what, " is not valid JSON: ", json_error_text(e));
-  }
+  const Json value = parse_ordered_json(text.empty() ? "{}" : text, what);
   ZEST_CHECK(value.is_object(), what, " must be a JSON object, got ", value.type_name());
   return value;
 }
@@ -213,11 +208,12 @@ void files_from_json(const JsonField& j, Manifest& m) {
   }
 }
 
+// Through formats/json_text.h's bounded reader: a manifest nested past its limit is refused, not recursed into.
 Json parse_json(const std::string& text, const std::string& source) {
   try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    ZEST_FAIL(source, ": not valid JSON (truncated or corrupt manifest): ", json_error_text(e));
+    return parse_ordered_json(text, source);
+  } catch (const Error& e) {
+    ZEST_FAIL(e.what(), " (a truncated or corrupt manifest)");
   }
 }
 
@@ -334,13 +330,8 @@ Manifest parse_manifest(const std::string& text, const std::string& source) {
 
 std::string read_manifest_text(const std::string& step_dir) {
   const std::string path = (std::filesystem::path(step_dir) / kManifestName).string();
-  require_regular_file(path, "the checkpoint manifest");  // never block on a FIFO named manifest.json
-  std::ifstream in(path, std::ios::binary);
-  ZEST_CHECK(in.good(), path, ": cannot open the checkpoint manifest: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  ZEST_CHECK(!in.bad(), path, ": cannot read the checkpoint manifest: ", std::strerror(errno));
-  return text.str();
+  // Never blocks on a FIFO named manifest.json, nor reads a sparse file of gigabytes.
+  return read_text_file(path, "checkpoint manifest", kMaxManifestBytes);
 }
 
 Manifest parse_manifest_of(const std::string& step_dir, const std::string& text) {

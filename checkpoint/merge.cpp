@@ -10,6 +10,7 @@
 #include "checkpoint/verify.h"
 #include "comm/communicator.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -174,7 +175,7 @@ uint64_t parse_byte_size(const std::string& text) {
   try {
     value = std::stod(text, &digits_end);
   } catch (const std::exception&) {
-    ZEST_FAIL("size '", text, "' does not start with a number (examples: 5GB, 500MB, 2GiB, 1048576)");
+    ZEST_FAIL("size '", printable(text, 40), "' does not start with a number (examples: 5GB, 500MB, 2GiB, 1048576)");
   }
   std::string unit = text.substr(digits_end);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -183,11 +184,15 @@ uint64_t parse_byte_size(const std::string& text) {
       {"TB", 1e12},  {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
   for (const auto& [name, factor] : units) {
     if (unit == name) {
-      ZEST_CHECK(std::isfinite(value) && value >= 0, "size '", text, "' must be >= 0");
-      return static_cast<uint64_t>(std::llround(value * factor));
+      ZEST_CHECK(std::isfinite(value) && value >= 0, "size '", printable(text, 40), "' must be >= 0");
+      const double bytes = value * factor;
+      ZEST_CHECK(bytes <= 1e18, "size '", printable(text, 40), "' is larger than any file can be");
+      ZEST_CHECK(bytes == std::floor(bytes), "size '", printable(text, 40), "' is not a whole number of bytes (",
+                 bytes, ")");
+      return static_cast<uint64_t>(bytes);
     }
   }
-  ZEST_FAIL("size '", text, "' has an unknown unit '", text.substr(digits_end),
+  ZEST_FAIL("size '", printable(text, 40), "' has an unknown unit '", printable(text.substr(digits_end), 20),
             "' (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)");
 }
 

@@ -3,6 +3,7 @@
 #include "comm/launch_env.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
 #include <cstdlib>
 #include <map>
@@ -24,7 +25,7 @@ std::optional<int> env_int(const EnvLookup& env, const std::string& name) {
     if (used == value->size()) return parsed;
   } catch (const std::exception&) {
   }
-  refuse(name + "='" + *value + "' is not an integer");
+  refuse(name + "='" + printable(*value, 40) + "' is not an integer");
 }
 
 // A launcher's family of variables: which are set, and an error when some required ones are not.
@@ -57,18 +58,31 @@ const Family kTorch{"torchrun-style", {"RANK", "WORLD_SIZE"}, {"LOCAL_RANK", "LO
 const Family kHorovod{"Horovod", {"HOROVOD_RANK", "HOROVOD_SIZE"}, {"HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"}};
 const Family kSlurm{"Slurm", {"SLURM_PROCID", "SLURM_NTASKS"}, {"SLURM_LOCALID"}};
 
-void validate(const WorldInfo& w) {
+// The counts, checked as soon as a family is read: before any arithmetic on them (rank ÷ local size gives
+// the node when no variable says it), at every world size.
+void validate_counts(const WorldInfo& w) {
   if (w.size < 1) refuse(w.source + ": world size " + std::to_string(w.size) + " must be >= 1");
   if (w.rank < 0 || w.rank >= w.size)
     refuse(w.source + ": rank " + std::to_string(w.rank) + " is outside [0, " + std::to_string(w.size) + ")");
-  if (w.local_size < 1 || w.local_rank < 0 || w.local_rank >= w.local_size)
+  if (w.local_size < 1)
+    refuse(w.source + ": " + std::to_string(w.local_size) + " ranks on this node; it must be >= 1");
+  if (w.local_rank < 0 || w.local_rank >= w.local_size)
     refuse(w.source + ": local rank " + std::to_string(w.local_rank) + " is outside [0, " +
            std::to_string(w.local_size) + ")");
   if (w.local_size > w.size)
     refuse(w.source + ": " + std::to_string(w.local_size) + " ranks on this node but a world of " +
            std::to_string(w.size));
-  if (w.launcher != Launcher::mpi && w.size > 1 && (w.master_port <= 0 || w.master_port > 65535))
-    refuse(w.source + ": MASTER_PORT " + std::to_string(w.master_port) + " is not a TCP port");
+}
+
+// What is read after the counts: the node (given, or derived), and MASTER_PORT, which when set is a TCP
+// port at every world size (a world of one never opens it, but a value of 99999 is a mistake the user
+// should hear about before the run that needs it).
+void validate_node_and_port(const WorldInfo& w, const EnvLookup& env) {
+  if (w.node_rank < 0) refuse(w.source + ": node rank " + std::to_string(w.node_rank) + " must be >= 0");
+  if (w.launcher == Launcher::mpi) return;
+  const bool given = env("MASTER_PORT").has_value();
+  if ((given || w.size > 1) && (w.master_port <= 0 || w.master_port > 65535))
+    refuse(w.source + ": MASTER_PORT " + std::to_string(w.master_port) + " is not a TCP port (1-65535)");
 }
 
 // MASTER_ADDR/MASTER_PORT, or the defaults of a one-node world; several nodes need MASTER_ADDR.
@@ -94,6 +108,7 @@ WorldInfo read_mpi(const EnvLookup& env) {
   w.rank = *env_int(env, "OMPI_COMM_WORLD_RANK");
   w.local_rank = env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
   w.local_size = env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1);
+  validate_counts(w);
   w.node_rank = env_int(env, "OMPI_COMM_WORLD_NODE_RANK").value_or(0);
   return w;
 }
@@ -105,8 +120,10 @@ WorldInfo read_torch(const EnvLookup& env, bool primary) {
   w.source = "torchrun-style (RANK/WORLD_SIZE)";
   w.size = *env_int(env, "WORLD_SIZE");
   w.rank = *env_int(env, "RANK");
-  w.local_rank = env_int(env, "LOCAL_RANK").value_or(w.rank);
   w.local_size = env_int(env, "LOCAL_WORLD_SIZE").value_or(w.size);
+  // Unset: the rank's place on its node (a zero count is refused just below, not divided by).
+  w.local_rank = env_int(env, "LOCAL_RANK").value_or(w.local_size > 0 ? w.rank % w.local_size : w.rank);
+  validate_counts(w);
   w.node_rank = env_int(env, "GROUP_RANK").value_or(w.rank / w.local_size);
   read_master(env, w, "set it to the host of rank 0 (torchrun --master_addr, zest launch --master-addr)", primary);
   const auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
@@ -125,6 +142,7 @@ WorldInfo read_horovod(const EnvLookup& env, bool primary) {
   w.rank = *env_int(env, "HOROVOD_RANK");
   w.local_rank = env_int(env, "HOROVOD_LOCAL_RANK").value_or(0);
   w.local_size = env_int(env, "HOROVOD_LOCAL_SIZE").value_or(1);
+  validate_counts(w);
   w.node_rank = env_int(env, "HOROVOD_CROSS_RANK").value_or(w.rank / w.local_size);
   read_master(env, w, "horovodrun's Gloo mode has no address zest can use: run MASTER_ADDR=<host of rank 0> "
                       "MASTER_PORT=<port> horovodrun --gloo ..., or horovodrun --mpi", primary);
@@ -163,8 +181,10 @@ WorldInfo read_slurm(const EnvLookup& env) {
   w.node_rank = env_int(env, "SLURM_NODEID").value_or(0);
   const auto per_node = expand_tasks_per_node(
       env("SLURM_STEP_TASKS_PER_NODE").value_or(env("SLURM_TASKS_PER_NODE").value_or("")));
-  w.local_size = w.node_rank < static_cast<int>(per_node.size()) ? per_node[static_cast<size_t>(w.node_rank)]
-                                                                 : std::max(1, w.local_rank + 1);
+  w.local_size = w.node_rank >= 0 && w.node_rank < static_cast<int>(per_node.size())
+                     ? per_node[static_cast<size_t>(w.node_rank)]
+                     : std::max(1, w.local_rank + 1);
+  validate_counts(w);
   if (const auto addr = env("MASTER_ADDR")) {
     w.master_addr = *addr;
   } else if (const auto nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST")) {
@@ -217,7 +237,7 @@ WorldInfo read_launch_environment(const EnvLookup& env) {
   if (found.empty()) return WorldInfo{};
   for (size_t i = 1; i < found.size(); ++i) check_agree(found[0], found[i]);
   WorldInfo& w = found[0];
-  validate(w);
+  validate_node_and_port(w, env);
   return w;
 }
 

@@ -12,11 +12,16 @@
 #include "comm/store_worker.h"
 #include "core/check.h"
 #include "core/number_text.h"
+#include "core/untrusted_file.h"
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +59,28 @@ std::vector<std::string> split_tabs(const std::string& s) {
   return out;
 }
 
+// c10's log level (0 INFO, 1 WARNING, 2 ERROR; c10d's warnings test it): a gflags global in Debian's
+// LibTorch, c10::FLAGS_caffe2_log_level in the wheel. The using-directive finds whichever exists.
+int& c10_log_level() {
+  using namespace c10;
+  return FLAGS_caffe2_log_level;
+}
+
+// c10d's socket code warns on every failed connection attempt; while zest retries (saying once that it
+// waits), its warnings are held back. Errors still print.
+class QuietConnectWarnings {
+ public:
+  QuietConnectWarnings() : saved_(c10_log_level()) {
+    c10_log_level() = std::max(saved_, 2);  // 2: ERROR
+  }
+  ~QuietConnectWarnings() { c10_log_level() = saved_; }
+  QuietConnectWarnings(const QuietConnectWarnings&) = delete;
+  QuietConnectWarnings& operator=(const QuietConnectWarnings&) = delete;
+
+ private:
+  int saved_;
+};
+
 void say(const std::string& message) {
   std::fprintf(stderr, "zest: %s\n", message.c_str());
   std::fflush(stderr);
@@ -68,7 +95,7 @@ std::string timeout_text() {
 class Joiner {
  public:
   explicit Joiner(const WorldInfo& w)
-      : w_(w), where_(str(w.master_addr, ":", w.master_port)), deadline_(Clock::now() + rendezvous_timeout()) {}
+      : w_(w), where_(str(printable(w.master_addr, 80), ":", w.master_port)), deadline_(Clock::now() + rendezvous_timeout()) {}
 
   // A failed rendezvous leaves the store this rank hosts running until the process ends: a store stalled
   // by a half request would keep its destructor waiting for it.
@@ -110,7 +137,32 @@ class Joiner {
 
   bool hosts_store() const { return w_.rank == 0 && !w_.agent_store; }
 
+  // A master address that does not resolve fails at once, naming the variable (retrying it until the
+  // rendezvous timeout cannot help); a temporary failure of name service is retried for a few seconds
+  // only (an offline machine answers every unknown name so).
+  void check_master_resolves() {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    const auto give_up = std::min(deadline_, Clock::now() + std::chrono::seconds(5));
+    for (;;) {
+      addrinfo* found = nullptr;
+      const int rc = ::getaddrinfo(w_.master_addr.c_str(), nullptr, &hints, &found);
+      if (rc == 0) {
+        ::freeaddrinfo(found);
+        return;
+      }
+      if (rc != EAI_AGAIN || Clock::now() >= give_up)
+        fail(str("MASTER_ADDR '", printable(w_.master_addr, 80), "' (the host of rank 0) does not resolve: ",
+                 ::gai_strerror(rc), ". Set MASTER_ADDR (zest launch --master-addr) to the host name or IP address "
+                 "of the machine that runs rank 0"));
+      check_interrupt("resolving MASTER_ADDR");
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+
   void connect() {
+    check_master_resolves();
     if (hosts_store()) {
       // Rank 0 must run where the others will look for it: a node started with the wrong rank, or a
       // single-node launcher on each node, would otherwise host a second world of its own.
@@ -136,7 +188,9 @@ class Joiner {
       return;
     }
     std::string last_error;
-    auto report_at = Clock::now() + std::chrono::seconds(5);
+    const auto report_at = Clock::now() + std::chrono::seconds(5);
+    bool reported = false;
+    const QuietConnectWarnings quiet;
     for (;;) {
       check_interrupt("connecting to the rendezvous store");
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
@@ -157,9 +211,10 @@ class Joiner {
       } catch (const std::exception& e) {
         last_error = first_line(e.what());
       }
-      if (Clock::now() > report_at && w_.local_rank == 0) {
-        say(str("[rank ", w_.rank, "] rendezvous: waiting for the store at ", where_, " (", last_error, ")"));
-        report_at = Clock::now() + std::chrono::seconds(10);
+      if (!reported && Clock::now() > report_at && w_.local_rank == 0) {  // one line, then quiet retries
+        say(str("[rank ", w_.rank, "] rendezvous: waiting for the store at ", where_, " (", last_error,
+                "); retrying until ", timeout_text(), " have passed"));
+        reported = true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

@@ -106,7 +106,11 @@ T convert(const toml::node& node, const std::string& file, const std::string& ke
   } else {
     static_assert(std::is_same_v<T, std::string>, "unsupported ConfigTable value type");
     if (!node.is_string()) wrong_type();
-    return node.as_string()->get();
+    // A NUL ("\u0000") would cut the string wherever it reaches the C library (a path, a message): refused.
+    const std::string& value = node.as_string()->get();
+    if (value.find('\0') != std::string::npos)
+      throw_at(node_location(node, file), key, "contains a NUL character (\\u0000), which no name or path may hold");
+    return value;
   }
 }
 
@@ -176,11 +180,10 @@ ConfigTable::ConfigTable(std::shared_ptr<Document> doc, const toml::table* table
       known_(doc_->known_for(path_)) {}
 
 ConfigTable ConfigTable::parse_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read config file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_string(text.str(), path);
+  // A regular file of at most 16 MB (a FIFO named as the run file would block, /dev/zero never end).
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(printable(path) + ": cannot read config file: no such file");
+  return parse_string(read_text_file(path, "config file", uint64_t{16} << 20), path);
 }
 
 ConfigTable ConfigTable::parse_string(const std::string& text, const std::string& source_name) {

@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kMaxCaptionBytes = 1 << 20;
+constexpr uint64_t kMaxCaptionFileBytes = 1 << 20;
 constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 
 std::string lower(std::string s) {
@@ -65,12 +65,29 @@ Walk walk(const fs::path& root) {
   return w;
 }
 
+// `caption` cut to kMaxCaptionBytes at a UTF-8 character boundary; `cut` counts the captions cut.
+std::string capped(std::string caption, int64_t& cut) {
+  if (caption.size() <= kMaxCaptionBytes) return caption;
+  size_t end = kMaxCaptionBytes;
+  while (end > 0 && (static_cast<unsigned char>(caption[end]) & 0xc0) == 0x80) --end;
+  caption.resize(end);
+  ++cut;
+  return caption;
+}
+
+void note_cut_captions(int64_t cut, ImageFolderListing& out) {
+  if (cut > 0)
+    out.notes.push_back(str(cut, " caption(s) longer than ", kMaxCaptionBytes, " bytes were cut to their first ",
+                            kMaxCaptionBytes, " (the text encoder reads only the first 77 tokens, a few hundred characters)"));
+}
+
 std::string stem_of(const std::string& rel) { return (fs::path(rel).parent_path() / fs::path(rel).stem()).generic_string(); }
 
 void from_text_files(const fs::path& root, const Walk& w, ImageFolderListing& out) {
   std::map<std::string, std::string> text_of_stem;
   for (const std::string& t : w.texts) text_of_stem[stem_of(t)] = t;
   std::set<std::string> used;
+  int64_t cut = 0;
   for (const std::string& image : w.images) {
     const auto it = text_of_stem.find(stem_of(image));
     if (it == text_of_stem.end()) {
@@ -79,13 +96,15 @@ void from_text_files(const fs::path& root, const Walk& w, ImageFolderListing& ou
     }
     used.insert(it->second);
     try {
-      out.images.push_back({image, trimmed(read_text_file((root / it->second).string(), "caption file", kMaxCaptionBytes))});
+      out.images.push_back(
+          {image, capped(trimmed(read_text_file((root / it->second).string(), "caption file", kMaxCaptionFileBytes)), cut)});
     } catch (const Error& e) {
       out.skipped.push_back({image, e.what()});
     }
   }
   for (const std::string& t : w.texts)
     if (!used.count(t)) out.skipped.push_back({t, "caption file without its image (no .jpg/.jpeg/.png of that name)"});
+  note_cut_captions(cut, out);
   out.captions_from = "name.txt files";
 }
 
@@ -95,10 +114,12 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
   std::set<std::string> present(w.images.begin(), w.images.end());
   std::map<std::string, std::string> caption_of;
   std::set<std::string> columns;
-  std::istringstream lines(text);
-  std::string line;
-  int64_t number = 0, with_column = 0;
-  while (std::getline(lines, line)) {
+  int64_t number = 0, with_column = 0, cut = 0;
+  const size_t skipped_before = out.skipped.size();
+  for (size_t from = 0; from < text.size();) {  // line by line, without a second copy of the text
+    const size_t end = std::min(text.find('\n', from), text.size());
+    const std::string line = text.substr(from, end - from);
+    from = end + 1;
     ++number;
     if (trimmed(line).empty()) continue;
     const std::string where = str("metadata.jsonl line ", number);
@@ -113,7 +134,8 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
       out.skipped.push_back({where, "needs an object with \"file_name\": STRING"});
       continue;
     }
-    for (const auto& [key, value] : row.items()) columns.insert(key);
+    for (const auto& [key, value] : row.items())
+      if (columns.size() < 32) columns.insert(key);  // for the message when no line has the column
     const std::string given = row["file_name"].get<std::string>();
     if (!row.contains(column)) {
       out.skipped.push_back({where, "has no \"" + printable(column) + "\" (--caption-column)"});
@@ -142,12 +164,19 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
       out.skipped.push_back({where, "lists " + printable(given) + ", which is not an image file in the folder"});
       continue;
     }
-    if (!caption_of.emplace(name, caption).second)
+    if (!caption_of.emplace(name, capped(std::move(caption), cut)).second)
       out.skipped.push_back({where, "lists " + printable(given) + " a second time (the first caption is kept)"});
   }
   if (with_column == 0) {
+    // Lines refused for another reason (bad JSON, no file_name) say so first: the column may be fine.
+    const size_t refused = out.skipped.size() - skipped_before;
+    if (columns.empty() && refused > 0) {
+      const SkippedFile& first = out.skipped[skipped_before];
+      ZEST_FAIL(printable(path), ": no line could be used: all ", refused, " lines were refused (", first.file, ": ",
+                printable(first.reason, 160), ")");
+    }
     std::string names;
-    for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + printable(c);
+    for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + printable(c, 40);
     ZEST_FAIL(printable(path), ": no line has the caption column \"", printable(column), "\" (columns found: ",
               names.empty() ? "none" : names, "); choose one with --caption-column");
   }
@@ -159,7 +188,8 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
     }
     out.images.push_back({image, it->second});
   }
-  out.captions_from = "metadata.jsonl (column " + column + ")";
+  note_cut_captions(cut, out);
+  out.captions_from = "metadata.jsonl (column " + printable(column) + ")";
 }
 
 }  // namespace

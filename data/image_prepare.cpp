@@ -346,6 +346,8 @@ PrepareImagesReport prepare_images(const PrepareImagesOptions& o, Communicator& 
              " must be a multiple of ", o.buckets ? bucket_multiple : e.downscale(), " (the VAE downscales by ",
              e.downscale(), o.buckets ? ", and bucket sides are multiples of 8 latent pixels" : "", ")");
   const ImageFolderListing listing = list_image_folder(o.images, o.caption_column);
+  if (comm.rank() == 0)
+    for (const std::string& note : listing.notes) log << "prepare: note: " << note << "\n";
   const std::vector<Size2> buckets = o.buckets ? aspect_buckets(o.resolution, bucket_multiple) : std::vector<Size2>{};
 
   PrepareImagesReport report;

@@ -14,6 +14,17 @@ namespace zest {
 // while parsing (every configuration zest reads nests at most a few levels).
 inline constexpr int kMaxJsonDepth = 64;
 
+// Size caps of JSON and text files by kind (formats/json_text.h's read_json_file, core/untrusted_file.h's
+// read_text_file): a model or scheduler config.json, model_index.json or tokenizer_config.json is a few
+// KB; CLIP's vocab.json ~1 MB and merges.txt ~0.5 MB, a tokenizer.json 2-11 MB (each cap lies above the largest
+// released file of its kind); a checkpoint manifest lists a few thousand tensors per rank (~1 MB per 1000); a
+// `latest` file holds one folder name.
+inline constexpr uint64_t kMaxConfigJsonBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kMaxVocabBytes = uint64_t{16} << 20;
+inline constexpr uint64_t kMaxMergesBytes = uint64_t{16} << 20;
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kMaxLatestBytes = 4096;
+
 // safetensors: the header's length (the reference implementation's bound; real headers are a few MB).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 

@@ -2,6 +2,7 @@
 #include "formats/json_field.h"
 
 #include "core/check.h"
+#include "formats/json_text.h"
 
 #include <cmath>
 
@@ -18,12 +19,8 @@ std::string range_phrase(int64_t min, int64_t max) {
   return " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
 }
 
-// A short excerpt of the offending value, so the message shows what was found.
-std::string excerpt(const Json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
+// A short excerpt of the offending value, so the message shows what was found (escaped, bounded).
+std::string excerpt(const Json& value) { return json_excerpt(value, 40); }
 
 }  // namespace
 

@@ -66,6 +66,15 @@ void check_model_fits_host(const ModelFamily& family, ConfigTable& config) {
   if (!problem.empty()) throw Error(problem);
 }
 
+void check_module_fits_host(const std::string& source, const std::string& fields, const torch::nn::Module& meta_module,
+                            int64_t element_bytes) {
+  int64_t parameters = 0;
+  for (const torch::Tensor& p : meta_module.parameters()) parameters += p.numel();
+  const std::string problem = model_memory_problem(source, fields, parameters, element_bytes, host_available_bytes(),
+                                                   "the host's available memory (MemAvailable)");
+  if (!problem.empty()) throw Error(problem);
+}
+
 void check_model_fits_device(const ResolvedModel& model, const torch::Device& device, torch::Dtype dtype) {
   const int64_t available = device_free_bytes(device);
   if (available < 0) return;

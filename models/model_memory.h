@@ -29,6 +29,12 @@ std::string model_memory_problem(const std::string& source, const std::string& f
 // available memory (reading the table as the family's build does: its errors are the build's).
 void check_model_fits_host(const ModelFamily& family, ConfigTable& config);
 
+// Throws zest::Error when the parameters of `meta_module` (built on the meta device: nothing allocated),
+// `element_bytes` each, exceed the host's available memory. For the pipeline parts read from a
+// config.json (text encoders, VAE); `fields` names their size fields ("num_hidden_layers = 256, ...").
+void check_module_fits_host(const std::string& source, const std::string& fields, const torch::nn::Module& meta_module,
+                            int64_t element_bytes);
+
 // Throws zest::Error when `model`'s weights in `dtype` exceed the free memory of `device` (a CUDA
 // device; elsewhere nothing is checked beyond the host check build_model makes).
 void check_model_fits_device(const ResolvedModel& model, const torch::Device& device, torch::Dtype dtype);

@@ -35,6 +35,7 @@ void add_config_command(CLI::App& app) {
       ->allow_extra_args(false);
   check->callback([options] {
     const RunConfig config = parse_run_config(options->file, options->overrides);
+    check_run_model(config);  // what train refuses about the model, refused here too
     std::cout << to_toml(config);
   });
 }

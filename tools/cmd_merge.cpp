@@ -6,7 +6,10 @@
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
+#include "core/check.h"
 #include "core/interrupt.h"
+#include "core/untrusted_file.h"
+#include "tools/error_report.h"
 #include "models/model_export.h"
 
 #include <CLI/CLI.hpp>
@@ -40,6 +43,11 @@ void run_merge(const MergeArgs& args) {
   checkpoint::MergeOptions options;
   options.dtype = checkpoint::parse_merge_dtype(args.dtype);
   options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
+  // Below a megabyte every tensor would get a file of its own: surely a mistyped unit (0.5B, 5KB for 5GB).
+  constexpr uint64_t kMinShardBytes = uint64_t{1} << 20;
+  ZEST_CHECK(options.shard_size_bytes == 0 || options.shard_size_bytes >= kMinShardBytes, "zest merge --shard-size ",
+             printable(args.shard_size, 40), " is ", options.shard_size_bytes, " bytes: below 1 MiB every tensor would "
+             "get a file of its own; give a size such as 5GB or 2GiB, or 0 for one file");
   options.ema = args.ema;
   const auto start = std::chrono::steady_clock::now();
   // The first SIGINT/SIGTERM stops the merge at the next piece: its .tmp files are removed, nothing is
@@ -48,9 +56,10 @@ void run_merge(const MergeArgs& args) {
   const checkpoint::MergeResult result =
       export_checkpoint(args.checkpoint, args.output, options, parse_export_format(args.format));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", note.c_str());
-  for (const std::string& file : result.files) std::printf("wrote %s\n", file.c_str());
-  if (!result.index_path.empty()) std::printf("wrote %s\n", result.index_path.c_str());
+  // Notes may quote the checkpoint's own strings (tensor names, `latest`): printed escaped.
+  for (const std::string& note : result.notes) std::fprintf(stderr, "zest: note: %s\n", terminal_safe(note).c_str());
+  for (const std::string& file : result.files) std::printf("wrote %s\n", printable(file, 400).c_str());
+  if (!result.index_path.empty()) std::printf("wrote %s\n", printable(result.index_path, 400).c_str());
   std::printf("%lld tensors%s, %.1f MB (%s) in %.2f s: %.0f MB/s written; peak RSS %.0f MiB\n",
               static_cast<long long>(result.tensors), args.ema ? " (EMA weights)" : "", result.total_bytes / 1e6,
               args.dtype.c_str(), seconds, result.total_bytes / 1e6 / std::max(seconds, 1e-9), peak_rss_mib());

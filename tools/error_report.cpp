@@ -71,11 +71,40 @@ std::string bounded(std::string text) {
 
 }  // namespace
 
+// The last line of defence for the terminal: whatever a message quotes (a tensor name, a file's first
+// line), control characters other than newline and tab, and C1 controls (UTF-8 U+0080..U+009F), reach it
+// as \xNN, so no escape sequence in a stranger's file can move the cursor or retitle the window.
+std::string terminal_safe(const std::string& text) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      escape(c);
+    } else if (c1) {
+      escape(c);
+      escape(static_cast<unsigned char>(text[++i]));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string describe_error(const std::exception& error) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return bounded(describe_c10(*c10_error));
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error))
+    return terminal_safe(bounded(describe_c10(*c10_error)));
   if (dynamic_cast<const std::bad_alloc*>(&error) != nullptr)
     return std::string("out of memory: an allocation did not fit (") + error.what() + ")";
-  return bounded(error.what());
+  return terminal_safe(bounded(error.what()));
 }
 
 bool is_out_of_memory(const std::exception& error) {

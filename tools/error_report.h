@@ -18,7 +18,13 @@ void install_error_reporting();
 // The one-line text of an error: c10::Error without its trace (with it under ZEST_DEBUG=1), an
 // allocation failure as "out of memory: ..." with the size that did not fit, anything else its what();
 // a message longer than a few thousand characters (a huge value echoed back) is cut in the middle.
+// Every line zest prints of an error goes through it: control characters (C0 but newline and tab, DEL,
+// C1) become \xNN, whatever the message quotes.
 std::string describe_error(const std::exception& error);
+
+// `text` with C0 controls (but newline and tab), DEL and C1 controls as \xNN; backslashes and printable
+// UTF-8 kept (so text escaped once by printable() reads the same). For notes that quote a stranger's file.
+std::string terminal_safe(const std::string& text);
 
 // True for an allocation failure (std::bad_alloc, or LibTorch's allocator refusing a size).
 bool is_out_of_memory(const std::exception& error);

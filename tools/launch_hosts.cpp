@@ -2,6 +2,7 @@
 #include "tools/launch_hosts.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,7 +30,7 @@ std::vector<std::pair<std::string, int>> parse_host_list(const std::string& list
         slots = std::stoi(item.substr(colon + 1), &used);
         if (used != item.size() - colon - 1 || slots < 1) throw std::invalid_argument(item);
       } catch (const std::exception&) {
-        throw Error("zest launch -H: '" + item + "' is not HOST or HOST:SLOTS with SLOTS >= 1");
+        throw Error("zest launch -H: '" + printable(item, 80) + "' is not HOST or HOST:SLOTS with SLOTS >= 1");
       }
     }
     hosts.emplace_back(item.substr(0, colon), slots);
@@ -39,8 +40,7 @@ std::vector<std::pair<std::string, int>> parse_host_list(const std::string& list
 }
 
 std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("zest launch --hostfile: cannot read " + path);
+  std::istringstream in(read_text_file(path, "hostfile (zest launch --hostfile)", 1 << 20));
   std::string list;
   int line_no = 0;
   for (std::string line; std::getline(in, line);) {
@@ -61,7 +61,9 @@ std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path) 
       } catch (const std::exception&) {
         slots = 0;
       }
-      if (slots < 1) throw Error(path + ":" + std::to_string(line_no) + ": '" + word + "' must be slots=N with N >= 1");
+      if (slots < 1)
+        throw Error(printable(path) + ":" + std::to_string(line_no) + ": '" + printable(word, 40) +
+                    "' must be slots=N with N >= 1");
     }
     list += (list.empty() ? "" : ",") + host + ":" + std::to_string(slots);
   }

@@ -6,11 +6,13 @@
 #include "comm/net_interface.h"
 #include "core/check.h"
 #include "core/fd_write.h"
+#include "core/untrusted_file.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,6 +136,32 @@ std::string self_executable() {
   const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
   ZEST_CHECK(n > 0, "zest launch: cannot resolve its own executable: ", std::strerror(errno));
   return std::string(path.data(), static_cast<size_t>(n));
+}
+
+// Why `path` cannot be executed, or "" when it can.
+std::string exec_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return "it is a folder";
+  if (::access(path.c_str(), X_OK) != 0) return std::string("it is not executable (") + std::strerror(errno) + ")";
+  return "";
+}
+
+// The command as execvpe will look for it (a path as given, a bare name in PATH), checked before any
+// rank starts: one message naming the command and the reason, instead of N ranks failing alike.
+void check_command_runnable(const std::string& command) {
+  if (command.find('/') != std::string::npos) {
+    const std::string problem = exec_problem(command);
+    ZEST_CHECK(problem.empty(), "zest launch: cannot run the command '", printable(command), "': ", problem);
+    return;
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string search = env_path != nullptr ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream dirs(search);
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (exec_problem((dir.empty() ? "." : dir) + "/" + command).empty()) return;
+  ZEST_FAIL("zest launch: cannot run the command '", printable(command), "': no executable of that name in PATH (",
+            printable(search, 200), ")");
 }
 
 bool is_overridden(const std::string& entry, const std::vector<std::string>& names) {
@@ -258,8 +287,12 @@ void Launch::spawn(int rank, ExecArgs args) {
     ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     ::signal(SIGXFSZ, SIG_DFL);  // zest itself ignores it; the command gets the usual default
     ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
-    const char message[] = "zest launch: cannot execute the command\n";
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    const int exec_error = errno;
+    const char message[] = "zest launch: cannot execute ";
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    n = ::write(STDERR_FILENO, args.argv[0], std::strlen(args.argv[0]));
+    const char* reason = exec_error == ENOENT ? ": no such file\n" : exec_error == EACCES ? ": permission denied\n" : "\n";
+    n = ::write(STDERR_FILENO, reason, std::strlen(reason));
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here, so that the group exists before we ever signal it
@@ -511,6 +544,7 @@ int Launch::run() {
       ZEST_CHECK(slots == options_.hosts.front().second, "zest launch: every node needs the same number of ranks, but ",
                  options_.hosts.front().first, " has ", options_.hosts.front().second, " and ", name, " has ", slots);
   }
+  if (!node_mode() && options_.command[0] != "zest") check_command_runnable(options_.command[0]);
   dev_null_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ZEST_CHECK(dev_null_ >= 0, "zest launch: cannot open /dev/null");
   block_signals();

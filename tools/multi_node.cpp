@@ -3,9 +3,11 @@
 #include "tools/multi_node.h"
 
 #include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
 #include "comm/collective_timeout.h"
 #include "comm/rendezvous.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "tools/run_folder.h"
 #include "tools/stop_signal.h"
 
@@ -26,12 +28,13 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTokenName = ".zest-shared-check";
 
+// The shared-folder check's token (a few bytes), or "" when it is absent or not a small regular file.
 std::string read_file_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  try {
+    return read_text_file(path.string(), "shared-folder check token", 4096);
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 std::string rank_list(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
@@ -132,10 +135,9 @@ std::string agreed_resume_point(const RunConfig& config, bool resume, Communicat
   if (comm.rank() == 0) {
     chosen = checkpoint::find_latest(config.checkpoint.dir).value_or("");
     if (!chosen.empty()) {
-      try {
-        saved_world = nlohmann::json::parse(read_file_text(fs::path(chosen) / checkpoint::kManifestName))
-                          .value("world_size", 0);
-      } catch (const std::exception&) {
+      try {  // through the manifest's own reader: bounded, checksummed
+        saved_world = checkpoint::read_manifest(chosen).world_size;
+      } catch (const Error&) {
         saved_world = 0;  // the loader names what is wrong with the manifest
       }
     }

@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "models/model_memory.h"
 
 #include <algorithm>
 #include <climits>
@@ -150,6 +151,12 @@ RunConfig parse_run_config(const std::string& path, const std::vector<std::strin
 }
 
 ResolvedModel resolve_run_model(const RunConfig& config) { return resolve_model(config.model); }
+
+void check_run_model(const RunConfig& config) {
+  const ResolvedModel model = resolve_run_model(config);
+  ConfigTable counted = model_config_table(model);  // counting builds nothing (meta tensors)
+  check_model_fits_host(*model.family, counted);
+}
 
 std::string to_toml(const RunConfig& c) {
   ConfigWriter out;

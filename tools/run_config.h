@@ -62,6 +62,11 @@ RunConfig run_config_from_toml(ConfigTable& root);
 // relative path against the run file's folder, so it must not be resolved against it a second time.
 ResolvedModel resolve_run_model(const RunConfig& config);
 
+// What `zest train` refuses about the model before building it, without building it: a model
+// configuration (file or pretrained folder) that does not read, a field outside its range, weights
+// that cannot fit the host. `zest config check` runs it, so that it passes only what train accepts.
+void check_run_model(const RunConfig& config);
+
 // The resolved config as TOML, every default written out, each key with its one-line doc.
 std::string to_toml(const RunConfig& config);
 

@@ -4,6 +4,9 @@
 
 #include "formats/safetensors.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
+#include "formats/json_field.h"
+#include "formats/json_text.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "models/pretrained_source.h"
@@ -31,12 +34,17 @@ fs::path required_part(const fs::path& folder, const char* part) {
   return path;
 }
 
-nlohmann::json read_json_if_present(const fs::path& path) {
-  if (!fs::exists(path)) return nlohmann::json::object();
-  std::ifstream in(path);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) ZEST_FAIL(path.string(), ": not a JSON object");
-  return j;
+// model_index.json: only "force_zeros_for_empty_prompt" is read (the parts are found by their folders).
+// Absent: the default; present: a regular file of valid JSON holding an object, or one message saying what is not.
+bool read_force_zeros(const fs::path& path, bool fallback) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return fallback;
+  const nlohmann::ordered_json index = read_json_file(path.string(), "pipeline index (model_index.json)");
+  const JsonField root(index, printable(path.string()));
+  root.object();
+  return root.has("force_zeros_for_empty_prompt") && !index["force_zeros_for_empty_prompt"].is_null()
+             ? root.at("force_zeros_for_empty_prompt").boolean()
+             : fallback;
 }
 
 // The UNet's architecture from unet/config.json, its values from the chosen source.
@@ -123,8 +131,13 @@ SdPipeline load_sd_pipeline(const fs::path& folder, const WeightsSource& source,
   p.folder = folder;
   p.device = device;
   p.dtype = dtype;
-  // Every part's presence first, so that a wrong folder costs no loading time.
+  // Every part's presence and the small JSON files first, so that a wrong folder costs no loading time.
   for (const char* part : {"unet", "vae", "text_encoder", "tokenizer"}) required_part(folder, part);
+  p.force_zeros_for_empty_prompt = read_force_zeros(folder / "model_index.json", p.force_zeros_for_empty_prompt);
+  const fs::path scheduler = folder / "scheduler" / "scheduler_config.json";
+  std::error_code ec;
+  p.scheduler = fs::exists(fs::symlink_status(scheduler, ec)) ? unet::SchedulerConfig::from_file(scheduler)
+                                                              : unet::SchedulerConfig::stable_diffusion();
   load_unet(p, source);
   const bool sdxl = p.unet->config().text_time_embedding;
   if (sdxl) {
@@ -150,12 +163,6 @@ SdPipeline load_sd_pipeline(const fs::path& folder, const WeightsSource& source,
   if (sdxl) p.text_encoder_2->eval();
   p.vae->eval();
   check_widths(p);
-  const fs::path scheduler = folder / "scheduler" / "scheduler_config.json";
-  p.scheduler = fs::exists(scheduler) ? unet::SchedulerConfig::from_file(scheduler) : unet::SchedulerConfig::stable_diffusion();
-  const nlohmann::json index = read_json_if_present(folder / "model_index.json");
-  if (index.contains("force_zeros_for_empty_prompt") && index["force_zeros_for_empty_prompt"].is_boolean()) {
-    p.force_zeros_for_empty_prompt = index["force_zeros_for_empty_prompt"].get<bool>();
-  }
   return p;
 }
 

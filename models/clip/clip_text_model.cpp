@@ -3,6 +3,9 @@
 
 #include "formats/safetensors.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
+#include "formats/json_text.h"
+#include "models/model_memory.h"
 #include "models/state_dict.h"
 
 #include <algorithm>
@@ -188,26 +191,26 @@ void load_clip_text_weights(CLIPTextModel& model, const safetensors::Reader& rea
 
 CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOptions& options) {
   const fs::path config_path = folder / "config.json";
-  std::ifstream in(config_path);
-  if (!in) ZEST_FAIL(config_path.string(), ": cannot be read (a text encoder folder holds config.json and model.safetensors)");
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    ZEST_FAIL(config_path.string(), ": not valid JSON: ", e.what());
-  }
-  const CLIPTextConfig text_config = CLIPTextConfig::from_json(config, config_path.string());
+  const std::string source = printable(config_path.string());
+  const nlohmann::json config = read_json_file(config_path.string(), "text encoder config (config.json)");
+  const CLIPTextConfig text_config = CLIPTextConfig::from_json(config, source);
   bool with_projection = false;
   if (config.contains("architectures")) {
     const nlohmann::json& architectures = config["architectures"];
     const bool known = architectures.is_array() && architectures.size() == 1 &&
                        (architectures[0] == "CLIPTextModel" || architectures[0] == "CLIPTextModelWithProjection");
     if (!known) {
-      ZEST_FAIL(config_path.string(), ": \"architectures\" is ", architectures.dump(),
+      ZEST_FAIL(source, ": \"architectures\" is ", json_excerpt(architectures),
                 "; expected [\"CLIPTextModel\"] or [\"CLIPTextModelWithProjection\"]");
     }
     with_projection = architectures[0] == "CLIPTextModelWithProjection";
   }
+  check_module_fits_host(
+      source,
+      str("vocab_size = ", text_config.vocab_size, ", hidden_size = ", text_config.hidden_size, ", intermediate_size = ",
+          text_config.intermediate_size, ", num_hidden_layers = ", text_config.num_hidden_layers),
+      *CLIPTextModel(text_config, with_projection, torch::TensorOptions().device(torch::kMeta)),
+      static_cast<int64_t>(options.dtype().itemsize()));
   const fs::path weights_path = folder / "model.safetensors";
   if (!fs::exists(weights_path)) {
     ZEST_FAIL(weights_path.string(), ": not found; zest reads text encoder weights from model.safetensors (for a "

@@ -3,15 +3,16 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_text.h"
 #include "models/clip/unicode_text.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
+#include <queue>
 #include <sstream>
 
 namespace zest::clip {
@@ -21,6 +22,7 @@ namespace {
 constexpr const char* kStartOfText = "<|startoftext|>";
 constexpr const char* kEndOfText = "<|endoftext|>";
 constexpr const char* kEndOfWord = "</w>";
+constexpr size_t kMaxWordCodePoints = 4096;
 
 // GPT-2's reversible byte → character table: printable Latin-1 bytes stand for themselves, the others
 // (controls, space, ...) for U+0100 onwards in byte order.
@@ -164,20 +166,16 @@ std::vector<std::u32string> pre_tokenize(std::u32string_view text, bool python_p
   return pieces;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ZEST_FAIL(path.string(), ": cannot be read (a CLIP tokenizer folder holds vocab.json and merges.txt, or tokenizer.json)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// Every tokenizer file through the regular-file check and a size cap (a FIFO, /dev/zero or a sparse file
+// of gigabytes is refused by name before it is read).
+std::string read_file(const fs::path& path, uint64_t max_bytes) {
+  if (!fs::exists(path))
+    ZEST_FAIL(printable(path.string()), ": cannot be read (a CLIP tokenizer folder holds vocab.json and merges.txt, or tokenizer.json)");
+  return read_text_file(path.string(), "CLIP tokenizer file", max_bytes);
 }
 
-nlohmann::json read_json(const fs::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    ZEST_FAIL(path.string(), ": not valid JSON: ", e.what());
-  }
+nlohmann::json read_json(const fs::path& path, uint64_t max_bytes = kMaxConfigJsonBytes) {
+  return parse_json(read_file(path, max_bytes), printable(path.string()));
 }
 
 // vocab.json, or tokenizer.json's "model"."vocab": token → id.
@@ -189,14 +187,17 @@ std::unordered_map<std::string, int64_t> vocab_of(const nlohmann::json& vocab, c
   out.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      ZEST_FAIL(path.string(), ": token \"", token, "\" has id ", id.dump(), "; expected a non-negative integer");
+      ZEST_FAIL(printable(path.string()), ": token \"", printable(token, 60), "\" has id ", json_excerpt(id),
+                "; expected a non-negative integer");
     }
     out.emplace(token, id.get<int64_t>());
   }
   return out;
 }
 
-std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) { return vocab_of(read_json(path), path); }
+std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) {
+  return vocab_of(read_json(path, kMaxVocabBytes), path);
+}
 
 // A merge written "first second": exactly two words, else nullopt.
 std::optional<std::pair<std::string, std::string>> merge_of(const std::string& text) {
@@ -207,14 +208,16 @@ std::optional<std::pair<std::string, std::string>> merge_of(const std::string& t
 }
 
 std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& path) {
-  std::istringstream in(read_file(path));
+  std::istringstream in(read_file(path, kMaxMergesBytes));
   std::vector<std::pair<std::string, std::string>> merges;
   std::string line;
   for (int line_number = 1; std::getline(in, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
     std::optional<std::pair<std::string, std::string>> merge = merge_of(line);
-    if (!merge) ZEST_FAIL(path.string(), ":", line_number, ": expected a merge \"first second\", found \"", line, "\"");
+    if (!merge)
+      ZEST_FAIL(printable(path.string()), ":", line_number, ": expected a merge \"first second\", found \"",
+                printable(line, 80), "\"");
     merges.push_back(std::move(*merge));
   }
   if (merges.empty()) ZEST_FAIL(path.string(), ": no merges");
@@ -229,14 +232,14 @@ struct TokenizerFiles {
 // tokenizer.json of a byte-level BPE: "model": {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or
 // [["a", "b"], ...]}.
 TokenizerFiles read_tokenizer_json(const fs::path& path) {
-  const nlohmann::json file = read_json(path);
+  const nlohmann::json file = read_json(path, kMaxVocabBytes);
   if (!file.is_object() || !file.contains("model") || !file["model"].is_object()) {
     ZEST_FAIL(path.string(), ": expected a JSON object with a \"model\" object (a tokenizers library file)");
   }
   const nlohmann::json& model = file["model"];
   const nlohmann::json type = model.value("type", nlohmann::json());
   if (!type.is_string() || type.get<std::string>() != "BPE") {
-    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", printable(type.dump()), "; expected \"BPE\" (a CLIP tokenizer)");
+    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", json_excerpt(type), "; expected \"BPE\" (a CLIP tokenizer)");
   }
   TokenizerFiles files{vocab_of(model.value("vocab", nlohmann::json()), path), {}};
   const nlohmann::json& merges = model.contains("merges") ? model["merges"] : nlohmann::json();
@@ -251,7 +254,7 @@ TokenizerFiles read_tokenizer_json(const fs::path& path) {
       pair = merge_of(merge.get<std::string>());
     }
     if (!pair) {
-      ZEST_FAIL(path.string(), ": merge ", i, " is ", printable(merge.dump()), "; expected \"first second\" or [first, second]");
+      ZEST_FAIL(path.string(), ": merge ", i, " is ", json_excerpt(merge), "; expected \"first second\" or [first, second]");
     }
     files.merges.push_back(std::move(*pair));
   }
@@ -270,7 +273,7 @@ void read_special(const nlohmann::json& config, const char* key, const fs::path&
     const bool normalized = value.contains("normalized") && value["normalized"].is_boolean() && value["normalized"].get<bool>();
     out = {value["content"].get<std::string>(), normalized};
   } else {
-    ZEST_FAIL(path.string(), ": \"", key, "\" is ", value.dump(), "; expected a string or {\"content\": ...}");
+    ZEST_FAIL(printable(path.string()), ": \"", key, "\" is ", json_excerpt(value), "; expected a string or {\"content\": ...}");
   }
 }
 
@@ -319,7 +322,7 @@ CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cl
     if (config.contains("model_max_length")) {
       const nlohmann::json& value = config["model_max_length"];
       if (!value.is_number_integer() || value.get<int64_t>() < 2 || value.get<int64_t>() > 1'000'000) {
-        ZEST_FAIL(config_path.string(), ": \"model_max_length\" is ", value.dump(),
+        ZEST_FAIL(printable(config_path.string()), ": \"model_max_length\" is ", json_excerpt(value),
                   "; expected the text encoder's sequence length (77 for CLIP)");
       }
       max_length = value.get<int64_t>();
@@ -344,7 +347,8 @@ CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cl
   std::unordered_map<std::string, int64_t>& vocab = files.vocab;
   for (const SpecialToken* token : {&special.bos, &special.eos, &special.unk, &special.pad}) {
     if (!vocab.count(token->content)) {
-      ZEST_FAIL(vocab_path.string(), ": has no token \"", token->content, "\", which the tokenizer's configuration names ",
+      ZEST_FAIL(printable(vocab_path.string()), ": has no token \"", printable(token->content, 80),
+                "\", which the tokenizer's configuration names ",
                 "as a special token");
     }
   }
@@ -353,45 +357,75 @@ CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cl
 
 int64_t CLIPTokenizer::id_of(const std::string& token) const {
   const auto it = vocab_.find(token);
-  if (it == vocab_.end()) ZEST_FAIL("CLIP vocabulary has no token \"", token, "\"");
+  if (it == vocab_.end()) ZEST_FAIL("CLIP vocabulary has no token \"", printable(token, 80), "\"");
   return it->second;
 }
 
 std::vector<std::string> CLIPTokenizer::bpe(const std::u32string& word) const {
-  // Symbols start as the word's characters, "</w>" fused to the last; the lowest-ranked adjacent pair is
-  // merged everywhere, left to right, until no adjacent pair is a merge.
-  std::vector<std::string> symbols;
-  symbols.reserve(word.size());
-  for (const char32_t cp : word) symbols.push_back(utf8_encode(std::u32string(1, cp)));
-  symbols.back() += kEndOfWord;
-  while (symbols.size() > 1) {
-    int64_t best_rank = std::numeric_limits<int64_t>::max();
-    std::string best_first, best_second;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = merge_ranks_.find(symbols[i] + " " + symbols[i + 1]);
-      if (it != merge_ranks_.end() && it->second < best_rank) {
-        best_rank = it->second;
-        best_first = symbols[i];
-        best_second = symbols[i + 1];
-      }
+  // Symbols start as the word's characters, "</w>" fused to the last. The reference merges the
+  // lowest-ranked adjacent pair everywhere, left to right, until no adjacent pair is a merge; rescanning
+  // the word per merge is quadratic, so candidates wait in a heap ordered by (rank, position) instead:
+  // O(n log n). A pair that a merge of this rank creates with a lower rank waits until every pair of this
+  // rank is merged, as in the reference's pass. A symbol only grows, so a candidate whose two symbols no
+  // longer have the sizes it saw is stale.
+  struct Symbol {
+    std::string text;
+    int prev, next;
+  };
+  struct Candidate {
+    int64_t rank;
+    int left;
+    size_t left_size, right_size;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  const int n = static_cast<int>(word.size());
+  std::vector<Symbol> symbols(word.size());
+  for (int i = 0; i < n; ++i) symbols[i] = {utf8_encode(std::u32string(1, word[i])), i - 1, i + 1 < n ? i + 1 : -1};
+  symbols.back().text += kEndOfWord;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  std::vector<Candidate> deferred;
+  int64_t pass_rank = -1;
+  auto candidate_at = [&](int left, bool may_defer) {
+    if (left < 0 || symbols[left].next < 0) return;
+    const Symbol& right = symbols[symbols[left].next];
+    const auto it = merge_ranks_.find(symbols[left].text + " " + right.text);
+    if (it == merge_ranks_.end()) return;
+    const Candidate c{it->second, left, symbols[left].text.size(), right.text.size()};
+    if (may_defer && c.rank < pass_rank) deferred.push_back(c);
+    else heap.push(c);
+  };
+  for (int i = 0; i + 1 < n; ++i) candidate_at(i, false);
+  while (true) {
+    if (!deferred.empty() && (heap.empty() || heap.top().rank != pass_rank)) {  // this rank's pass is over
+      for (const Candidate& d : deferred) heap.push(d);
+      deferred.clear();
     }
-    if (best_rank == std::numeric_limits<int64_t>::max()) break;
-    std::vector<std::string> merged;
-    merged.reserve(symbols.size());
-    for (size_t i = 0; i < symbols.size(); ++i) {
-      if (i + 1 < symbols.size() && symbols[i] == best_first && symbols[i + 1] == best_second) {
-        merged.push_back(best_first + best_second);
-        ++i;
-      } else {
-        merged.push_back(std::move(symbols[i]));
-      }
-    }
-    symbols = std::move(merged);
+    if (heap.empty()) break;
+    const Candidate c = heap.top();
+    pass_rank = c.rank;
+    heap.pop();
+    Symbol& left = symbols[c.left];
+    if (left.text.size() != c.left_size || left.next < 0 || symbols[left.next].text.size() != c.right_size) continue;
+    Symbol& right = symbols[left.next];
+    left.text += right.text;
+    right.text.clear();  // absorbed: every candidate naming it is stale
+    left.next = right.next;
+    if (left.next >= 0) symbols[left.next].prev = c.left;
+    candidate_at(left.prev, true);
+    candidate_at(c.left, true);
   }
-  return symbols;
+  std::vector<std::string> out;
+  for (int i = 0; i >= 0; i = symbols[i].next) out.push_back(std::move(symbols[i].text));
+  return out;
 }
 
 void CLIPTokenizer::append_word(const std::u32string& piece, std::vector<std::string>& tokens) const {
+  // A pre-token longer than any word (no vocabulary holds one) is cut: the BPE's cost stays bounded,
+  // and only such a word's own tokens can differ from the reference's.
+  if (piece.size() > kMaxWordCodePoints) {
+    append_word(piece.substr(0, kMaxWordCodePoints), tokens);
+    return;
+  }
   const std::string utf8 = utf8_encode(piece);
   // transformers 4's Python BPE keeps the two special strings whole (its cache starts with them).
   if (cleaning_ == TextCleaning::kPythonWithoutFtfy && (utf8 == kStartOfText || utf8 == kEndOfText)) {
@@ -407,11 +441,12 @@ void CLIPTokenizer::append_word(const std::u32string& piece, std::vector<std::st
   for (std::string& token : bpe(word)) tokens.push_back(std::move(token));
 }
 
-void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const {
+void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, size_t limit,
+                                     std::vector<std::string>& tokens) const {
   // Leftmost, longest special string first; each stretch between them is handled on its own.
   size_t from = 0;
   size_t i = 0;
-  while (i < text.size()) {
+  while (i < text.size() && tokens.size() < limit) {
     const std::string* found = nullptr;
     for (const std::string& special : cleaned ? normalized_strings_ : special_strings_) {
       if (text.substr(i, special.size()) == special) {
@@ -423,42 +458,63 @@ void CLIPTokenizer::split_on_special(std::string_view text, bool cleaned, std::v
       ++i;
       continue;
     }
-    append_stretch(text.substr(from, i - from), cleaned, tokens);
+    append_stretch(text.substr(from, i - from), cleaned, limit, tokens);
+    if (tokens.size() >= limit) return;
     tokens.push_back(*found);
     i += found->size();
     from = i;
   }
-  append_stretch(text.substr(from), cleaned, tokens);
+  append_stretch(text.substr(from), cleaned, limit, tokens);
 }
 
-void CLIPTokenizer::append_stretch(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const {
-  if (text.empty()) return;
+void CLIPTokenizer::append_stretch(std::string_view text, bool cleaned, size_t limit,
+                                   std::vector<std::string>& tokens) const {
+  if (text.empty() || tokens.size() >= limit) return;
+  // Words past the limit are not run through the BPE (a word's own tokens are all made: the BPE of a
+  // word's beginning depends on its end).
+  auto append_words = [&](const std::vector<std::u32string>& pieces) {
+    for (size_t k = 0; k < pieces.size() && tokens.size() < limit; ++k) append_word(pieces[k], tokens);
+  };
   if (cleaned) {
-    for (const std::u32string& piece : pre_tokenize(utf8_decode(text), /*python_pattern=*/false)) append_word(piece, tokens);
+    append_words(pre_tokenize(utf8_decode(text), /*python_pattern=*/false));
     return;
   }
   const std::u32string code_points = utf8_decode(text);
   if (cleaning_ == TextCleaning::kPythonWithoutFtfy) {
-    for (const std::u32string& piece : pre_tokenize(clean_like_python(code_points), /*python_pattern=*/true)) {
-      append_word(piece, tokens);
-    }
+    append_words(pre_tokenize(clean_like_python(code_points), /*python_pattern=*/true));
     return;
   }
   // The tokenizers library matches the normalized special tokens again in the normalized text (see
   // SpecialToken::normalized).
-  split_on_special(utf8_encode(clean_like_tokenizers(code_points)), /*cleaned=*/true, tokens);
+  split_on_special(utf8_encode(clean_like_tokenizers(code_points)), /*cleaned=*/true, limit, tokens);
 }
 
-std::vector<std::string> CLIPTokenizer::tokenize(std::string_view text) const {
+std::vector<std::string> CLIPTokenizer::tokenize(std::string_view text, size_t max_tokens) const {
   // The special tokens are cut out of the raw text first, as transformers' added-token split does.
+  // With a token limit the text goes in pieces of a few KB cut before an ASCII white space (where no
+  // cleaning step, special string or pre-token spans the cut), until the limit is reached: a caption
+  // of megabytes costs what its first tokens cost.
+  constexpr size_t kPieceBytes = 4096;
   std::vector<std::string> tokens;
-  split_on_special(text, /*cleaned=*/false, tokens);
+  size_t from = 0;
+  while (from < text.size() && tokens.size() < max_tokens) {
+    size_t end = text.size();
+    if (max_tokens != SIZE_MAX && text.size() - from > kPieceBytes) {
+      end = text.find_first_of(" \t\n\r", from + kPieceBytes);
+      if (end == std::string_view::npos) end = text.size();
+    }
+    split_on_special(text.substr(from, end - from), /*cleaned=*/false, max_tokens, tokens);
+    from = end;
+  }
+  if (tokens.size() > max_tokens) tokens.resize(max_tokens);
   return tokens;
 }
 
-std::vector<int64_t> CLIPTokenizer::encode(std::string_view text) const {
+std::vector<int64_t> CLIPTokenizer::encode(std::string_view text) const { return ids_of(tokenize(text)); }
+
+std::vector<int64_t> CLIPTokenizer::ids_of(const std::vector<std::string>& tokens) const {
   std::vector<int64_t> ids{bos_id_};
-  for (const std::string& token : tokenize(text)) {
+  for (const std::string& token : tokens) {
     const auto it = vocab_.find(token);
     ids.push_back(it == vocab_.end() ? unk_id_ : it->second);
   }
@@ -467,11 +523,8 @@ std::vector<int64_t> CLIPTokenizer::encode(std::string_view text) const {
 }
 
 std::vector<int64_t> CLIPTokenizer::encode_padded(std::string_view text) const {
-  std::vector<int64_t> ids = encode(text);
-  if (static_cast<int64_t>(ids.size()) > max_length_) {
-    ids.resize(max_length_ - 1);
-    ids.push_back(eos_id_);
-  }
+  // Truncation keeps bos, the first max_length - 2 tokens and eos: only those are made.
+  std::vector<int64_t> ids = ids_of(tokenize(text, static_cast<size_t>(max_length_ - 2)));
   ids.resize(max_length_, pad_id_);
   return ids;
 }

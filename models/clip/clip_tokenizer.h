@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -55,8 +56,10 @@ class CLIPTokenizer {
   // What the diffusers pipelines feed the text encoder: tokenizer(caption, padding="max_length",
   // max_length=model_max_length, truncation=True): the first max_length-1 ids of encode(), eos, padding.
   std::vector<int64_t> encode_padded(std::string_view text) const;
-  // The caption's BPE tokens as strings (byte-level characters, "</w>" ending each word), for messages and tests.
-  std::vector<std::string> tokenize(std::string_view text) const;
+  // The caption's BPE tokens as strings (byte-level characters, "</w>" ending each word), for messages and
+  // tests. With `max_tokens`, the first max_tokens of them, and the text after the word that completes them
+  // is not tokenized (encode_padded keeps 75 of a caption's tokens, however long the caption).
+  std::vector<std::string> tokenize(std::string_view text, size_t max_tokens = SIZE_MAX) const;
 
   int64_t bos_id() const { return bos_id_; }
   int64_t eos_id() const { return eos_id_; }
@@ -67,10 +70,12 @@ class CLIPTokenizer {
 
  private:
   // Cuts the special strings out of `text` (raw, or already cleaned) and tokenizes the stretches between.
-  void split_on_special(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const;
-  void append_stretch(std::string_view text, bool cleaned, std::vector<std::string>& tokens) const;
+  // Each stops once `tokens` holds `limit` tokens.
+  void split_on_special(std::string_view text, bool cleaned, size_t limit, std::vector<std::string>& tokens) const;
+  void append_stretch(std::string_view text, bool cleaned, size_t limit, std::vector<std::string>& tokens) const;
   void append_word(const std::u32string& word, std::vector<std::string>& tokens) const;
   std::vector<std::string> bpe(const std::u32string& word) const;
+  std::vector<int64_t> ids_of(const std::vector<std::string>& tokens) const;  // bos, the tokens' ids, eos
   int64_t id_of(const std::string& token) const;
 
   std::unordered_map<std::string, int64_t> vocab_;

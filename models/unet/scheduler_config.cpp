@@ -2,8 +2,10 @@
 #include "models/unet/scheduler_config.h"
 
 #include "core/check.h"
+#include "core/untrusted_file.h"
+#include "formats/json_text.h"
 
-#include <fstream>
+#include <cmath>
 
 namespace zest::unet {
 namespace {
@@ -18,19 +20,19 @@ std::string read_choice(const nlohmann::json& config, const char* key, const std
     if (config[key] == c) return c;
     list += std::string(list.empty() ? "" : ", ") + "\"" + c + "\"";
   }
-  ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; zest supports ", list);
+  ZEST_FAIL(path, ": \"", key, "\" is ", json_excerpt(config[key]), "; zest supports ", list);
 }
 
 bool read_bool(const nlohmann::json& config, const char* key, const std::string& path, bool fallback) {
   if (!present(config, key)) return fallback;
-  if (!config[key].is_boolean()) ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected true or false");
+  if (!config[key].is_boolean()) ZEST_FAIL(path, ": \"", key, "\" is ", json_excerpt(config[key]), "; expected true or false");
   return config[key].get<bool>();
 }
 
 double read_number(const nlohmann::json& config, const char* key, const std::string& path, double fallback) {
   if (!present(config, key)) return fallback;
-  if (!config[key].is_number() || config[key].get<double>() <= 0) {
-    ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected a positive number");
+  if (!config[key].is_number() || !(config[key].get<double>() > 0) || !std::isfinite(config[key].get<double>())) {
+    ZEST_FAIL(path, ": \"", key, "\" is ", json_excerpt(config[key]), "; expected a positive, finite number");
   }
   return config[key].get<double>();
 }
@@ -39,7 +41,7 @@ int64_t read_int(const nlohmann::json& config, const char* key, const std::strin
                  int64_t min) {
   if (!present(config, key)) return fallback;
   if (!config[key].is_number_integer() || config[key].get<int64_t>() < min) {
-    ZEST_FAIL(path, ": \"", key, "\" is ", config[key].dump(), "; expected an integer >= ", min);
+    ZEST_FAIL(path, ": \"", key, "\" is ", json_excerpt(config[key]), "; expected an integer >= ", min);
   }
   return config[key].get<int64_t>();
 }
@@ -58,8 +60,23 @@ void refuse_unsupported(const nlohmann::json& config, const std::string& path, S
   if (present(config, "variance_type")) ZEST_FAIL(path, ": \"variance_type\" is set; zest supports only null");
   if (present(config, "lambda_min_clipped") && !(config["lambda_min_clipped"].is_string() ||
                                                  config["lambda_min_clipped"].get<double>() < -1e30)) {
-    ZEST_FAIL(path, ": \"lambda_min_clipped\" is ", config["lambda_min_clipped"].dump(), "; zest supports only -inf");
+    ZEST_FAIL(path, ": \"lambda_min_clipped\" is ", json_excerpt(config["lambda_min_clipped"]), "; zest supports only -inf");
   }
+}
+
+// Bounds no real schedule comes near (diffusers' SD schedules: 1000 steps, betas 0.00085..0.012), so that a
+// hostile scheduler_config.json cannot ask for gigabytes of schedule or give a schedule of NaNs.
+constexpr int64_t kMaxTrainTimesteps = 100000;
+
+void check_ranges(const SchedulerConfig& c, const std::string& path) {
+  if (c.num_train_timesteps > kMaxTrainTimesteps)
+    ZEST_FAIL(path, ": \"num_train_timesteps\" is ", c.num_train_timesteps, "; the largest value zest accepts is ",
+              kMaxTrainTimesteps);
+  for (const auto& [key, beta] : {std::pair{"beta_start", c.beta_start}, {"beta_end", c.beta_end}})
+    if (!(beta < 1)) ZEST_FAIL(path, ": \"", key, "\" is ", beta, "; expected a noise variance in (0, 1)");
+  if (c.steps_offset.value_or(0) >= c.num_train_timesteps)
+    ZEST_FAIL(path, ": \"steps_offset\" is ", *c.steps_offset, "; expected less than \"num_train_timesteps\" (",
+              c.num_train_timesteps, ")");
 }
 
 }  // namespace
@@ -98,15 +115,12 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& config, const s
   c.prediction_type = *prediction_type_named(
       read_choice(config, "prediction_type", path, {"epsilon", "v_prediction", "sample"}, "epsilon"));
   c.rescale_betas_zero_snr = read_bool(config, "rescale_betas_zero_snr", path, false);
+  check_ranges(c, path);
   return c;
 }
 
 SchedulerConfig SchedulerConfig::from_file(const std::filesystem::path& path, Use use) {
-  std::ifstream in(path);
-  ZEST_CHECK(in.good(), path.string(), ": cannot open the scheduler configuration");
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) ZEST_FAIL(path.string(), ": not valid JSON");
-  return from_json(config, path.string(), use);
+  return from_json(read_json_file(path.string(), "scheduler configuration"), printable(path.string()), use);
 }
 
 NoiseSchedule SchedulerConfig::noise_schedule() const {

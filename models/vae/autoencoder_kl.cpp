@@ -3,6 +3,9 @@
 
 #include "formats/safetensors.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
+#include "formats/json_text.h"
+#include "models/model_memory.h"
 #include "models/state_dict.h"
 #include "models/unet/resnet.h"
 
@@ -208,15 +211,13 @@ torch::Dtype vae_compute_dtype(const VaeConfig& config, torch::Dtype requested) 
 
 AutoencoderKL load_autoencoder_kl(const fs::path& folder, const torch::TensorOptions& options) {
   const fs::path config_path = folder / "config.json";
-  std::ifstream in(config_path);
-  if (!in) ZEST_FAIL(config_path.string(), ": cannot be read (a VAE folder holds config.json and ", kWeightsName, ")");
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    ZEST_FAIL(config_path.string(), ": not valid JSON: ", e.what());
-  }
-  const VaeConfig vae_config = VaeConfig::from_json(config, config_path.string());
+  const std::string source = printable(config_path.string());
+  const VaeConfig vae_config = VaeConfig::from_json(read_json_file(config_path.string(), "VAE config (config.json)"), source);
+  std::string widths;
+  for (const int64_t c : vae_config.block_out_channels) widths += (widths.empty() ? "" : ", ") + std::to_string(c);
+  check_module_fits_host(source, str("block_out_channels = [", widths, "], layers_per_block = ", vae_config.layers_per_block),
+                         *AutoencoderKL(vae_config, torch::TensorOptions().device(torch::kMeta)),
+                         static_cast<int64_t>(options.dtype().itemsize()));
   const fs::path weights_path = folder / kWeightsName;
   if (!fs::exists(weights_path)) {
     ZEST_FAIL(weights_path.string(), ": not found; zest reads VAE weights from ", kWeightsName,

@@ -76,10 +76,14 @@ def euler(n, spacing="linspace", offset=0):
     return x
 
 
-def dpmpp(n, spacing="linspace", offset=0, heun=False):
+def dpmpp(n, spacing="linspace", offset=0, heun=False, final="zero"):
+    """final: the last sigma, "zero" (then the last step returns x0) or "sigma_min" (the schedule's
+    smallest sigma, sqrt((1 - abar_0) / abar_0)); the last step is first order under 15 steps
+    (lower_order_final) or with "zero", second order otherwise."""
     acp = alphas_cumprod()
     ts = [int(round(t)) for t in spaced(spacing, len(acp), n, offset, extra=1)]
-    sig = [sigma_at(acp, t) for t in ts] + [0.0]
+    sigma_last = 0.0 if final == "zero" else math.sqrt((1 - acp[0]) / acp[0])
+    sig = [sigma_at(acp, t) for t in ts] + [sigma_last]
     alpha = lambda s: 1 / math.sqrt(s * s + 1)
     lam = lambda s: math.log(alpha(s)) - math.log(s * alpha(s))
     x, prev_x0 = list(NOISE), None
@@ -95,7 +99,7 @@ def dpmpp(n, spacing="linspace", offset=0, heun=False):
             at, st, ss0 = alpha(s1), s1 * alpha(s1), s0 * alpha(s0)
             phi = at * (math.exp(-h) - 1)
             lower_second = (i == n - 2) and n < 15  # second order is the highest here anyway
-            if prev_x0 is None or last:
+            if prev_x0 is None or (last and (final == "zero" or n < 15)):
                 x = [st / ss0 * xi - phi * x0i for xi, x0i in zip(x, x0)]
             else:
                 r0 = (lam(s0) - lam(sig[i - 1])) / h
@@ -119,6 +123,9 @@ CASES = {
     "dpmpp_linspace_20": lambda: dpmpp(20),
     "dpmpp_heun_leading_6": lambda: dpmpp(6, "leading", 1, heun=True),
 }
+# final_sigmas_type = "sigma_min" on both sides of lower_order_final's threshold (15 steps).
+for _n in range(10, 17):
+    CASES[f"dpmpp_sigma_min_{_n}"] = (lambda n: lambda: dpmpp(n, final="sigma_min"))(_n)
 
 if __name__ == "__main__":
     for name, run in CASES.items():

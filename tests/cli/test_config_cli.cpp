@@ -196,5 +196,31 @@ TEST_F(RunConfigTest, ZestConfigCheckBinary) {
   EXPECT_NE(set_out.find("engine.stgae: unknown key (did you mean 'stage'?)"), std::string::npos) << set_out;
 }
 
+// `zest config check` refuses what `zest train` refuses about the model before building it: a model
+// configuration file that does not parse, a pretrained folder whose config.json holds an absurd field,
+// and a NUL in a string (which would cut a path short).
+TEST_F(RunConfigTest, ConfigCheckRefusesWhatTrainRefuses) {
+  const std::string zest = std::string(ZEST_BINARY_DIR) + "/zest";
+  write("models/broken.toml", "[model\nnum_layers = ");
+  const std::string broken = write("broken_model.toml", "[model]\nconfig = \"models/broken.toml\"\n[data]\ndir = \"d\"\n");
+  const auto [broken_status, broken_out] = run_command(zest + " config check " + broken);
+  EXPECT_EQ(broken_status, 1) << broken_out;
+  EXPECT_NE(broken_out.find("broken.toml:"), std::string::npos) << broken_out;
+
+  const fs::path unet = fs::path(write("pipeline/unet/config.json", R"({"layers_per_block": 1000000000})")).parent_path();
+  write("pipeline/unet/diffusion_pytorch_model.safetensors", "");
+  const std::string absurd =
+      write("absurd.toml", "[model]\npretrained = \"" + unet.string() + "\"\n[data]\ndir = \"d\"\n");
+  const auto [absurd_status, absurd_out] = run_command(zest + " config check " + absurd);
+  EXPECT_EQ(absurd_status, 1) << absurd_out;
+  EXPECT_NE(absurd_out.find("layers_per_block"), std::string::npos) << absurd_out;
+  EXPECT_NE(absurd_out.find("the largest value zest accepts is 64"), std::string::npos) << absurd_out;
+
+  const std::string nul = write("nul.toml", kMinimal + "[train]\nrun_dir = \"runs/a\\u0000b\"\n");
+  const auto [nul_status, nul_out] = run_command(zest + " config check " + nul);
+  EXPECT_EQ(nul_status, 1) << nul_out;
+  EXPECT_NE(nul_out.find("train.run_dir: contains a NUL character"), std::string::npos) << nul_out;
+}
+
 }  // namespace
 }  // namespace zest

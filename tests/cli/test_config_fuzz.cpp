@@ -338,7 +338,7 @@ struct Outcome {
 Outcome check_in_process(const std::string& path, const Case& c) {
   Outcome o;
   try {
-    parse_run_config(path, c.overrides);
+    check_run_model(parse_run_config(path, c.overrides));  // what `zest config check` runs
     o.ok = true;
   } catch (const Error& e) {
     o.error = e.what();

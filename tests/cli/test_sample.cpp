@@ -231,6 +231,60 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
   EXPECT_EQ(pictures["samples/a lighthouse"], bytes_of("step_00000002_prompt_1.png"));
 }
 
+// The validation grids draw with the configured negative prompt and the same seed at every due step: with
+// weights that do not move (lr 1e-30, no EMA), steps 1 and 2 give the same grid, and that grid is the
+// library's for the pipeline folder with that negative prompt (not without it).
+TEST(ValidationSamples, NegativePromptIsUsedAndTheSeedDoesNotMoveWithTheStep) {
+  const fs::path work = scratch("validation_seed");
+  const fs::path data = work / "data", run = work / "run.toml", run_dir = work / "run";
+  std::ofstream(run) << "[model]\npretrained = \"" << tiny("sd15") << "/unet\"\n"
+                     << "[data]\ndir = \"" << data.string() << "\"\nbatch_size = 2\nnum_workers = 1\n"
+                     << "[engine]\nprecision = \"fp32\"\n[optimizer]\nlr = 1e-30\nweight_decay = 0.0\n"
+                     << "[train]\nmax_steps = 2\nlog_every = 1\nrun_dir = \"" << run_dir.string() << "\"\n"
+                     << "[checkpoint]\nmerge_at_end = false\n"
+                     << "[sample]\nevery_steps = 1\nprompts = [\"a red fox\"]\nnegative_prompt = \"blurry, dark\"\n"
+                     << "steps = 2\nsize = \"16x16\"\nnum_images = 1\nscheduler = \"euler\"\nseed = 11\n";
+  const auto synth = run_cli({zest_binary(), "data", "synth", "--config", run.string(), "--out", data.string(), "--samples", "4"});
+  ASSERT_EQ(synth.code(), 0) << synth.describe();
+  CliOptions slow;
+  slow.timeout_s = 120.0;
+  const auto train = run_cli({zest_binary(), "train", run.string()}, slow);
+  ASSERT_EQ(train.code(), 0) << train.describe();
+  const torch::Tensor first = read_png(run_dir / "samples" / "step_00000001_prompt_0.png");
+  const torch::Tensor second = read_png(run_dir / "samples" / "step_00000002_prompt_0.png");
+  ASSERT_TRUE(first.defined() && second.defined()) << train.describe();
+  EXPECT_TRUE(torch::equal(first, second)) << "the validation noise changed with the step";
+  SdPipeline sd = load_sd_pipeline(tiny("sd15"), {}, torch::kCPU, torch::kFloat32);
+  SampleRequest r;
+  r.prompt = "a red fox";
+  r.steps = 2;
+  r.width = r.height = 16;
+  r.count = 1;
+  r.seed = 11;
+  r.scheduler = unet::SchedulerKind::euler;
+  const torch::Tensor without_negative = image_grid(generate_images(sd, r));
+  r.negative_prompt = "blurry, dark";
+  const torch::Tensor with_negative = image_grid(generate_images(sd, r));
+  EXPECT_FALSE(torch::equal(with_negative, without_negative));
+  EXPECT_TRUE(torch::equal(first, with_negative)) << "[sample] negative_prompt was not used";
+}
+
+// `zest sample --negative-prompt` reaches the pipeline: the CLI's pixels are the library's with it.
+TEST(SdSample, TheCliUsesTheNegativePrompt) {
+  SdPipeline sd = load_sd_pipeline(tiny("sd15"), {}, torch::kCPU, torch::kFloat32);
+  auto request = small_request(unet::SchedulerKind::dpmpp);
+  const auto without = image_grid(generate_images(sd, request));
+  request.negative_prompt = "blurry, dark";
+  const auto with = image_grid(generate_images(sd, request));
+  ASSERT_FALSE(torch::equal(with, without));
+  const fs::path out = scratch("negative") / "x.png";
+  const auto r = sample({"--pretrained", tiny("sd15"), "--prompt", "a watercolor lighthouse, 1920s", "--steps", "4",
+                         "--size", "16x16", "-n", "2", "--seed", "7", "--scheduler", "dpmpp", "--device", "cpu",
+                         "--negative-prompt", "blurry, dark", "-o", out.string()});
+  ASSERT_EQ(r.code(), 0) << r.describe();
+  EXPECT_TRUE(torch::equal(read_png(out), with));
+}
+
 TEST(ValidationSamples, BadKeysAreOneClearMessage) {
   const fs::path work = scratch("validation_bad");
   auto check = [&](const std::string& sample, const std::string& part) {

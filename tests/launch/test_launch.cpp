@@ -109,12 +109,30 @@ TEST(Launch, SignalIsForwardedOnceAndASecondOneKills) {
   EXPECT_LT(child.seconds(), 10.0);
 }
 
+// A command that cannot run is refused before any rank starts, naming it and the reason.
 TEST(Launch, MissingCommandIsAnError) {
-  Child child({zest_binary(), "launch", "-n", "2", "--", "/nonexistent/program"});
-  const int status = child.finish();
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 127) << child.output();
-  EXPECT_NE(child.output().find("[rank 0] zest launch: cannot execute"), std::string::npos) << child.output();
+  for (const auto& [command, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/program", "No such file or directory"},
+           {"/tmp", "it is a folder"},
+           {"no-such-zest-command-43", "no executable of that name in PATH"}}) {
+    Child child({zest_binary(), "launch", "-n", "2", "--", command});
+    const int status = child.finish();
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1) << child.output();
+    EXPECT_NE(child.output().find("zest launch: cannot run the command '" + command + "': " + reason), std::string::npos)
+        << child.output();
+    EXPECT_EQ(child.output().find("[rank"), std::string::npos) << "a rank was started: " << child.output();
+  }
+}
+
+TEST(Launch, HostListsRefuseZeroSlots) {
+  for (const std::string hosts : {"node1:0", "node1:2,node2:0", "node1:-1", "node1:x"}) {
+    Child child({zest_binary(), "launch", "-H", hosts, "--", "true"});
+    const int status = child.finish();
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_NE(WEXITSTATUS(status), 0) << hosts;
+    EXPECT_NE(child.output().find("is not HOST or HOST:SLOTS with SLOTS >= 1"), std::string::npos) << child.output();
+  }
 }
 
 }  // namespace

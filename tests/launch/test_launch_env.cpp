@@ -101,6 +101,42 @@ TEST(LaunchEnv, OpenMpiAndContradictions) {
       << clash;
 }
 
+// Without GROUP_RANK the node is rank ÷ ranks per node: rank 6 of 8, 4 per node, is on node 1.
+TEST(LaunchEnv, NodeRankWithoutGroupRank) {
+  const WorldInfo w = read_launch_environment(
+      env_of({{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"MASTER_ADDR", "n0"}}));
+  EXPECT_EQ(w.node_rank, 1);
+  EXPECT_EQ(w.local_size, 4);
+  const WorldInfo h = read_launch_environment(env_of(
+      {{"HOROVOD_RANK", "5"}, {"HOROVOD_SIZE", "8"}, {"HOROVOD_LOCAL_SIZE", "2"}, {"HOROVOD_LOCAL_RANK", "1"}, {"MASTER_ADDR", "n0"}}));
+  EXPECT_EQ(h.node_rank, 2);
+}
+
+// Two launchers' variables that agree on the rank but not on the world size describe two worlds.
+TEST(LaunchEnv, LaunchersDisagreeingOnlyOnTheWorldSizeAreRefused) {
+  const std::string clash =
+      error_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"}, {"WORLD_SIZE", "4"},
+                {"MASTER_ADDR", "n0"}});
+  EXPECT_NE(clash.find("says rank 1 of 2 but torchrun-style (RANK/WORLD_SIZE) says rank 1 of 4"), std::string::npos)
+      << clash;
+}
+
+// Counts are checked before any arithmetic (a zero ranks-per-node used to divide by zero), at every world
+// size, and MASTER_PORT is a port even for a world of one.
+TEST(LaunchEnv, ZeroCountsAndBadPortsAreRefusedByName) {
+  EXPECT_NE(error_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}}).find("0 ranks on this node"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("world size 0 must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}, {"HOROVOD_LOCAL_SIZE", "0"}}).find("0 ranks on this node"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "99999"}}).find("MASTER_PORT 99999 is not a TCP port"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "-1"}}).find("node rank -1 must be >= 0"),
+            std::string::npos);
+  const std::string escaped = error_of({{"RANK", "[2J"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(escaped.find("RANK='\\x1b[2J' is not an integer"), std::string::npos) << escaped;
+}
+
 TEST(LaunchEnv, SlurmSrun) {
   const WorldInfo w = read_launch_environment(env_of({{"SLURM_PROCID", "5"},
                                                       {"SLURM_NTASKS", "8"},

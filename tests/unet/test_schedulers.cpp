@@ -55,6 +55,20 @@ TEST(Schedulers, DpmSolverMatchesTheIndependentReference) {
                   6, {1.49407232, -1.23400327, 0.130034525});
 }
 
+// final_sigmas_type = "sigma_min" ends on the schedule's smallest sigma instead of 0: the last step is then
+// a real step, first order under 15 steps (lower_order_final) and second order from 15 on. 10 to 16
+// steps cover both sides of that threshold.
+TEST(Schedulers, DpmSolverLowerOrderFinalThresholdMatchesTheReference) {
+  const std::vector<std::vector<double>> expected = {
+      {2.09590084, -2.06081773, 0.0175415561}, {2.09448291, -2.05366307, 0.0204099209},
+      {2.09322394, -2.04732418, 0.0229498784}, {2.09285878, -2.04401379, 0.0244224976},
+      {2.09214217, -2.04000954, 0.0260663135}, {2.12465848, -2.04444828, 0.0401051004},
+      {2.12225502, -2.04253447, 0.0398602741}};
+  for (int64_t steps = 10; steps <= 16; ++steps)
+    expect_lands_on(SchedulerKind::dpmpp, {{"final_sigmas_type", "sigma_min"}}, steps,
+                    expected[static_cast<size_t>(steps - 10)]);
+}
+
 // The timestep tables diffusers' set_timesteps gives for SD-style configurations (values from its formulas).
 TEST(Schedulers, TimestepsAsDiffusersSpacesThem) {
   const auto sd = SchedulerConfig::stable_diffusion();

@@ -98,6 +98,34 @@ TEST(AutoencoderKL, EncodesDecodesAndSamplesWithTheGenerator) {
   EXPECT_NE(error_of([&] { model->encode(torch::zeros({1, 3, 15, 16})); }).find("multiples of 2"), std::string::npos);
 }
 
+// diffusers' DiagonalGaussianDistribution clamps the log-variance to [-30, 20]: an encoder output far
+// outside (here the quant_conv's bias) must come out at the bounds exactly.
+TEST(AutoencoderKL, LogVarianceIsClampedToItsRange) {
+  AutoencoderKL model(tiny_config());
+  randomize(*model, 5);
+  torch::NoGradGuard no_grad;
+  ASSERT_TRUE(model->quant_conv);
+  auto& conv = *model->quant_conv;
+  conv.weight.zero_();
+  conv.bias.zero_();
+  conv.bias.slice(0, 4, 6).fill_(100.0);  // the log-variance half: two channels far above, two far below
+  conv.bias.slice(0, 6, 8).fill_(-100.0);
+  const LatentDistribution dist = model->encode(torch::rand({1, 3, 16, 16}));
+  EXPECT_EQ(dist.logvar.slice(1, 0, 2).min().item<double>(), 20.0);
+  EXPECT_EQ(dist.logvar.slice(1, 2, 4).max().item<double>(), -30.0);
+}
+
+// A VAE with a shift (SD3-style): the UNet's latents are (z - shift) · scale and back, in that order.
+TEST(AutoencoderKL, ShiftFactorComesBeforeTheScaling) {
+  nlohmann::json config = nlohmann::json::parse(R"({"block_out_channels": [8, 16], "norm_num_groups": 4,
+    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"], "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
+    "scaling_factor": 1.5305, "shift_factor": 0.0609})");
+  AutoencoderKL model(VaeConfig::from_json(config, "shifted.json"));
+  const torch::Tensor z = torch::tensor({1.0, -2.0, 0.25}, torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(model->to_unet_latents(z), (z - 0.0609) * 1.5305, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(model->from_unet_latents(z), z / 1.5305 + 0.0609, 1e-12, 1e-12));
+}
+
 TEST(AutoencoderKL, BadConfigurationsAreOneClearMessage) {
   auto from = [](const std::string& json) {
     return [json] { VaeConfig::from_json(nlohmann::json::parse(json), "vae/config.json"); };
