@@ -308,12 +308,13 @@ def write_clip_tokenizer(folder, merges_count):
     """CLIP's tokenizer files (vocab.json built from merges as the released vocabularies are) with the first
     merges_count merges of tests/data/clip/merges.txt (CLIP's own), or merges trained here when that file is
     absent."""
-    merges_path = os.path.join(REPO, "tests", "data", "clip", "merges.txt")
+    candidates = [os.path.join(root, "tests", "data", "clip", "merges.txt") for root in (REPO, os.getcwd())]
+    merges_path = next((p for p in candidates if os.path.isfile(p)), candidates[0])
     if os.path.isfile(merges_path):
         with open(merges_path, encoding="utf-8") as f:
             merges = [line.split() for line in f.read().strip().split("\n")[1:]][:merges_count]
     else:
-        sys.exit(f"make_hy_text_goldens: {merges_path} is missing (run from a zest checkout)")
+        sys.exit(f"make_hy_text_goldens: tests/data/clip/merges.txt not found (tried {candidates}); run from a zest checkout")
     symbols = list(bytes_to_unicode().values())
     vocab = symbols + [s + "</w>" for s in symbols] + ["".join(m) for m in merges]
     vocab += ["<|startoftext|>", "<|endoftext|>"]
@@ -361,11 +362,15 @@ def check_rope(model, rope_theta, head_dim):
     return float((inv_freq.double().cpu() - expected).abs().max())
 
 
-def load_causal_lm(transformers, folder, dtype):
+def load_causal_lm(transformers, folder, dtype, attn_implementation="eager"):
+    """The folder's model loaded in `dtype` (eager attention). Loaded in that dtype, not cast after: casting a
+    bf16-loaded model would round the rotary inv_freq buffer to bf16 too, which the release never does."""
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
-    except Exception:  # noqa: BLE001 (an older transformers without attn_implementation)
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation,
+                                                                  dtype=dtype)
+    except Exception:  # noqa: BLE001 (transformers 4: torch_dtype)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation,
+                                                                  torch_dtype=dtype)
     return model.to(dtype).eval()
 
 
@@ -499,7 +504,9 @@ def main():
     mask = torch.ones(2, 24, dtype=torch.int64)
     mask[1, 17:] = 0
     ids[1, 17:] = tokenizer.pad_token_id
-    qwen = load_causal_lm(transformers, qwen_dir, torch.bfloat16).float()
+    qwen = load_causal_lm(transformers, qwen_dir, torch.float32)
+    rotary = getattr(qwen.model, "rotary_emb", None)
+    record["checks"]["qwen_raw_forward_inv_freq_dtype"] = str(getattr(rotary, "inv_freq", torch.zeros(1)).dtype)
     hidden, last = qwen_forward(qwen, ids, mask)
     tensors["qwen.input_ids"], tensors["qwen.attention_mask"] = ids, mask
     for i, h in enumerate(hidden):
@@ -513,11 +520,11 @@ def main():
     tensors["sharded.last_hidden_state"] = s_last.contiguous()
     record["checks"]["sharded_reload_vs_built"] = max_rel(qwen_forward(smodel, ids, mask)[0][-1], s_hidden[-1])
     try:
-        sdpa = transformers.AutoModelForCausalLM.from_pretrained(qwen_dir, attn_implementation="sdpa").float().eval()
+        sdpa = load_causal_lm(transformers, qwen_dir, torch.float32, attn_implementation="sdpa")
         record["checks"]["qwen_sdpa_vs_eager"] = max_rel(qwen_forward(sdpa, ids, mask)[0][-1], hidden[-1])
     except Exception as error:  # noqa: BLE001 (recorded, not fatal)
         record["checks"]["qwen_sdpa_vs_eager"] = f"not run: {error}"
-    double = load_causal_lm(transformers, qwen_dir, torch.bfloat16).double()
+    double = load_causal_lm(transformers, qwen_dir, torch.float64)
     record["checks"]["qwen_float64_vs_float32"] = max_rel(qwen_forward(double, ids, mask)[0][-1], hidden[-1])
 
     # --- CLIP-L, tiny, laid out as clip-vit-large-patch14 (a whole CLIPModel) ---
