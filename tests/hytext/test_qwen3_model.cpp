@@ -99,6 +99,24 @@ TEST(Qwen3Config, EveryArchitectureFieldIsChecked) {
   EXPECT_NE(config_error(nlohmann::json::array()).find("Q/config.json"), std::string::npos);
 }
 
+// Qwen/Qwen3-8B's config.json as released (transformers 4.51): the stack zest loads is its 8.19 B parameters less
+// the untied lm_head (151936 × 4096).
+TEST(Qwen3Config, Qwen3_8BAsReleased) {
+  const std::string released = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 12288, "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+  "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+  const qwen3::Qwen3Config c = qwen3::Qwen3Config::from_json_text(released, "Qwen3-8B/config.json");
+  EXPECT_EQ(c.parameter_count(), 7'568'405'504);
+  EXPECT_EQ(c.parameter_count() + c.vocab_size * c.hidden_size, 8'190'735'360);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.rope_theta, 1e6);
+}
+
 TEST(Qwen3Load, FoldersThatAreNotQwen3AreOneClearMessage) {
   const fs::path w = qwen3_scratch("bad");
   auto error_of = [](const fs::path& folder) -> std::string {
