@@ -64,10 +64,10 @@ CliResult run_zest(std::vector<std::string> args) {
   return run_cli(args);
 }
 
-std::vector<std::string> prepare_args(const fs::path& w, const fs::path& out) {
+std::vector<std::string> prepare_args(const fs::path& w, const fs::path& out, const std::string& piece_clips = "4") {
   return {"data", "prepare", "motions", "--pretrained", (w / "release").string(), "--text-encoders", (w / "enc").string(),
           "--motions", (w / "clips").string(), "--out", out.string(), "--text-tokens", "8", "--max-frames", "30",
-          "--batch-size", "3", "--piece-clips", "4"};
+          "--batch-size", "3", "--piece-clips", piece_clips};
 }
 
 TEST(MotionFromWords, PrepareTrainAndSampleFromAPrompt) {
@@ -132,6 +132,27 @@ TEST(MotionFromWords, AnUnfinishedPrepareOfOtherOptionsIsNotContinued) {
   EXPECT_EQ(r.code(), 1) << r.describe();
   EXPECT_NE(r.err.find("was started with other options or another clip listing"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(w / "data"));
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(MotionFromWords, TwoRanksEncodeTheirShareAndGiveTheSameDataset) {
+  const fs::path w = words_scratch("ranks");
+  write_hymotion_release((w / "release").string(), 13, kMotionFeatures);
+  write_tiny_text_encoders(w / "enc");
+  write_clips(w / "clips");
+  ASSERT_EQ(run_zest(prepare_args(w, w / "one", "2")).code(), 0);
+  std::vector<std::string> two{"launch", "-n", "2", "--", zest::testing::zest_binary()};
+  const std::vector<std::string> args = prepare_args(w, w / "two", "2");
+  two.insert(two.end(), args.begin(), args.end());
+  const CliResult r = run_zest(two);
+  ASSERT_EQ(r.code(), 0) << r.describe();
+  EXPECT_NE(r.out.find("[rank 1]: piece 2/5"), std::string::npos) << r.out;  // rank 1 took pieces 2 and 4
+  for (const char* name : {"shard-00000.safetensors", "stats.safetensors", "skipped.txt"})
+    EXPECT_EQ(file_bytes(w / "one" / name), file_bytes(w / "two" / name)) << name;
 }
 
 TEST(MotionFromWords, MissingFoldersAreOneClearMessage) {
