@@ -428,11 +428,54 @@ def record_tokens(tokenizer, raw, texts, record):
     record["checks"]["tokens_equal_tokenizers_library"] = all(r["tokenizers_library_ids"] is None for r in rows)
 
 
+def make_large_gpu_golden(out, transformers):
+    """--large-gpu DIR (GPU machine, not committed: ~70 MB): a larger random Qwen3 (hidden 1024, 4 layers, 16 query
+    and 4 key/value heads of 128) saved in bf16, and its last hidden state on 4 right-padded rows of 256 tokens from
+    transformers in bf16 on CUDA (sdpa, as the release runs it) and in float32 on the CPU (eager), for
+    tests/gpu/test_gpu_hy_text.cpp (ZEST_HY_TEXT_LARGE=DIR)."""
+    from safetensors.torch import save_file
+
+    os.makedirs(out, exist_ok=True)
+    fields = {"hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 1024,
+              "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+              "use_sliding_window": False}
+    torch.manual_seed(CONSTRUCTION_SEED + 3)
+    model = transformers.Qwen3ForCausalLM(qwen3_config(transformers, 4096, fields, 1e6)).float().eval()
+    perturb_constant_tensors(model, PERTURB_SEED + 3)
+    folder = os.path.join(out, "qwen3_large")
+    model.to(torch.bfloat16).save_pretrained(folder)
+    generator = torch.Generator().manual_seed(INPUT_SEED + 3)
+    ids = torch.randint(0, 4096, (4, 256), generator=generator)
+    mask = torch.ones(4, 256, dtype=torch.int64)
+    for row, valid in enumerate((256, 200, 120, 30)):
+        mask[row, valid:] = 0
+    tensors = {"input_ids": ids, "attention_mask": mask}
+    cpu = load_causal_lm(transformers, folder, torch.float32)
+    tensors["last_hidden_state_fp32"] = qwen_forward(cpu, ids, mask)[1].contiguous()
+    if torch.cuda.is_available():
+        gpu = load_causal_lm(transformers, folder, torch.bfloat16, attn_implementation="sdpa").cuda()
+        tensors["last_hidden_state_bf16_cuda"] = qwen_forward(gpu, ids.cuda(), mask.cuda())[1].cpu().contiguous()
+        print(f"  large: bf16 CUDA vs float32 CPU max rel "
+              f"{max_rel(tensors['last_hidden_state_bf16_cuda'], tensors['last_hidden_state_fp32']):.3g}")
+    save_file(tensors, os.path.join(out, "large_golden.safetensors"))
+    print(f"wrote {out}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?", default=os.environ.get("OUT") or os.path.join(REPO, "tests", "data", "hy_text"))
     parser.add_argument("--ref-src", default=None)
+    parser.add_argument("--large-gpu", default=None, metavar="DIR",
+                        help="only the larger bf16 GPU check's folder (not committed), into DIR")
     args = parser.parse_args()
+    if args.large_gpu:
+        import transformers
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        print("versions:", torch.__version__, transformers.__version__)
+        make_large_gpu_golden(os.path.abspath(args.large_gpu), transformers)
+        return
     ref_src = find_ref_src(args.ref_src)
 
     import safetensors
