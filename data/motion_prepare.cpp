@@ -51,7 +51,8 @@ std::map<std::string, int64_t> release_widths(const std::string& release) {
   return expected.features;
 }
 
-std::string motion_job_description(const PrepareMotionsOptions& o, const ImageFolderListing& listing) {
+std::string motion_job_description(const PrepareMotionsOptions& o, const ImageFolderListing& listing,
+                                   const hytext::TextEncoderFolders& folders, torch::Dtype qwen_dtype) {
   checkpoint::Xxh64Stream hash;
   for (const CaptionedImage& clip : listing.images) {
     hash.update(clip.file.data(), clip.file.size() + 1);  // with the terminating NUL as separator
@@ -60,6 +61,9 @@ std::string motion_job_description(const PrepareMotionsOptions& o, const ImageFo
   const Json job = {{"format", "zest.prepare_motions.v1"},
                     {"pretrained", fs::absolute(o.pretrained).lexically_normal().string()},
                     {"motions", fs::absolute(o.motions).lexically_normal().string()},
+                    {"qwen", fs::absolute(folders.qwen).lexically_normal().string()},
+                    {"clip", fs::absolute(folders.clip).lexically_normal().string()},
+                    {"qwen_dtype", std::string(c10::toString(qwen_dtype))},
                     {"caption_column", o.caption_column},
                     {"text_tokens", o.text_tokens},
                     {"max_frames", o.max_frames},
@@ -235,7 +239,9 @@ PrepareMotionsReport prepare_motions(const PrepareMotionsOptions& o, Communicato
   const hytext::TextEncoderFolders folders = hytext::find_text_encoders(o.pretrained, o.text_encoders);
   const ImageFolderListing listing = list_captioned_folder(o.motions, o.caption_column, kMotionFolder);
   const torch::Device device = choose_motion_device(o.device, comm.local_rank());
-  const hytext::HyTextEncoder encoder(folders, device, device.is_cuda() ? torch::kBFloat16 : torch::kFloat32, o.text_tokens);
+  // Qwen3 in bf16 on a GPU, as the release runs it; float32 on the CPU (where bf16 matmuls are slow).
+  const torch::Dtype qwen_dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  const hytext::HyTextEncoder encoder(folders, device, qwen_dtype, o.text_tokens);
   ZEST_CHECK(encoder.ctxt_dim() == widths.at("text_dim") && encoder.vtxt_dim() == widths.at("pooled_dim"),
              printable(o.pretrained), ": the network takes text features of ", widths.at("text_dim"), " (Qwen3) and ",
              widths.at("pooled_dim"), " (CLIP), but ", printable(folders.qwen.string()), " gives ", encoder.ctxt_dim(),
@@ -248,7 +254,7 @@ PrepareMotionsReport prepare_motions(const PrepareMotionsOptions& o, Communicato
   const int64_t pieces = (total + o.piece_clips - 1) / o.piece_clips;
   report.pieces_total = pieces;
   const fs::path work(prepare_work_folder(o.out));
-  if (comm.rank() == 0) start_or_resume(work, motion_job_description(o, listing), o.out);
+  if (comm.rank() == 0) start_or_resume(work, motion_job_description(o, listing, folders, qwen_dtype), o.out);
   comm.barrier();
 
   torch::NoGradGuard no_grad;
