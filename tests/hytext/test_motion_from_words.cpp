@@ -102,8 +102,15 @@ TEST(MotionFromWords, PrepareTrainAndSampleFromAPrompt) {
                                   "data.dir=\"" + (w / "data").string() + "\"", "--set", "data.batch_size=2", "--set",
                                   "data.num_workers=1", "--set", "data.seq_len=12", "--set", "engine.precision=\"fp32\"",
                                   "--set", "train.max_steps=2", "--set", "train.run_dir=\"" + (w / "run").string() + "\"",
-                                  "--set", "scheduler.warmup_steps=1", "--set", "checkpoint.every_steps=2"});
+                                  "--set", "scheduler.warmup_steps=1", "--set", "checkpoint.every_steps=2",
+                                  // validation motions of a prompt at step 2, as `zest sample --prompt` draws them
+                                  "--set", "sample.every_steps=2", "--set", "sample.prompts=[\"a person jumps\"]",
+                                  "--set", "sample.text_encoders=\"" + (w / "enc").string() + "\"", "--set",
+                                  "sample.frames=6", "--set", "sample.steps=2", "--set", "sample.num_images=1"});
   ASSERT_EQ(trained.code(), 0) << trained.describe();
+  const torch::Tensor validation = npy::read((w / "run" / "samples" / "step_00000002_prompt_0.npy").string());
+  EXPECT_EQ(validation.sizes(), (std::vector<int64_t>{1, 6, kMotionFeatures}));
+  EXPECT_TRUE(fs::exists(w / "run" / "samples" / "step_00000002_prompt_0.gif"));
 
   // The text folders found from the release's own layout: ckpts/Qwen3-8B beside ckpts/tencent/HY-Motion-1.0.
   fs::create_directories(w / "ckpts" / "tencent");
