@@ -25,9 +25,16 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool is_image_name(const fs::path& p) {
+bool is_item_name(const fs::path& p, const CaptionedFolderKind& kind) {
   const std::string ext = lower(p.extension().string());
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+  return std::find(kind.extensions.begin(), kind.extensions.end(), ext) != kind.extensions.end();
+}
+
+// ".jpg/.jpeg/.png" (sep "/") or ".jpg, .jpeg, .png" (sep ", ").
+std::string extension_list(const CaptionedFolderKind& kind, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < kind.extensions.size(); ++i) out += (i ? sep : "") + kind.extensions[i];
+  return out;
 }
 
 std::string trimmed(const std::string& s) {
@@ -43,7 +50,7 @@ struct Walk {
   std::vector<SkippedFile> skipped;
 };
 
-Walk walk(const fs::path& root) {
+Walk walk(const fs::path& root, const CaptionedFolderKind& kind) {
   Walk w;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
@@ -51,7 +58,7 @@ Walk walk(const fs::path& root) {
     ZEST_CHECK(!ec, printable(root.string()), ": cannot list the folder: ", ec.message());
     const fs::path& p = it->path();
     const std::string rel = p.lexically_relative(root).generic_string();
-    const bool image = is_image_name(p), text = lower(p.extension().string()) == ".txt";
+    const bool image = is_item_name(p, kind), text = lower(p.extension().string()) == ".txt";
     if (!image && !text) continue;
     const std::string kind = file_kind(p.string());
     if (!kind.empty()) {
@@ -83,7 +90,7 @@ void note_cut_captions(int64_t cut, ImageFolderListing& out) {
 
 std::string stem_of(const std::string& rel) { return (fs::path(rel).parent_path() / fs::path(rel).stem()).generic_string(); }
 
-void from_text_files(const fs::path& root, const Walk& w, ImageFolderListing& out) {
+void from_text_files(const fs::path& root, const Walk& w, const CaptionedFolderKind& kind, ImageFolderListing& out) {
   std::map<std::string, std::string> text_of_stem;
   for (const std::string& t : w.texts) text_of_stem[stem_of(t)] = t;
   std::set<std::string> used;
@@ -103,12 +110,13 @@ void from_text_files(const fs::path& root, const Walk& w, ImageFolderListing& ou
     }
   }
   for (const std::string& t : w.texts)
-    if (!used.count(t)) out.skipped.push_back({t, "caption file without its image (no .jpg/.jpeg/.png of that name)"});
+    if (!used.count(t)) out.skipped.push_back({t, "caption file without its " + kind.item + " (no " + extension_list(kind, "/") + " of that name)"});
   note_cut_captions(cut, out);
   out.captions_from = "name.txt files";
 }
 
-void from_metadata(const fs::path& root, const Walk& w, const std::string& column, ImageFolderListing& out) {
+void from_metadata(const fs::path& root, const Walk& w, const std::string& column, const CaptionedFolderKind& kind,
+                   ImageFolderListing& out) {
   const std::string path = (root / "metadata.jsonl").string();
   const std::string text = read_text_file(path, "metadata.jsonl", kMaxMetadataBytes);
   std::set<std::string> present(w.images.begin(), w.images.end());
@@ -161,7 +169,7 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
       continue;
     }
     if (!present.count(name)) {
-      out.skipped.push_back({where, "lists " + printable(given) + ", which is not an image file in the folder"});
+      out.skipped.push_back({where, "lists " + printable(given) + ", which is not " + kind.article + " file in the folder"});
       continue;
     }
     if (!caption_of.emplace(name, capped(std::move(caption), cut)).second)
@@ -195,18 +203,24 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
 }  // namespace
 
 ImageFolderListing list_image_folder(const std::string& folder, const std::string& caption_column) {
+  return list_captioned_folder(folder, caption_column, {{".jpg", ".jpeg", ".png"}, "image", "an image", "--images"});
+}
+
+ImageFolderListing list_captioned_folder(const std::string& folder, const std::string& caption_column,
+                                         const CaptionedFolderKind& kind) {
   const fs::path root(folder);
-  ZEST_CHECK(fs::is_directory(root), printable(folder), ": no such folder (--images needs a folder of images)");
-  const Walk w = walk(root);
+  ZEST_CHECK(fs::is_directory(root), printable(folder), ": no such folder (", kind.option, " needs a folder of ", kind.item, "s)");
+  const Walk w = walk(root, kind);
   ImageFolderListing out;
   out.skipped = w.skipped;
   if (fs::exists(root / "metadata.jsonl") || fs::is_symlink(root / "metadata.jsonl"))
-    from_metadata(root, w, caption_column, out);
+    from_metadata(root, w, caption_column, kind, out);
   else
-    from_text_files(root, w, out);
-  ZEST_CHECK(!w.images.empty(), printable(folder), ": no images (.jpg, .jpeg, .png) found in the folder or below it");
-  ZEST_CHECK(!out.images.empty(), printable(folder), ": none of the ", w.images.size(),
-             " images has a caption (", out.skipped.front().file, ": ", out.skipped.front().reason, ")");
+    from_text_files(root, w, kind, out);
+  ZEST_CHECK(!w.images.empty(), printable(folder), ": no ", kind.item, "s (", extension_list(kind, ", "),
+             ") found in the folder or below it");
+  ZEST_CHECK(!out.images.empty(), printable(folder), ": none of the ", w.images.size(), " ", kind.item,
+             "s has a caption (", out.skipped.front().file, ": ", out.skipped.front().reason, ")");
   return out;
 }
 

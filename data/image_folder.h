@@ -39,4 +39,15 @@ inline constexpr size_t kMaxCaptionBytes = 8192;
 // with no line holding the column.
 ImageFolderListing list_image_folder(const std::string& folder, const std::string& caption_column = "text");
 
+// The same listing for other captioned files (HY-Motion's .npy clips): what the files are and how messages
+// name them.
+struct CaptionedFolderKind {
+  std::vector<std::string> extensions;  // lower case, with the dot
+  std::string item;                     // "image", "motion clip"
+  std::string article;                  // "an image", "a motion clip"
+  std::string option;                   // the command's option naming the folder, e.g. "--images"
+};
+ImageFolderListing list_captioned_folder(const std::string& folder, const std::string& caption_column,
+                                         const CaptionedFolderKind& kind);
+
 }  // namespace zest

@@ -7,6 +7,7 @@
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
 #include "data/image_prepare.h"
+#include "data/motion_prepare.h"
 #include "data/dataset.h"
 #include "data/dataset_check.h"
 #include "data/motion_dataset.h"
@@ -145,6 +146,8 @@ void add_stats(CLI::App& data) {
   });
 }
 
+void add_prepare_motions(CLI::App& prepare);  // below
+
 void add_prepare(CLI::App& data) {
   auto o = std::make_shared<PrepareImagesOptions>();
   CLI::App* prepare = data.add_subcommand("prepare", "Encode raw training data into a dataset");
@@ -188,12 +191,51 @@ void add_prepare(CLI::App& data) {
       if (r.skipped.size() > 10) std::cout << "  ...\n";
     }
   });
+  add_prepare_motions(*prepare);
+}
+
+void add_prepare_motions(CLI::App& prepare) {
+  auto o = std::make_shared<PrepareMotionsOptions>();
+  CLI::App* motions = prepare.add_subcommand(
+      "motions", "A folder of captioned motion clips (.npy [frames, 201], 30 fps) → motion + HY-Motion's text features "
+                 "(zest.motion.v1), encoded with Qwen3-8B and CLIP-L as the release's text pipeline does");
+  motions->add_option("--pretrained", o->pretrained, "HY-Motion release folder (config.yml + latest.ckpt): the widths")
+      ->required();
+  motions->add_option("--text-encoders", o->text_encoders,
+                      "folder holding Qwen3-8B/ and clip-vit-large-patch14/ (default: the release's ckpts/ layout)");
+  motions->add_option("--motions", o->motions, "folder of .npy clips with metadata.jsonl or name.txt captions")->required();
+  motions->add_option("--out", o->out, "dataset folder to create")->required();
+  motions->add_option("--caption-column", o->caption_column, "metadata.jsonl column holding the caption")->capture_default_str();
+  motions->add_option("--text-tokens", o->text_tokens, "Qwen3 tokens kept after the system prompt (the release's 128)")
+      ->capture_default_str();
+  motions->add_option("--max-frames", o->max_frames, "longer clips are skipped")->capture_default_str();
+  motions->add_option("--batch-size", o->batch_size, "captions encoded together")->capture_default_str();
+  motions->add_option("--piece-clips", o->piece_clips, "clips per resumable piece of work (ranks take pieces in turn)")
+      ->capture_default_str();
+  motions->add_option("--device", o->device, "cpu, cuda, cuda:N (default: this rank's GPU when there is one)");
+  motions->callback([o] {
+    const WorldGuard world;  // under mpirun / zest launch each rank encodes its share of the clips
+    auto comm = world_communicator();
+    const InterruptGuard stop_cleanly;  // SIGINT/SIGTERM: finished pieces kept for a rerun, OUT untouched
+    const PrepareMotionsReport r = prepare_motions(*o, *comm, std::cout);
+    if (comm->rank() != 0) return;
+    std::cout << "wrote " << r.samples << " samples in " << r.manifest.shards.size() << " shard(s) to " << o->out
+              << " (captions from " << r.captions_from << ")";
+    if (r.pieces_reused > 0) std::cout << "; " << r.pieces_reused << " of " << r.pieces_total << " pieces were done by an earlier run";
+    std::cout << "\n";
+    if (!r.skipped.empty()) {
+      std::cout << "skipped " << r.skipped.size() << " file(s), listed in " << o->out << "/skipped.txt:\n";
+      for (size_t i = 0; i < r.skipped.size() && i < 10; ++i)
+        std::cout << "  " << printable(r.skipped[i].file) << ": " << printable(r.skipped[i].reason) << "\n";
+      if (r.skipped.size() > 10) std::cout << "  ...\n";
+    }
+  });
 }
 
 }  // namespace
 
 void add_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Dataset tools: synth, check, stats, prepare images");
+  CLI::App* data = app.add_subcommand("data", "Dataset tools: synth, check, stats, prepare images|motions");
   data->require_subcommand(1);
   add_synth(*data);
   add_check(*data);

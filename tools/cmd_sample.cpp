@@ -2,13 +2,14 @@
 // --prompt "..." [--negative-prompt ...] [--steps 30] [--guidance 7.5] [--seed 0] [--size 512x512] [-n 4]
 // [--scheduler ddim|euler|dpmpp] -o out.png`: text → pictures with a Stable Diffusion (SD1.5 / SDXL) pipeline
 // folder (tools/sd_pipeline.h); n > 1 pictures go into one grid.
-// With a HY-Motion release folder (config.yml + latest.ckpt): `--text DATASET|SHARD [--sample I] |
-// --random-text`, `[--frames 180] -o motion.npy`: text features → motion (tools/motion_pipeline.h), written
+// With a HY-Motion release folder (config.yml + latest.ckpt): `--prompt "..." [--text-encoders DIR] |
+// --text DATASET|SHARD [--sample I] | --random-text`, `[--frames 180] -o motion.npy`: text features → motion (tools/motion_pipeline.h), written
 // as .npy with a skeleton animation (GIF) per sample beside it.
 #include "tools/commands.h"
 
 #include "checkpoint/output_path.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 #include "data/png_write.h"
 #include "formats/npy.h"
 #include "models/hymotion/released_format.h"
@@ -49,6 +50,8 @@ struct SampleArgs {
   std::string scheduler;  // "": the pipeline's own
   // HY-Motion
   std::string text;  // dataset folder or shard of cached text features
+  std::string text_encoders;  // folder holding Qwen3-8B/ and clip-vit-large-patch14/ ("": the release's layout)
+  int64_t text_tokens = hytext::kDefaultMaxTextTokens;
   int64_t sample = 0;
   bool random_text = false;
   int64_t tokens = 32;
@@ -87,10 +90,10 @@ void sample_motion(const SampleArgs& args) {
   // Every argument is checked before the pipeline loads, so that a typo costs no loading time.
   ZEST_CHECK(ends_with(args.output, ".npy"), "-o ", args.output, ": a HY-Motion sample is written as .npy (with a "
              ".gif beside it); the file name must end in .npy");
-  ZEST_CHECK(args.prompt.empty() && !args.has_negative, "--prompt: ", args.pretrained, " is a HY-Motion release, "
-             "whose text encoders zest does not run; give the text as cached features (--text DATASET|SHARD) or "
-             "--random-text");
-  ZEST_CHECK(args.random_text != !args.text.empty(), "give --text DATASET|SHARD (cached text features) or --random-text");
+  ZEST_CHECK(!args.has_negative, "--negative-prompt: ", args.pretrained, " is a HY-Motion release, whose guidance "
+             "steers away from its learned null text features, not from a prompt");
+  const int given = (args.prompt.empty() ? 0 : 1) + (args.text.empty() ? 0 : 1) + (args.random_text ? 1 : 0);
+  ZEST_CHECK(given == 1, "give one of --prompt TEXT, --text DATASET|SHARD (cached text features) or --random-text");
   checkpoint::check_output_target(args.output);
   MotionRequest request;
   request.frames = args.frames;
@@ -101,15 +104,28 @@ void sample_motion(const SampleArgs& args) {
   const torch::Device device = pick_device(args.device);
   const torch::Dtype dtype = pick_dtype(args.dtype, device, torch::kBFloat16);
   SampleLocation where;
-  if (!args.random_text) where = locate_sample(args.text, args.sample);
+  if (!args.text.empty()) where = locate_sample(args.text, args.sample);
   request.stats = args.stats.empty() ? where.stats : args.stats;
 
+  std::optional<hytext::TextEncoderFolders> encoders;
+  if (!args.prompt.empty()) encoders = hytext::find_text_encoders(args.pretrained, args.text_encoders);
+
   const auto start = std::chrono::steady_clock::now();
+  std::optional<hytext::MotionTextFeatures> prompt_features;
+  if (encoders) {  // encoded first, and the encoders freed before the network loads (Qwen3-8B is 16 GB)
+    const hytext::HyTextEncoder encoder(*encoders, device, dtype == torch::kFloat32 ? torch::kFloat32 : torch::kBFloat16,
+                                        args.text_tokens);
+    prompt_features = encoder.encode({args.prompt});
+    std::printf("text: \"%s\" encoded by Qwen3 (%lld of %lld tokens) and CLIP-L\n", printable(args.prompt, 80).c_str(),
+                static_cast<long long>(prompt_features->ctxt_length[0].item<int64_t>()),
+                static_cast<long long>(args.text_tokens));
+  }
   MotionPipeline pipeline = load_motion_pipeline(args.pretrained, args.weights, device, dtype);
   const auto& config = pipeline.model->config();
   torch::Generator text_gen = at::make_generator<at::CPUGeneratorImpl>(args.seed);
-  const MotionText text = args.random_text ? random_motion_text(config, args.tokens, text_gen)
-                                           : read_motion_text(where, args.keys, config);
+  const MotionText text = prompt_features ? motion_text_of(*prompt_features, *encoders, config)
+                          : args.random_text ? random_motion_text(config, args.tokens, text_gen)
+                                             : read_motion_text(where, args.keys, config);
   const auto loaded = std::chrono::steady_clock::now();
   const torch::Tensor motion = generate_motion(pipeline, text, request);
   checkpoint::write_output_file(args.output, npy::encode(motion));
@@ -186,7 +202,12 @@ void add_sample_command(CLI::App& app) {
                                "or a zest checkpoint (RUN/checkpoints, its latest, or a step_N/ folder)");
   weights->excludes(ckpt);
   cmd->add_flag("--ema", args->weights.ema, "with --checkpoint: the EMA of the weights");
-  cmd->add_option("--prompt", args->prompt, "what to draw (Stable Diffusion)");
+  cmd->add_option("--prompt", args->prompt, "what to draw (Stable Diffusion), or the motion to make (HY-Motion: encoded "
+                                            "by Qwen3-8B and CLIP-L as the release does)");
+  cmd->add_option("--text-encoders", args->text_encoders, "HY-Motion --prompt: the folder holding Qwen3-8B/ and "
+                                                          "clip-vit-large-patch14/ (default: the release's ckpts/ layout)");
+  cmd->add_option("--text-tokens", args->text_tokens, "HY-Motion --prompt: Qwen3 tokens after the system prompt")
+      ->capture_default_str();
   cmd->add_option("--negative-prompt", args->negative_prompt, "what to steer away from (classifier-free guidance)")
       ->each([args](const std::string&) { args->has_negative = true; });
   cmd->add_option("--steps", args->steps, "denoising steps (default 30; HY-Motion: 50 Euler steps)");

@@ -64,6 +64,17 @@ MotionText read_motion_text(const SampleLocation& where, const MotionTextKeys& k
   return text;
 }
 
+MotionText motion_text_of(const hytext::MotionTextFeatures& features, const hytext::TextEncoderFolders& folders,
+                          const HyMotionConfig& config) {
+  ZEST_CHECK(features.ctxt.size(2) == config.ctxt_input_dim, printable(folders.qwen.string()), ": Qwen3's hidden size is ",
+             features.ctxt.size(2), "; the network takes text tokens of ", config.ctxt_input_dim);
+  ZEST_CHECK(features.vtxt.size(1) == config.vtxt_input_dim, printable(folders.clip.string()), ": CLIP's hidden size is ",
+             features.vtxt.size(1), "; the network takes a pooled text feature of ", config.vtxt_input_dim);
+  const int64_t tokens = features.ctxt.size(1);
+  return {features.ctxt.narrow(0, 0, 1), (torch::arange(tokens) < features.ctxt_length[0]).view({1, tokens}),
+          features.vtxt.narrow(0, 0, 1).view({1, 1, -1})};
+}
+
 MotionText random_motion_text(const HyMotionConfig& config, int64_t tokens, torch::Generator& gen) {
   ZEST_CHECK(tokens > 0 && tokens <= 4096, "--tokens must be between 1 and 4096, got ", tokens);
   return {torch::randn({1, tokens, config.ctxt_input_dim}, gen), torch::ones({1, tokens}, torch::kBool),

@@ -1,12 +1,13 @@
 // HY-Motion samples from text features, as the released pipeline draws them: a release folder's network
 // (or trained values for it), its learned null text features for classifier-free guidance and its motion
 // mean/std; seeded noise integrated by the flow ODE's Euler steps; the motion denormalised, and a skeleton
-// animation per sample to look at (tools/motion_gif.h). HY-Motion's text encoders are not
-// part of zest: the text comes as cached features (a dataset made for training, or a shard of them).
+// animation per sample to look at (tools/motion_gif.h). The text comes as a prompt (encoded by HY-Motion's
+// text encoders, models/hy_text) or as cached features (a dataset made for training, or a shard of them).
 #pragma once
 
 #include "data/sample_features.h"
 #include "engine/unit_module.h"
+#include "models/hy_text/hy_text_encoder.h"
 #include "models/hymotion/flow_matching.h"
 #include "models/hymotion/hymotion_config.h"
 #include "tools/weights_source.h"
@@ -37,6 +38,10 @@ struct MotionText {
 
 // One sample's text features, shape-checked against the model (errors name the file and the key).
 MotionText read_motion_text(const SampleLocation& where, const MotionTextKeys& keys, const hymotion::HyMotionConfig& config);
+// The features of a prompt made by HY-Motion's own text encoders (models/hy_text: Qwen3 + CLIP-L, as the
+// release's text pipeline makes them), checked against the model's widths (errors name both folders).
+MotionText motion_text_of(const hytext::MotionTextFeatures& features, const hytext::TextEncoderFolders& folders,
+                          const hymotion::HyMotionConfig& config);
 // Random features of the model's widths (trying a model out without a dataset).
 MotionText random_motion_text(const hymotion::HyMotionConfig& config, int64_t tokens, torch::Generator& gen);
 

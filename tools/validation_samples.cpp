@@ -9,6 +9,11 @@
 #include "data/png_write.h"
 #include "engine/engine.h"
 #include "models/model_selection.h"
+#include "formats/npy.h"
+#include "checkpoint/output_path.h"
+#include "models/hy_text/hy_text_encoder.h"
+#include "models/hymotion/released_format.h"
+#include "tools/motion_pipeline.h"
 #include "tools/sd_pipeline.h"
 
 #include <nlohmann/json.hpp>
@@ -35,8 +40,12 @@ SampleConfig SampleConfig::from_toml(ConfigTable& t) {
   c.prompts = t.get("prompts", c.prompts);
   c.negative_prompt = t.get("negative_prompt", c.negative_prompt);
   c.pretrained = t.get_path("pretrained", c.pretrained);
+  c.steps_given = t.has("steps");
+  c.guidance_given = t.has("guidance");
   c.steps = t.get("steps", c.steps);
   c.guidance = t.get("guidance", c.guidance);
+  c.text_encoders = t.get_path("text_encoders", c.text_encoders);
+  c.frames = t.get("frames", c.frames);
   c.seed = t.get("seed", c.seed);
   c.size = t.get("size", c.size);
   c.num_images = t.get("num_images", c.num_images);
@@ -52,6 +61,7 @@ SampleConfig SampleConfig::from_toml(ConfigTable& t) {
     if (p.empty()) t.fail("prompts", "an empty prompt; give the text to draw");
   }
   if (c.steps < 1 || c.steps > 1000) t.fail("steps", "must be in [1, 1000]");
+  if (c.frames < 1 || c.frames > 100000) t.fail("frames", "must be in [1, 100000] (motion frames at 30 fps)");
   if (!(c.guidance >= 1.0)) t.fail("guidance", "must be >= 1 (1: no classifier-free guidance)");
   if (c.seed < 0) t.fail("seed", "must be >= 0");
   if (c.num_images < 1 || c.num_images > 64) t.fail("num_images", "must be in [1, 64]");
@@ -79,6 +89,9 @@ void to_toml(const SampleConfig& c, ConfigWriter& out) {
   t.set("size", c.size, "WIDTHxHEIGHT in pixels");
   t.set("num_images", c.num_images, "pictures per prompt");
   t.set("scheduler", c.scheduler, "ddim | euler | dpmpp (\"\": the pipeline's own)");
+  if (!c.text_encoders.empty())
+    t.set("text_encoders", c.text_encoders, "HY-Motion: the folder holding Qwen3-8B/ and clip-vit-large-patch14/");
+  t.set("frames", c.frames, "HY-Motion: motion length in frames (30 fps)");
 }
 
 std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelection& model) {
@@ -94,8 +107,18 @@ ValidationSamples::ValidationSamples(SampleConfig config, const ModelSelection& 
                                      std::string run_dir, LossConfig loss)
     : config_(std::move(config)), loss_(std::move(loss)), run_dir_(std::move(run_dir)) {
   if (config_.every_steps == 0) return;
-  ZEST_CHECK(family == "unet", "[sample] draws pictures with a Stable Diffusion pipeline; this run trains a ", family,
-             " model (remove [sample] or set sample.every_steps = 0)");
+  if (family == "hymotion") {  // motions from the prompts: the release folder and HY-Motion's text encoders
+    motion_ = true;
+    pipeline_folder_ = !config_.pretrained.empty() ? config_.pretrained : model.pretrained;
+    ZEST_CHECK(!pipeline_folder_.empty() && fs::exists(fs::path(pipeline_folder_) / hymotion::kReleaseConfigName),
+               "[sample] of a HY-Motion run needs its release folder (config.yml + latest.ckpt): set sample.pretrained, ",
+               "or start the model from it with model.pretrained");
+    const hytext::TextEncoderFolders folders = hytext::find_text_encoders(pipeline_folder_, config_.text_encoders);
+    text_folders_ = {folders.qwen.string(), folders.clip.string()};
+    return;
+  }
+  ZEST_CHECK(family == "unet", "[sample] draws pictures with a Stable Diffusion pipeline or motions with a HY-Motion "
+             "release; this run trains a ", family, " model (remove [sample] or set sample.every_steps = 0)");
   pipeline_folder_ = sample_pipeline_folder(config_, model);
   ZEST_CHECK(!pipeline_folder_.empty(), "[sample] needs a pipeline folder (vae/ text_encoder/ tokenizer/): set "
              "sample.pretrained, or start the model from one with model.pretrained");
@@ -119,6 +142,15 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
   std::vector<std::string> files;
   if (comm.rank() != 0) return files;
   const auto device = engine.device();
+  nlohmann::json listed = nlohmann::json::array();
+  if (motion_) {
+    files = run_motion(weights, device, step, listed);
+    const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
+    progress.record_line(record.dump());
+    progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
+                     " motion file" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
+    return files;
+  }
   const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
   if (!pipeline_) {
     pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {weights, "", false}, device, dtype));
@@ -137,7 +169,6 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
   request.seed = static_cast<uint64_t>(config_.seed);
   request.count = config_.num_images;
   if (!config_.scheduler.empty()) request.scheduler = unet::parse_scheduler_kind(config_.scheduler);
-  nlohmann::json listed = nlohmann::json::array();
   for (size_t i = 0; i < config_.prompts.size(); ++i) {
     request.prompt = config_.prompts[i];
     const auto images = generate_images(*pipeline_, request);
@@ -150,6 +181,47 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
   progress.record_line(record.dump());
   progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
                    " grid" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
+  return files;
+}
+
+std::vector<std::string> ValidationSamples::run_motion(const std::string& weights, const torch::Device& device,
+                                                       int64_t step, nlohmann::json& listed) {
+  const fs::path folder = fs::path(run_dir_) / "samples";
+  if (prompt_features_.empty()) {  // the prompts are encoded once; the encoders (Qwen3-8B: 16 GB) are not kept
+    const hytext::HyTextEncoder encoder({text_folders_[0], text_folders_[1]}, device,
+                                        device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+    const hytext::MotionTextFeatures f = encoder.encode(config_.prompts);
+    prompt_features_ = {f.ctxt, f.ctxt_length, f.vtxt};
+  }
+  MotionPipeline pipeline = load_motion_pipeline(pipeline_folder_, {weights, "", false}, device,
+                                                 device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  fs::remove(weights);
+  MotionRequest request;
+  request.frames = config_.frames;
+  request.steps = config_.steps_given ? config_.steps : 50;
+  if (config_.guidance_given) request.guidance_scale = config_.guidance;
+  request.seed = static_cast<uint64_t>(config_.seed);
+  request.count = config_.num_images;
+  std::vector<std::string> files;
+  for (size_t i = 0; i < config_.prompts.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    const hytext::MotionTextFeatures one{prompt_features_[0].narrow(0, k, 1), prompt_features_[1].narrow(0, k, 1),
+                                         prompt_features_[2].narrow(0, k, 1)};
+    const MotionText text = motion_text_of(one, {text_folders_[0], text_folders_[1]}, pipeline.model->config());
+    const torch::Tensor motion = generate_motion(pipeline, text, request);
+    char stem[64];
+    std::snprintf(stem, sizeof(stem), "step_%08lld_prompt_%zu", static_cast<long long>(step), i);
+    const fs::path npy_path = folder / (std::string(stem) + ".npy");
+    checkpoint::write_output_file(npy_path.string(), npy::encode(motion));
+    files.push_back(npy_path.string());
+    nlohmann::json gifs = nlohmann::json::array();
+    for (const std::string& gif : write_motion_animations((folder / stem).string(), motion)) {
+      files.push_back(gif);
+      gifs.push_back((fs::path("samples") / fs::path(gif).filename()).string());
+    }
+    listed.push_back({{"prompt", config_.prompts[i]}, {"file", (fs::path("samples") / npy_path.filename()).string()},
+                      {"animations", gifs}});
+  }
   return files;
 }
 

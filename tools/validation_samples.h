@@ -1,11 +1,15 @@
 // Validation samples during training, as diffusers' training scripts' --validation_prompt: every
 // `[sample] every_steps` optimizer steps the UNet being trained (its EMA when the run keeps one) draws the
 // configured prompts with the run's pipeline folder, into PNG grids under RUN_DIR/samples/, each listed in
-// metrics.jsonl. The [sample] table's keys, checked with the run file.
+// metrics.jsonl; a HY-Motion run draws motions of the prompts (.npy + skeleton GIFs) with its release folder
+// and HY-Motion's text encoders. The [sample] table's keys, checked with the run file.
 #pragma once
 
 #include "models/loss_config.h"
 #include "tools/progress.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -32,6 +36,12 @@ struct SampleConfig {
   std::string size = "512x512";      // WIDTHxHEIGHT
   int64_t num_images = 4;            // per prompt, one grid
   std::string scheduler;             // ddim | euler | dpmpp; "" = the pipeline's own
+  // HY-Motion runs (motions from the prompts, models/hy_text): where Qwen3-8B/ and clip-vit-large-patch14/ are
+  // ("" = the release's ckpts/ layout) and the motion length. steps and guidance, when the run file leaves
+  // them out, are the release's (50 Euler steps, its text_guidance_scale).
+  std::string text_encoders;
+  int64_t frames = 180;
+  bool steps_given = false, guidance_given = false;
 
   static SampleConfig from_toml(ConfigTable& table);
 };
@@ -61,6 +71,12 @@ class ValidationSamples {
   std::string pipeline_folder_;
   std::string run_dir_;
   std::unique_ptr<SdPipeline> pipeline_;  // rank 0, loaded on first use
+  bool motion_ = false;                    // a HY-Motion run: motions instead of pictures
+  std::vector<std::string> text_folders_;  // HY-Motion: the Qwen3 and CLIP folders
+  std::vector<torch::Tensor> prompt_features_;  // HY-Motion, rank 0: ctxt, ctxt_length, vtxt of every prompt
+
+  std::vector<std::string> run_motion(const std::string& weights, const torch::Device& device, int64_t step,
+                                      nlohmann::json& listed);
 };
 
 }  // namespace zest

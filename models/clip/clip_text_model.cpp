@@ -189,10 +189,48 @@ void load_clip_text_weights(CLIPTextModel& model, const safetensors::Reader& rea
   ZEST_FAIL(message.str());
 }
 
+namespace {
+
+// A whole CLIPModel's folder (openai/clip-vit-large-patch14, which HY-Motion reads as CLIPTextModel does):
+// "text_config" (with the older "text_config_dict" over it, as transformers merges them) and only the
+// text_model.* tensors of its weights; the vision tower and projections are passed over.
+CLIPTextModel load_text_of_clip_model(const fs::path& folder, const nlohmann::json& config, const std::string& config_path,
+                                      const torch::TensorOptions& options) {
+  ZEST_CHECK(config.contains("text_config") && config["text_config"].is_object(), config_path,
+             ": a CLIPModel's config.json needs a \"text_config\" object");
+  nlohmann::json text = config["text_config"];
+  if (config.contains("text_config_dict") && config["text_config_dict"].is_object())
+    for (const auto& [key, value] : config["text_config_dict"].items()) text[key] = value;
+  text.erase("model_type");
+  const CLIPTextConfig text_config = CLIPTextConfig::from_json(text, config_path + " (text_config)");
+  const fs::path weights_path = folder / "model.safetensors";
+  ZEST_CHECK(fs::exists(weights_path), weights_path.string(), ": not found; zest reads CLIP weights from model.safetensors");
+  CLIPTextModel model(text_config, /*with_projection=*/false, options);
+  const safetensors::Reader reader(weights_path.string());
+  LoadOptions load;
+  load.strict = false;  // keys outside text_model. are the vision tower's; checked below
+  load.prefix = std::string(kTextModelPrefix);
+  const LoadReport report = load_state_dict(*model->text_model, reader, load);
+  std::vector<std::string> unexpected;
+  for (const std::string& name : report.unexpected)
+    if (std::string(kTextModelPrefix) + name != kPositionIdsBuffer) unexpected.push_back(name);
+  if (!report.missing.empty() || !unexpected.empty()) {
+    ZEST_FAIL(weights_path.string(), ": does not match the CLIP text model of ", config_path, ": ", report.missing.size(),
+              " missing (", report.missing.empty() ? std::string() : report.missing.front(), "), ", unexpected.size(),
+              " unexpected (", unexpected.empty() ? std::string() : unexpected.front(), ") under text_model.");
+  }
+  return model;
+}
+
+}  // namespace
+
 CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOptions& options) {
   const fs::path config_path = folder / "config.json";
   const std::string source = printable(config_path.string());
   const nlohmann::json config = read_json_file(config_path.string(), "text encoder config (config.json)");
+  const auto model_type = config.is_object() ? config.find("model_type") : config.end();
+  if (model_type != config.end() && model_type->is_string() && *model_type == "clip")
+    return load_text_of_clip_model(folder, config, source, options);
   const CLIPTextConfig text_config = CLIPTextConfig::from_json(config, source);
   bool with_projection = false;
   if (config.contains("architectures")) {

@@ -137,7 +137,8 @@ void load_clip_text_weights(CLIPTextModel& model, const safetensors::Reader& rea
 
 // A pipeline folder's text_encoder/ or text_encoder_2/: config.json and model.safetensors, loaded by
 // load_clip_text_weights. with_projection follows config.json's "architectures"
-// (CLIPTextModelWithProjection) unless the folder says nothing.
+// (CLIPTextModelWithProjection) unless the folder says nothing. A whole CLIPModel's folder (model_type "clip",
+// e.g. openai/clip-vit-large-patch14) gives its text model: text_config and the text_model.* tensors.
 CLIPTextModel load_clip_text_model(const std::filesystem::path& folder, const torch::TensorOptions& options = {});
 
 }  // namespace zest::clip

@@ -149,9 +149,11 @@ TEST(MotionSample, BadInputIsOneClearMessage) {
     EXPECT_FALSE(fs::exists(output)) << "an output was written despite the error";
   };
   expect_error({"--pretrained", release, "--prompt", "a person walks", "-o", out},
-               "is a HY-Motion release, whose text encoders zest does not run", out);
-  expect_error({"--pretrained", release, "-o", out}, "give --text DATASET|SHARD (cached text features) or --random-text",
-               out);
+               "HY-Motion's text encoders were not found: no folder holding Qwen3-8B/ and clip-vit-large-patch14/", out);
+  expect_error({"--pretrained", release, "--random-text", "--negative-prompt", "x", "-o", out},
+               "whose guidance steers away from its learned null text features", out);
+  expect_error({"--pretrained", release, "-o", out},
+               "give one of --prompt TEXT, --text DATASET|SHARD (cached text features) or --random-text", out);
   expect_error({"--pretrained", release, "--random-text", "-o", (dir / "motion.png").string()}, "must end in .npy",
                (dir / "motion.png").string());
   expect_error({"--pretrained", release, "--text", text, "--sample", "3", "-o", out}, "sample 3 is out of range", out);

@@ -66,10 +66,16 @@ inline Named write_diffusers_folder(const std::string& dir, torch::Dtype dtype, 
 // hymotion_tiny's network (seeded) in a HY-Motion release: latest.ckpt = {"model_state_dict": network
 // under "motion_transformer." + the six pipeline tensors}, config.yml in PyYAML's block style with the
 // pipeline section, comments and an argument the network ignores. Returns {network values, pipeline}.
-inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, int64_t seed = 13) {
+// motion_dim: the features per frame (hymotion_tiny's 12, or the released 201 for skeleton animations).
+inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, int64_t seed = 13, int64_t motion_dim = 12) {
   std::filesystem::create_directories(dir);
   torch::manual_seed(seed);
-  const ResolvedModel resolved = builtin("hymotion_tiny");
+  ResolvedModel resolved = builtin("hymotion_tiny");
+  for (const std::string key : {"input_dim = ", "output_dim = "}) {
+    const size_t at = resolved.toml_text.find("\n" + key + "12\n");
+    if (motion_dim != 12 && at != std::string::npos)
+      resolved.toml_text.replace(at, key.size() + 4, "\n" + key + std::to_string(motion_dim) + "\n");
+  }
   auto model = build_model(resolved);
   const nlohmann::ordered_json args = toml_to_json(resolved.toml_text, "hymotion_tiny");
   Named network = named_tensors(*model), pipeline;

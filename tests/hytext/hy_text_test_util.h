@@ -1,0 +1,43 @@
+// Helpers for the hytext suite: where the golden files of scripts/golden/make_hy_text_goldens.py live
+// (tests/data/hy_text), reading them, and comparing tensors by relative error.
+#pragma once
+
+#include "core/untrusted_file.h"
+#include "formats/json_text.h"
+#include "formats/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+
+namespace zest::hytext::test {
+
+inline std::filesystem::path golden_dir() { return std::filesystem::path(ZEST_TEST_DATA) / "hy_text"; }
+
+inline bool goldens_present() { return std::filesystem::exists(golden_dir() / "hy_text_golden.json"); }
+
+#define ZEST_REQUIRE_HY_TEXT_GOLDENS()                                                                       \
+  if (!::zest::hytext::test::goldens_present())                                                              \
+  GTEST_SKIP() << ::zest::hytext::test::golden_dir().string()                                                \
+               << " is absent: run scripts/golden/make_hy_text_goldens.py where transformers is installed"
+
+inline nlohmann::json golden_json() {
+  const std::string path = (golden_dir() / "hy_text_golden.json").string();
+  return parse_json(read_text_file(path, "golden"), path);
+}
+
+inline torch::Tensor golden_tensor(const std::string& name) {
+  static const safetensors::Reader reader((golden_dir() / "hy_text_golden.safetensors").string());
+  return reader.read(name);
+}
+
+// max |a - b| / max |b| in float64.
+inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+  return (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), 1e-30);
+}
+
+}  // namespace zest::hytext::test
