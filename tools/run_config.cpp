@@ -61,6 +61,10 @@ void check_across_tables(ConfigTable& root, RunConfig& c) {
     c.scheduler.decay_steps = static_cast<int>(std::min<int64_t>(rest, INT32_MAX));
   }
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.train.run_dir + "/checkpoints";
+  // [lora]: validation samples load whole UNets; a LoRA run samples afterwards (zest sample --lora).
+  if (c.lora.enabled && c.sample.every_steps > 0)
+    root.table("sample").fail("every_steps", "validation samples are not drawn in a LoRA run yet ([lora]); set "
+                                             "sample.every_steps = 0 and sample with `zest sample --lora RUN/checkpoints`");
 }
 
 }  // namespace
@@ -102,6 +106,8 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable train = root.table("train");
   ConfigTable checkpoint = root.table("checkpoint");
   ConfigTable sample = root.table("sample");
+  const bool has_lora = root.has("lora");
+  ConfigTable lora = root.table("lora");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -114,6 +120,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.train = TrainConfig::from_toml(train);
   c.checkpoint = CheckpointConfig::from_toml(checkpoint);
   c.sample = SampleConfig::from_toml(sample);
+  c.lora = LoraConfig::from_toml(lora, has_lora);
   check_across_tables(root, c);
   return c;
 }
@@ -152,6 +159,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.train, out);
   to_toml(c.checkpoint, out);
   to_toml(c.sample, out);
+  to_toml(c.lora, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

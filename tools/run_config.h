@@ -1,10 +1,11 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [ema], [train], [checkpoint], [sample]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint], [sample], [lora]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
 #include "data/data_config.h"
 #include "engine/engine_config.h"
+#include "models/common/lora.h"
 #include "models/model_resolve.h"
 #include "models/model_selection.h"
 #include "optim/ema.h"
@@ -43,6 +44,7 @@ struct RunConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   SampleConfig sample;  // [sample]: validation samples (tools/validation_samples.h)
+  LoraConfig lora;      // [lora]: train low-rank adapters on a frozen base (models/common/lora.h)
 };
 
 // Reads a run file (an error naming it when it is missing or not a regular file; every error is one
