@@ -4,6 +4,7 @@
 #include "core/check.h"
 
 #include <cstdio>
+#include <filesystem>
 
 namespace zest {
 
@@ -50,8 +51,9 @@ LoraRecord prepare_lora_model(torch::nn::Module& model, const LoraConfig& config
                               int64_t seed, Communicator& comm) {
   attach_lora(model, lora_targets(config, *resolved.family), config.shape(), "[lora] target_modules");
   freeze_all_but_adapters(model);
-  LoraRecord record{config.rank, config.effective_alpha(), config.dropout, adapted_in_model_order(model),
-                    resolved.pretrained, seed};
+  // The base's path made absolute: merges and sampling may run from another folder.
+  const std::string base = resolved.pretrained.empty() ? "" : std::filesystem::absolute(resolved.pretrained).string();
+  LoraRecord record{config.rank, config.effective_alpha(), config.dropout, adapted_in_model_order(model), base, seed};
   if (comm.rank() == 0) {
     int64_t trainable = 0, frozen = 0;
     for (const auto& p : model.parameters()) (p.requires_grad() ? trainable : frozen) += p.numel();

@@ -61,10 +61,6 @@ void check_across_tables(ConfigTable& root, RunConfig& c) {
     c.scheduler.decay_steps = static_cast<int>(std::min<int64_t>(rest, INT32_MAX));
   }
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.train.run_dir + "/checkpoints";
-  // [lora]: validation samples load whole UNets; a LoRA run samples afterwards (zest sample --lora).
-  if (c.lora.enabled && c.sample.every_steps > 0)
-    root.table("sample").fail("every_steps", "validation samples are not drawn in a LoRA run yet ([lora]); set "
-                                             "sample.every_steps = 0 and sample with `zest sample --lora RUN/checkpoints`");
 }
 
 }  // namespace

@@ -252,6 +252,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
                                                  (fs::path(config.train.run_dir) / "metrics.jsonl").string(),
                                                  data_->items_name());
   samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir);
+  if (lora_) samples_->use_lora(*lora_);  // the pipeline's UNet with the run's adapters
   if (!resume_from_.empty()) resume();
 }
 

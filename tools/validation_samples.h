@@ -7,6 +7,7 @@
 #include "tools/progress.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ class ConfigTable;
 class ConfigWriter;
 class Communicator;
 class Engine;
+struct LoraRecord;
 struct ModelSelection;
 struct SdPipeline;
 
@@ -47,6 +49,9 @@ class ValidationSamples {
   ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family, std::string run_dir);
   ~ValidationSamples();
 
+  // A LoRA run: the samples are drawn by the pipeline's own UNet (the base) with the run's adapters on it.
+  void use_lora(const LoraRecord& record);
+
   bool due(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
   // Collective on due steps (the ranks gather the weights); rank 0 draws and writes. Returns the files.
   std::vector<std::string> run(Engine& engine, Communicator& comm, int64_t step, ProgressReporter& progress);
@@ -56,6 +61,7 @@ class ValidationSamples {
   std::string pipeline_folder_;
   std::string run_dir_;
   std::unique_ptr<SdPipeline> pipeline_;  // rank 0, loaded on first use
+  std::map<std::string, std::string> lora_metadata_;  // a LoRA run's file metadata (models/lora_file.h); empty: none
 };
 
 }  // namespace zest

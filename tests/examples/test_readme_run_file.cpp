@@ -1,5 +1,6 @@
 // The README's own example run file ("## A run file"), extracted from README.md when the test runs and
 // trained verbatim on 2 ranks over data from `zest data synth`: what a new user copies must work.
+#include "common/read_text.h"
 #include "common/temp_dir.h"
 #include "tools/run_config.h"
 #include "zest_run.h"
@@ -15,13 +16,6 @@ namespace zest::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // The body of the first ```toml block after the line `heading`, or "" when there is none before the
 // next "## " heading.
@@ -46,7 +40,7 @@ TEST(ReadmeRunFile, ExtractsTheBlockUnderItsHeading) {
 }
 
 TEST(ReadmeRunFile, TrainsVerbatimOnTwoRanks) {
-  const std::string toml = toml_block_under(read_text(fs::path(ZEST_SOURCE_DIR) / "README.md"), "## A run file");
+  const std::string toml = toml_block_under(read_text((fs::path(ZEST_SOURCE_DIR) / "README.md").string()), "## A run file");
   ASSERT_FALSE(toml.empty()) << "README.md has no ```toml block under \"## A run file\"";
   const TempDir work("readme");
   const fs::path dir = work.path();
