@@ -67,7 +67,18 @@ TEST_P(LoraLayers, FoldingEqualsTheAdaptersOutput) {
   randomize_adapters(*model);
   const torch::Tensor adapted = forward(flavor, *model, inputs).detach();
   ASSERT_GT((adapted - base).abs().max().item<double>(), 1e-3);  // the adapters do something
+  const auto base_weights = base_of(*model);
   fold_adapters(*model);
+  // peft's scale: W' = W + (alpha/rank)·B·A = W + 1.5·B·A here.
+  for (const AdaptableLayer& layer : adaptable_layers(*model)) {
+    if (layer.adapter() == nullptr || layer.is_conv) continue;
+    const auto& a = layer.adapter()->down();
+    const auto& b = layer.adapter()->up();
+    const auto folded = base_of(*model).at(layer.name + ".weight");
+    EXPECT_TRUE(torch::allclose(folded - base_weights.at(layer.name + ".weight"), 1.5 * torch::matmul(b, a), 1e-5, 1e-6))
+        << layer.name;
+    break;
+  }
   // A model without adapters, holding the folded weights: W + (alpha/r)·B·A alone gives the same output.
   auto plain = tiny_model(flavor);
   {

@@ -7,6 +7,9 @@
 #include "core/config_reader.h"
 #include "data/model_features.h"
 #include "data/synth.h"
+#include "engine/memory_model.h"
+#include "lora_test_util.h"
+#include "models/lora_run.h"
 #include "formats/safetensors.h"
 #include "models/common/lora.h"
 #include "models/lora_file.h"
@@ -24,6 +27,17 @@ namespace {
 namespace fs = std::filesystem;
 using zest::testing::TempDir;
 
+// run_training sets LibTorch's thread count for the machine (tools/trainer.cpp): put back the test
+// process's own (OMP_NUM_THREADS=1 under CTest), or the suites after this one run oversubscribed.
+class KeepThreadCount {
+ public:
+  KeepThreadCount() : threads_(at::get_num_threads()) {}
+  ~KeepThreadCount() { at::set_num_threads(threads_); }
+
+ private:
+  int threads_;
+};
+
 RunConfig lora_run(const TempDir& dir, int64_t max_steps, const std::string& extra = "") {
   if (!fs::exists(fs::path(dir.sub("data")) / "dataset.json")) {
     SynthOptions synth;
@@ -40,6 +54,7 @@ RunConfig lora_run(const TempDir& dir, int64_t max_steps, const std::string& ext
 }
 
 TEST(LoraTrainRun, WritesThePeftFileAndResumesWithItsBase) {
+  const KeepThreadCount threads;
   TempDir dir("lora_run");
   run_training(lora_run(dir, 2), TrainOptions{});
   const std::string file = dir.sub("run") + "/" + kLoraFileName;
@@ -75,6 +90,7 @@ TEST(LoraTrainRun, WritesThePeftFileAndResumesWithItsBase) {
 // From a diffusers pipeline's UNet (the committed tiny SD1.5 pipeline), with validation samples drawn by
 // the pipeline's UNet with the step's adapters; the folded export reads the base from where the run did.
 TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
+  const KeepThreadCount threads;
   TempDir dir("lora_pipeline");
   const std::string pipeline = std::string(ZEST_TEST_DATA) + "/sd_tiny/sd15";
   SynthOptions synth;
@@ -96,6 +112,7 @@ TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
 }
 
 TEST(LoraTrainRun, RefusesABadTarget) {
+  const KeepThreadCount threads;
   TempDir dir("lora_refusals");
   const RunConfig config = lora_run(dir, 1);
   RunConfig bad = config;
@@ -108,6 +125,38 @@ TEST(LoraTrainRun, RefusesABadTarget) {
               std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(config.checkpoint.dir + "/latest"));
+}
+
+}  // namespace
+}  // namespace zest::lora_test
+
+namespace zest::lora_test {
+namespace {
+
+// `zest estimate` and the pre-flight check: the adapters are the trained parameters, the base is frozen
+// compute-dtype bytes on every rank, counted from shapes alone (the meta device) as the real model has them.
+TEST(LoraEstimate, CountsTheAdaptersAsTrainedAndTheBaseAsFrozen) {
+  ConfigTable table = ConfigTable::parse_string(
+      "[model]\nname = \"unet_tiny\"\n[data]\ndir = \"d\"\n[lora]\nrank = 2\ntarget_modules = [\"to_q\", \"conv1\"]\n",
+      "run.toml");
+  const RunConfig config = run_config_from_toml(table);
+  const ParameterCounts counts = count_lora_parameters(resolve_run_model(config), config.lora);
+  auto model = tiny_model("unet_tiny");
+  attach_lora(*model, config.lora.target_modules, config.lora.shape(), "test");
+  int64_t adapters = 0, base = 0;
+  for (const auto& item : model->named_parameters())
+    (is_adapter_parameter(item.key()) ? adapters : base) += item.value().numel();
+  EXPECT_EQ(counts.trainable, adapters);
+  EXPECT_EQ(counts.frozen, base);
+  MemoryModelInputs in;
+  in.numel = counts.trainable;
+  in.frozen_numel = counts.frozen;
+  in.world_size = 4;
+  in.stage = 3;
+  in.precision = Precision::bf16;
+  const ModelStateBytes bytes = estimate_model_state_bytes(in);
+  EXPECT_EQ(bytes.frozen, 2 * counts.frozen);  // whole on every rank, even at stage 3
+  EXPECT_EQ(bytes.on_device() - bytes.frozen, estimate_model_state_bytes({counts.trainable, 4, 3, Precision::bf16}).on_device());
 }
 
 }  // namespace
