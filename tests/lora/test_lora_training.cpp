@@ -178,13 +178,14 @@ TEST_P(DistLora, AdaptersMatchSingleProcessLibTorchAndBaseStaysFrozen) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* flavor : {"unet_tiny", "hymotion_tiny"}) {
-    for (int stage : {0, 1, 2, 3}) {
-      cases.push_back({flavor, stage});
-      cases.push_back({flavor, stage, 2, 0.01});  // accumulation and a clip that binds
-    }
-    cases.push_back({flavor, 3, 1, 0.0, true});  // checkpointed units, the frozen ones among them
+  // Every stage of each family (CI time: each case runs on 1, 2 and 4 ranks): the UNet with accumulation
+  // and a clip that binds, HY-Motion plain; checkpointed units (the frozen ones among them) at stage 3.
+  for (int stage : {0, 1, 2, 3}) {
+    cases.push_back({"unet_tiny", stage, 2, 0.01});
+    cases.push_back({"hymotion_tiny", stage});
   }
+  cases.push_back({"unet_tiny", 3, 1, 0.0, true});
+  cases.push_back({"hymotion_tiny", 2, 2, 0.01, true});
   return cases;
 }
 
