@@ -38,7 +38,7 @@ std::string family_of_checkpoint(const checkpoint::Manifest& manifest, const std
     return extra["model_source"].value("family", std::string());
   for (const BuiltinModelConfig& builtin : builtin_model_configs())
     if (builtin.name == manifest.model_name) return builtin.family;
-  ZEST_FAIL(step_dir, ": cannot tell the model family of '", manifest.model_name, "'");
+  throw Error(str(step_dir, ": cannot tell the model family of '", manifest.model_name, "'"));
 }
 
 // A file in the system's temporary folder, removed when this goes out of scope.
@@ -83,7 +83,7 @@ FileConfig file_config(const safetensors::Metadata& metadata, const std::string&
   const auto it = metadata.find(kMetadataKey);
   if (it == metadata.end()) return config;
   const nlohmann::json json = parse_json(it->second, path + ": metadata " + kMetadataKey);
-  ZEST_CHECK(json.is_object(), path, ": metadata ", kMetadataKey, " is not a JSON object");
+  if (!json.is_object()) throw Error(str(path, ": metadata ", kMetadataKey, " is not a JSON object"));
   for (const auto& [key, value] : json.items()) {
     const std::string field = key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
     if (field == "lora_alpha" && value.is_number()) config.alpha = value.get<double>();
@@ -115,13 +115,13 @@ std::map<std::string, FilePair> layers_of(const safetensors::Reader& reader, con
     }
     if (!prefixed) foreign.push_back(t.name);
   }
-  ZEST_CHECK(foreign.empty(), reader.path(), ": not a LoRA file of this model in peft/diffusers naming (\"",
+  if (!foreign.empty()) throw Error(str(reader.path(), ": not a LoRA file of this model in peft/diffusers naming (\"",
              prefix, "<layer>.lora_A.weight\" / \".lora_B.weight\"): ", foreign.size(), " tensor(s) such as ",
-             foreign.front());
-  ZEST_CHECK(!layers.empty(), reader.path(), ": holds no LoRA tensors");
+             foreign.front()));
+  if (layers.empty()) throw Error(str(reader.path(), ": holds no LoRA tensors"));
   for (const auto& [layer, pair] : layers)
-    ZEST_CHECK(!pair.down.empty() && !pair.up.empty(), reader.path(), ": layer ", layer, " has only its ",
-               pair.down.empty() ? "lora_B" : "lora_A", " factor");
+    if (pair.down.empty() || pair.up.empty()) throw Error(str(reader.path(), ": layer ", layer, " has only its ",
+               pair.down.empty() ? "lora_B" : "lora_A", " factor"));
   return layers;
 }
 
@@ -142,17 +142,17 @@ LoadedLora load_lora_file(torch::nn::Module& model, const std::string& family, c
   // Every check before the first adapter is attached.
   for (const auto& [name, pair] : layers) {
     const auto it = by_name.find(name);
-    ZEST_CHECK(it != by_name.end(), path, ": a LoRA file for another model: this ", family, " model has no layer ",
-               name);
+    if (it == by_name.end()) throw Error(str(path, ": a LoRA file for another model: this ", family, " model has no layer ",
+               name));
     const auto& down = reader.info(pair.down).shape;
     const auto& up = reader.info(pair.up).shape;
     const AdaptableLayer& layer = it->second;
     const size_t dims = layer.is_conv ? 4 : 2;
     const bool fits = down.size() == dims && up.size() == dims && down[0] == up[1] && down[1] == layer.in &&
                       up[0] == layer.out && down[0] >= 1 && (!layer.is_conv || (up[2] == 1 && up[3] == 1));
-    ZEST_CHECK(fits, path, ": a LoRA file for another model: the factors of ", name, " do not fit its ",
-               layer.in, " → ", layer.out, layer.is_conv ? " convolution" : " Linear");
-    ZEST_CHECK(layer.adapter() == nullptr, path, ": layer ", name, " already has an adapter");
+    if (!fits) throw Error(str(path, ": a LoRA file for another model: the factors of ", name, " do not fit its ",
+               layer.in, " → ", layer.out, layer.is_conv ? " convolution" : " Linear"));
+    if (layer.adapter() != nullptr) throw Error(str(path, ": layer ", name, " already has an adapter"));
   }
   LoadedLora loaded;
   torch::NoGradGuard no_grad;
@@ -196,13 +196,13 @@ bool is_lora_checkpoint(const std::string& step_dir) {
 
 LoraRecord lora_record_of_checkpoint(const std::string& step_dir) {
   const nlohmann::json extra = extra_of(checkpoint::read_manifest(step_dir));
-  ZEST_CHECK(extra.is_object() && extra.contains("lora"), step_dir, ": not a checkpoint of a LoRA run (its run had "
-             "no [lora] table): it holds the whole model, not adapters");
+  if (!(extra.is_object() && extra.contains("lora"))) throw Error(str(step_dir, ": not a checkpoint of a LoRA run (its run had "
+             "no [lora] table): it holds the whole model, not adapters"));
   return LoraRecord::from_json(extra["lora"], step_dir + "/manifest.json");
 }
 
 LoadedLora load_lora(torch::nn::Module& model, const std::string& family, const std::string& path, double multiplier) {
-  ZEST_CHECK(fs::exists(path), path, ": LoRA file or checkpoint not found");
+  if (!fs::exists(path)) throw Error(str(path, ": LoRA file or checkpoint not found"));
   if (fs::is_regular_file(path)) return load_lora_file(model, family, path, multiplier);
   if (fs::is_regular_file(fs::path(path) / kLoraFileName))
     return load_lora_file(model, family, (fs::path(path) / kLoraFileName).string(), multiplier);
@@ -216,10 +216,10 @@ checkpoint::MergeResult export_lora_file(const std::string& ckpt, const std::str
                                          checkpoint::MergeOptions options) {
   const std::string step_dir = checkpoint::resolve_checkpoint(ckpt);
   lora_record_of_checkpoint(step_dir);  // a run without [lora]: refused before anything is written
-  ZEST_CHECK(options.shard_size_bytes == 0, "--format lora writes one file; leave out --shard-size");
+  if (options.shard_size_bytes != 0) throw Error("--format lora writes one file; leave out --shard-size");
   if (ends_with(out, ".safetensors")) return write_lora_file(step_dir, out, options);
-  ZEST_CHECK(!fs::exists(out) || fs::is_directory(out), out, ": --format lora writes a .safetensors file or a folder "
-             "(for load_lora_weights(DIR)); this is neither");
+  if (fs::exists(out) && !fs::is_directory(out)) throw Error(str(out, ": --format lora writes a .safetensors file or a folder "
+             "(for load_lora_weights(DIR)); this is neither"));
   fs::create_directories(out);
   return write_lora_file(step_dir, (fs::path(out) / kLoraFileName).string(), options);
 }

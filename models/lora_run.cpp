@@ -22,7 +22,7 @@ LoraRecord LoraRecord::from_json(const nlohmann::json& record, const std::string
     r.layers = record.at("layers").get<std::vector<std::string>>();
     r.pretrained = record.value("pretrained", std::string());
     r.seed = record.value("seed", int64_t{0});
-    ZEST_CHECK(r.rank >= 1 && r.alpha > 0.0 && !r.layers.empty(), "rank, alpha or layers out of range");
+    if (!(r.rank >= 1 && r.alpha > 0.0 && !r.layers.empty())) throw Error("rank, alpha or layers out of range");
     return r;
   } catch (const std::exception& e) {
     throw Error(source + ": the LoRA record (extra.lora) is unreadable: " + e.what());
@@ -31,8 +31,8 @@ LoraRecord LoraRecord::from_json(const nlohmann::json& record, const std::string
 
 std::vector<std::string> lora_targets(const LoraConfig& config, const ModelFamily& family) {
   if (!config.target_modules.empty()) return config.target_modules;
-  ZEST_CHECK(!family.lora_targets.empty(), "[lora] target_modules: the ", family.name,
-             " family has no default LoRA targets; name the layers to adapt");
+  if (family.lora_targets.empty()) throw Error(str("[lora] target_modules: the ", family.name,
+             " family has no default LoRA targets; name the layers to adapt"));
   return family.lora_targets;
 }
 

@@ -79,12 +79,12 @@ MergeResult export_folder(const FolderExport& request, const OwnedFolderFormat& 
 MergeResult export_folded_lora(const std::string& dir, const Manifest& manifest, const std::string& out,
                                const MergeOptions& options, const std::string& format) {
   const OwnedFolderFormat owned = find_folder_format(format);
-  ZEST_CHECK(format == kSafetensorsFormat || !owned.format->weights_name.empty(), dir, ": a LoRA run's checkpoint ",
+  if (!(format == kSafetensorsFormat || !owned.format->weights_name.empty())) throw Error(str(dir, ": a LoRA run's checkpoint ",
              "exports its adapters (--format lora) or its folded model as safetensors or diffusers; --format ", format,
-             " is not one of them");
+             " is not one of them"));
   const nlohmann::json source = model_source_of(manifest, dir);
   if (owned.format) check_family(source, owned.family->name, format, dir);
-  ZEST_CHECK(options.shard_size_bytes == 0, "a folded LoRA model is written as one file; leave out --shard-size");
+  if (options.shard_size_bytes != 0) throw Error("a folded LoRA model is written as one file; leave out --shard-size");
   checkpoint::check_output_outside(out, fs::path(dir).parent_path().string());
   const std::shared_ptr<UnitModule> model = folded_lora_model(dir, options.ema);
   safetensors::NamedTensors tensors;

@@ -89,8 +89,8 @@ std::string some_names(const std::vector<AdaptableLayer>& layers) {
 
 std::vector<std::string> attach_lora(torch::nn::Module& model, const std::vector<std::string>& targets,
                                      const LowRankShape& shape, const std::string& source) {
-  ZEST_CHECK(!targets.empty(), source, ": no target modules (name the layers to adapt in target_modules)");
-  ZEST_CHECK(shape.rank >= 1, source, ": rank must be >= 1, got ", shape.rank);
+  if (targets.empty()) throw Error(str(source, ": no target modules (name the layers to adapt in target_modules)"));
+  if (shape.rank < 1) throw Error(str(source, ": rank must be >= 1, got ", shape.rank));
   const std::vector<AdaptableLayer> layers = adaptable_layers(model);
   std::vector<const AdaptableLayer*> chosen;
   for (const std::string& target : targets) {
@@ -100,14 +100,14 @@ std::vector<std::string> attach_lora(torch::nn::Module& model, const std::vector
       matched = true;
       if (std::find(chosen.begin(), chosen.end(), &layer) == chosen.end()) chosen.push_back(&layer);
     }
-    ZEST_CHECK(matched, source, ": target_modules entry \"", target, "\" matches no Linear or Conv layer of the "
+    if (!matched) throw Error(str(source, ": target_modules entry \"", target, "\" matches no Linear or Conv layer of the "
                "model (a name matches a layer named so or ending in \".", target, "\"; a glob with * matches the "
-               "whole name; the model's layers: ", some_names(layers), ")");
+               "whole name; the model's layers: ", some_names(layers), ")"));
   }
   for (const AdaptableLayer* layer : chosen) {
     const int64_t width = std::min(layer->in, layer->out);
-    ZEST_CHECK(shape.rank <= width, source, ": rank ", shape.rank, " is above the width of layer ", layer->name,
-               " (", layer->in, " in, ", layer->out, " out); use rank <= ", width, " or leave that layer out");
+    if (shape.rank > width) throw Error(str(source, ": rank ", shape.rank, " is above the width of layer ", layer->name,
+               " (", layer->in, " in, ", layer->out, " out); use rank <= ", width, " or leave that layer out"));
   }
   std::vector<std::string> names;
   for (const AdaptableLayer* layer : chosen) {  // in target order; the parameters register in model order
