@@ -27,13 +27,13 @@ struct Source {
 };
 
 void list_outputs(const std::vector<UnitLayout>& units, std::vector<MergedTensor>& tensors,
-                  std::vector<Source>& sources, nlohmann::json& aliases) {
+                  std::vector<Source>& sources, nlohmann::json& aliases, const std::string& prefix) {
   for (size_t u = 0; u < units.size(); ++u) {
     for (const ParamSlot& slot : units[u].slots) {
-      tensors.push_back({slot.name, slot.shape});
+      tensors.push_back({prefix + slot.name, slot.shape});
       sources.push_back({u, &slot});
       for (const std::string& alias : slot.aliases) {
-        tensors.push_back({alias, slot.shape});
+        tensors.push_back({prefix + alias, slot.shape});
         sources.push_back({u, &slot});
         aliases[alias] = slot.name;
       }
@@ -65,12 +65,14 @@ void check_all_files(const std::string& dir, const Manifest& manifest) {
 
 // The header metadata of a merged file; zest.weights says which values it holds.
 safetensors::Metadata merged_metadata(const std::string& model, int64_t step, const nlohmann::json& aliases,
-                                      bool ema) {
-  return {{"format", "pt"},
-          {"zest.model", model},
-          {"zest.step", std::to_string(step)},
-          {"zest.weights", ema ? "ema" : "master"},
-          {"zest.aliases", aliases.dump()}};
+                                      const MergeOptions& options) {
+  safetensors::Metadata metadata{{"format", "pt"},
+                                 {"zest.model", model},
+                                 {"zest.step", std::to_string(step)},
+                                 {"zest.weights", options.ema ? "ema" : "master"},
+                                 {"zest.aliases", aliases.dump()}};
+  for (const auto& [key, value] : options.extra_metadata) metadata[key] = value;
+  return metadata;
 }
 
 }  // namespace
@@ -94,9 +96,9 @@ MergeResult merge_offline(const std::string& ckpt, const std::string& out_path, 
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
-  list_outputs(manifest.units, tensors, sources, aliases);
+  list_outputs(manifest.units, tensors, sources, aliases, options.name_prefix);
   MergedWriter writer(out_path, tensors, options.dtype, options.shard_size_bytes,
-                      merged_metadata(manifest.model_name, manifest.step, aliases, options.ema));
+                      merged_metadata(manifest.model_name, manifest.step, aliases, options));
   ShardReader reader(dir, manifest, /*verify_checksums=*/true);
   // One fixed buffer for the whole merge: memory stays at chunk_numel fp32 (+ its converted copy).
   auto buffer = torch::empty({options.chunk_numel}, torch::kFloat32);
@@ -127,7 +129,7 @@ MergeResult merge_online(StatefulEngine& engine, const std::string& out_path, co
   std::vector<MergedTensor> tensors;
   std::vector<Source> sources;
   nlohmann::json aliases = nlohmann::json::object();
-  list_outputs(layouts, tensors, sources, aliases);
+  list_outputs(layouts, tensors, sources, aliases, options.name_prefix);
 
   // Rank 0's write errors are held until the gathers are over, so no rank is left waiting in one.
   std::unique_ptr<MergedWriter> writer;
@@ -138,7 +140,7 @@ MergeResult merge_online(StatefulEngine& engine, const std::string& out_path, co
   attempt([&] {
     writer = std::make_unique<MergedWriter>(
         out_path, tensors, options.dtype, options.shard_size_bytes,
-        merged_metadata(options.model_name, state.counters.step, aliases, options.ema));
+        merged_metadata(options.model_name, state.counters.step, aliases, options));
   });
   torch::NoGradGuard no_grad;
   size_t next = 0;  // first output tensor of the current unit

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct MergeOptions {
   int64_t chunk_numel = int64_t{16} << 20;  // offline: fp32 elements read per piece (64 MiB)
   std::string model_name;                // online only (offline takes it from the manifest)
   bool ema = false;                      // the EMA of the weights instead of the master weights
+  // Written before every tensor name (e.g. "unet." for a LoRA file diffusers loads), and header metadata
+  // added to zest's own (e.g. peft's "lora_adapter_metadata").
+  std::string name_prefix;
+  std::map<std::string, std::string> extra_metadata;
 };
 
 struct MergeResult {

@@ -108,7 +108,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, std::vector<UnitDecl> u
   // Process-wide, as torch.backends.cudnn.benchmark is: set by the engine that drives the GPU.
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   dtypes_ = {to_dtype(config_.precision), to_dtype(config_.reduce_dtype)};
-  build(*model_, units);
+  build(*model_, units_with_trainable_params(*model_, units));
 }
 
 Engine::~Engine() {
@@ -290,6 +290,7 @@ void Engine::build_optimizer() {
 void Engine::install_runners(UnitModule& model) {
   std::map<std::string, size_t> index;
   for (size_t u = 0; u < units_.size(); ++u) index[units_[u].name()] = u;
+  for (const UnitDecl& decl : model.unit_decls()) index.try_emplace(decl.name, kFrozenUnit);  // all frozen
   auto entry = std::make_shared<ForwardEntryRunner>(index, events_link_, model.unit_runner());
   std::shared_ptr<CheckpointRunner> checkpoint = make_checkpoint_runner(config_, model, entry);
   checkpoint_runner_ = checkpoint;
@@ -297,7 +298,8 @@ void Engine::install_runners(UnitModule& model) {
   if (checkpoint) {
     std::weak_ptr<UnitEventsLink> link = events_link_;
     checkpoint->set_after_backward([link, index](const std::string& name) {
-      if (auto l = link.lock(); l && l->events) l->events->after_unit_backward(index.at(name));
+      const size_t u = index.at(name);
+      if (auto l = link.lock(); l && l->events && u != kFrozenUnit) l->events->after_unit_backward(u);
     });
     is_checkpointed = [checkpoint](const std::string& name) { return checkpoint->is_checkpointed(name); };
   }

@@ -23,6 +23,7 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   bytes.master = policy.optimizer_bytes_kept(4 * P, N);
   bytes.optimizer = policy.optimizer_bytes_kept(in.optimizer_bytes_per_element * P, N);
   bytes.ema = in.ema ? bytes.master : 0;  // kept sharded exactly like the master
+  bytes.frozen = in.frozen_numel * c;     // the engine casts frozen parameters to the compute dtype
   if (in.offload_optimizer) {
     ZEST_CHECK(policy.can_offload_optimizer(), "optimizer offload needs stage 1, 2 or 3");
     bytes.offloaded = true;

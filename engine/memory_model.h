@@ -14,17 +14,18 @@ struct ModelStateBytes {
   int64_t master = 0;     // fp32 master weights
   int64_t optimizer = 0;  // optimizer state (Adam: exp_avg + exp_avg_sq)
   int64_t ema = 0;        // fp32 EMA of the master weights ([ema]), sharded like the master
+  int64_t frozen = 0;     // frozen parameters (a LoRA run's base), compute dtype, whole on every rank
   // [engine.offload] optimizer = "cpu": master, optimizer state and EMA live in host memory, with a small
   // page-locked ring (`staging`) the gradient and parameter pieces cross PCIe through.
   bool offloaded = false;
   int64_t staging = 0;
-  int64_t total() const { return params + grads + master + optimizer + ema; }  // model state, wherever it lives
-  int64_t on_device() const { return offloaded ? params + grads : total(); }
+  int64_t total() const { return params + grads + master + optimizer + ema + frozen; }  // wherever it lives
+  int64_t on_device() const { return offloaded ? params + grads + frozen : total(); }
   int64_t on_host() const { return offloaded ? master + optimizer + ema + staging : 0; }
 };
 
 struct MemoryModelInputs {
-  int64_t numel = 0;  // parameters P
+  int64_t numel = 0;  // trainable parameters P
   int world_size = 1;
   int stage = 2;
   Precision precision = Precision::bf16;     // compute dtype of the parameters
@@ -33,6 +34,7 @@ struct MemoryModelInputs {
   bool ema = false;                          // an fp32 EMA of the master: 4P at stage 0, 4P/N above
   bool offload_optimizer = false;            // stages 1–3: master, optimizer state and EMA in host memory
   int64_t offload_staging_bytes = 256LL << 20;  // [engine.offload] staging_mb, in bytes
+  int64_t frozen_numel = 0;  // frozen parameters (LoRA's base): kept whole in the compute dtype, never sharded
 };
 
 // bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 14P/N (no

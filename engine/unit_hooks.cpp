@@ -133,7 +133,8 @@ ForwardEntryRunner::ForwardEntryRunner(std::map<std::string, size_t> unit_index,
 
 Tensors ForwardEntryRunner::run(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs) {
   const size_t u = lookup(unit_index_, unit_name);
-  if (UnitEvents* e = events_of(link_)) e->before_unit_forward(u);
+  UnitEvents* e = events_of(link_);
+  if (e && u != kFrozenUnit) e->before_unit_forward(u);
   return inner_ ? inner_->run(unit_name, fn, inputs) : fn(inputs);
 }
 
@@ -149,6 +150,7 @@ BackwardSignalRunner::BackwardSignalRunner(std::map<std::string, size_t> unit_in
 
 Tensors BackwardSignalRunner::run(const std::string& unit_name, const UnitFn& fn, const Tensors& inputs) {
   const size_t u = lookup(unit_index_, unit_name);
+  if (u == kFrozenUnit) return inner_->run(unit_name, fn, inputs);  // nothing of it to reduce or gather
   UnitEvents* events = events_of(link_);
   if (events == nullptr || !torch::GradMode::is_enabled()) {
     Tensors outputs = inner_->run(unit_name, fn, inputs);

@@ -42,6 +42,11 @@ struct UnitEventsLink {
 std::vector<std::shared_ptr<torch::autograd::Node>> register_grad_hooks(
     const std::vector<Unit>& units, const std::shared_ptr<UnitEventsLink>& link);
 
+// The index a runner's unit map gives a declared unit that holds no trainable parameter (every parameter
+// frozen, e.g. a LoRA run's units without adapters): the engine keeps no buffers for it, so the runners run
+// it without reporting events for it.
+inline constexpr size_t kFrozenUnit = static_cast<size_t>(-1);
+
 // Innermost decorator: reports before_unit_forward, then runs the unit (through `inner` when given, e.g.
 // a user's own runner). Sits below activation checkpointing so a recompute reports too.
 class ForwardEntryRunner final : public UnitRunner {

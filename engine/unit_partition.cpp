@@ -68,4 +68,18 @@ std::vector<UnitParams> partition_into_units(torch::nn::Module& model, const std
   return units;
 }
 
+std::vector<UnitDecl> units_with_trainable_params(torch::nn::Module& model, const std::vector<UnitDecl>& decls) {
+  std::vector<bool> claims_any(decls.size(), false), claims_trainable(decls.size(), false);
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const int u = find_unit(decls, item.key());
+    if (u < 0) continue;
+    claims_any[static_cast<size_t>(u)] = true;
+    if (item.value().requires_grad()) claims_trainable[static_cast<size_t>(u)] = true;
+  }
+  std::vector<UnitDecl> kept;
+  for (size_t u = 0; u < decls.size(); ++u)
+    if (claims_trainable[u] || !claims_any[u]) kept.push_back(decls[u]);
+  return kept;
+}
+
 }  // namespace zest

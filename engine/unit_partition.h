@@ -23,4 +23,9 @@ struct UnitParams {
 std::vector<UnitParams> partition_into_units(torch::nn::Module& model, const std::vector<UnitDecl>& decls,
                                              const std::vector<std::string>& no_decay);
 
+// `decls` without the units whose parameters are all frozen (a LoRA run's units without adapters): the
+// engine keeps no buffers for those and runs them as they are (unit_hooks.h, kFrozenUnit). A unit that
+// claims no parameter at all stays, so that partition_into_units reports its prefixes.
+std::vector<UnitDecl> units_with_trainable_params(torch::nn::Module& model, const std::vector<UnitDecl>& decls);
+
 }  // namespace zest

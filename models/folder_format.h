@@ -52,6 +52,9 @@ struct FolderFormat {
   // The TOML header's words for the architecture, e.g. "diffusers' UNet2DConditionModel fields".
   std::string config_fields;
   std::string config_name;  // the config file an export writes into its folder (config.json)
+  // The weights file of the folder when it is one safetensors file under the model's own names ("" when
+  // not): where an export of a model held in memory (a LoRA run's, folded) writes.
+  std::string weights_name;
 
   // `folder`'s layout when it holds this format's files, nullopt when it holds none of them; an error
   // naming what is missing (and what was found) when it holds only some.

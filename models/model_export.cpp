@@ -5,8 +5,12 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/output_path.h"
 #include "core/check.h"
 #include "formats/config_json.h"
+#include "formats/safetensors.h"
+#include "models/common/lora.h"
+#include "models/lora_file.h"
 #include "models/registry.h"
 
 #include <nlohmann/json.hpp>
@@ -70,12 +74,50 @@ MergeResult export_folder(const FolderExport& request, const OwnedFolderFormat& 
   return result;
 }
 
+// A LoRA run's checkpoint holds only the adapters: the full model is its base with them folded in
+// (lora_file.h), held in memory and written as one safetensors file, plain or in a folder format's folder.
+MergeResult export_folded_lora(const std::string& dir, const Manifest& manifest, const std::string& out,
+                               const MergeOptions& options, const std::string& format) {
+  const OwnedFolderFormat owned = find_folder_format(format);
+  if (!(format == kSafetensorsFormat || !owned.format->weights_name.empty())) throw Error(str(dir, ": a LoRA run's checkpoint ",
+             "exports its adapters (--format lora) or its folded model as safetensors or diffusers; --format ", format,
+             " is not one of them"));
+  const nlohmann::json source = model_source_of(manifest, dir);
+  if (owned.format) check_family(source, owned.family->name, format, dir);
+  if (options.shard_size_bytes != 0) throw Error("a folded LoRA model is written as one file; leave out --shard-size");
+  checkpoint::check_output_outside(out, fs::path(dir).parent_path().string());
+  const std::shared_ptr<UnitModule> model = folded_lora_model(dir, options.ema);
+  safetensors::NamedTensors tensors;
+  uint64_t bytes = 0;
+  for (const auto& item : model->named_parameters()) {
+    if (is_adapter_parameter(item.key())) continue;
+    tensors.emplace_back(item.key(), item.value().detach().to(options.dtype).contiguous());
+    bytes += tensors.back().second.nbytes();
+  }
+  const safetensors::Metadata metadata{{"format", "pt"}, {"zest.model", manifest.model_name},
+                                       {"zest.step", std::to_string(manifest.step)},
+                                       {"zest.weights", options.ema ? "ema, LoRA folded" : "master, LoRA folded"}};
+  if (!owned.format) {
+    safetensors::save_file(out, tensors, metadata);
+    return {{out}, "", bytes, static_cast<int64_t>(tensors.size()), {}};
+  }
+  const fs::path folder(out);
+  fs::create_directories(folder);
+  const std::string weights = (folder / owned.format->weights_name).string();
+  const std::string config = source.value("format", "") == format
+                                 ? source.at("config_text").get<std::string>()
+                                 : owned.format->write_config(toml_to_json(manifest.model_config, dir));
+  safetensors::save_file(weights, tensors, metadata);
+  write_text_file(folder / owned.format->config_name, config);
+  return {{weights, (folder / owned.format->config_name).string()}, "", bytes, static_cast<int64_t>(tensors.size()), {}};
+}
+
 }  // namespace
 
 std::string parse_export_format(const std::string& name) {
-  if (name == kSafetensorsFormat || find_folder_format(name).format != nullptr) return name;
+  if (name == kSafetensorsFormat || name == kLoraFormat || find_folder_format(name).format != nullptr) return name;
   const std::vector<OwnedFolderFormat> formats = folder_formats_by_name();
-  std::string expected = kSafetensorsFormat;
+  std::string expected = std::string(kSafetensorsFormat) + ", " + kLoraFormat;
   for (size_t i = 0; i < formats.size(); ++i)
     expected += (i + 1 == formats.size() ? " or " : ", ") + formats[i].format->name;
   ZEST_FAIL("unknown export format '", name, "' (expected ", expected, ")");
@@ -83,9 +125,11 @@ std::string parse_export_format(const std::string& name) {
 
 MergeResult export_checkpoint(const std::string& ckpt, const std::string& out, const MergeOptions& options,
                               const std::string& format) {
-  if (parse_export_format(format) == kSafetensorsFormat) return checkpoint::merge_offline(ckpt, out, options);
+  if (parse_export_format(format) == kLoraFormat) return export_lora_file(ckpt, out, options);
   const std::string dir = checkpoint::resolve_checkpoint(ckpt);
   const Manifest manifest = checkpoint::read_manifest(dir);
+  if (is_lora_checkpoint(dir)) return export_folded_lora(dir, manifest, out, options, format);
+  if (format == kSafetensorsFormat) return checkpoint::merge_offline(ckpt, out, options);
   const nlohmann::json source = model_source_of(manifest, dir);
   checkpoint::merged_kind(manifest, options, dir);  // --ema without a saved EMA: refused before any output
   ZEST_CHECK(!fs::exists(out) || fs::is_directory(out), out, ": --format ", format, " writes a folder; this is a file");

@@ -11,11 +11,16 @@
 
 namespace zest {
 
-// "safetensors" or a family's folder format name ("diffusers", "hymotion"), returned as given; the
+// `zest merge --format lora`: a LoRA run's adapters as peft/diffusers name them (models/lora_file.h).
+inline constexpr const char* kLoraFormat = "lora";
+
+// "safetensors", "lora" or a family's folder format name ("diffusers", "hymotion"), returned as given; the
 // error lists them.
 std::string parse_export_format(const std::string& name);
 
-// `ckpt`: a step folder or a checkpoint root (its latest). safetensors: `out` is the file
+// `ckpt`: a step folder or a checkpoint root (its latest). A LoRA run's checkpoint: lora writes its
+// adapters (a .safetensors file, or a folder that receives pytorch_lora_weights.safetensors), safetensors
+// and a folder format with one safetensors weights file write its base with the adapters folded in. safetensors: `out` is the file
 // (checkpoint::merge_offline). A folder format: `out` is a folder (created) that receives the weights
 // and then the config file (diffusers weights are sharded with diffusers' index past
 // options.shard_size_bytes). Weights stream piece by piece; every file is written under a temporary name

@@ -49,6 +49,8 @@ struct ModelFamily {
   // names (unknown keys are errors, unsupported values are errors naming the key). Parameters are
   // initialised as the reference does.
   std::function<std::shared_ptr<UnitModule>(ConfigTable& config)> build;
+  // The same model with its parameters on the meta device (shapes only, nothing allocated or drawn).
+  std::function<std::shared_ptr<UnitModule>(ConfigTable& config)> build_on_meta;
   // Exact parameter count of a configuration, computed without allocating the parameters.
   std::function<int64_t(ConfigTable& config)> count_parameters;
   // Runs the forward pass on reference-named inputs (golden files' "input.*" keys without the prefix)
@@ -78,6 +80,8 @@ struct ModelFamily {
   // The pretrained folders the family reads and its exports write (none: plain safetensors files only);
   // folders are recognised in registration order, family by family.
   std::vector<FolderFormat> folder_formats;
+  // The layers [lora] adapts when its target_modules is empty (models/common/lora.h's matching rule).
+  std::vector<std::string> lora_targets;
 };
 
 // Every registered family, and lookup by name (error lists the known names).

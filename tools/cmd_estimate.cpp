@@ -8,6 +8,7 @@
 #include "data/model_features.h"
 #include "engine/memory_model.h"
 #include "engine/sharding_policy.h"
+#include "models/lora_run.h"
 #include "models/model_resolve.h"
 #include "optim/optimizer.h"
 #include "tools/activation_check.h"
@@ -139,8 +140,12 @@ void run_estimate(const EstimateArgs& args) {
   if (!args.config_path.empty()) {
     const RunConfig& run = run_file.emplace(parse_run_config(args.config_path));
     const ResolvedModel& model = run_model.emplace(resolve_run_model(run));
-    params = count_model_parameters(model);
-    source = model.description;
+    // A LoRA run trains its adapters; its frozen base is kept whole in the compute dtype on every rank.
+    const ParameterCounts counts =
+        run.lora.enabled ? count_lora_parameters(model, run.lora) : ParameterCounts{count_model_parameters(model), 0};
+    params = counts.trainable;
+    in.frozen_numel = counts.frozen;
+    source = model.description + (run.lora.enabled ? ", LoRA adapters" : "");
     in.ema = in.ema || run.ema.enabled;
     // The run file's own dtypes and optimizer: the estimate is of that run.
     in.precision = run.engine.precision;
@@ -154,6 +159,10 @@ void run_estimate(const EstimateArgs& args) {
   std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s\n",
               format_count(params).c_str(), source.c_str(), args.world, to_string(in.precision),
               to_string(in.reduce_dtype), args.optimizer.c_str(), in.ema ? ", fp32 EMA" : "");
+  if (in.frozen_numel > 0)
+    std::printf("frozen base: %s parameters, %.3f GB in %s on every rank at every stage (in the totals)\n",
+                format_count(in.frozen_numel).c_str(), in.frozen_numel * dtype_bytes(in.precision) / 1e9,
+                to_string(in.precision));
   std::printf("%-6s %12s %12s %12s %12s %12s %12s %12s %16s %16s\n", "stage", "params GB", "grads GB",
               "master GB", "optim GB", "ema GB", "total GB", "total GiB", "offload: GPU GB", "offload: host GB");
   for (int stage = 0; stage <= ShardingPolicy::kMaxStage; ++stage) {

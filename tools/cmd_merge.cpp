@@ -1,8 +1,8 @@
 // `zest merge CKPT_DIR -o model.safetensors [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--format F] [--ema]`:
 // one consolidated model file (or hub-style shards + index) from a sharded checkpoint, streamed piece by
 // piece with every rank file checksummed on the way (checkpoint/merge.h says what is refused); --format
-// diffusers|hymotion writes the folder those libraries load (models/model_export.h); --ema writes the
-// EMA of the weights instead of the trained weights.
+// diffusers|hymotion writes the folder those libraries load (models/model_export.h), --format lora a LoRA
+// run's adapters (models/lora_file.h); --ema writes the EMA of the weights instead of the trained weights.
 #include "tools/commands.h"
 
 #include "checkpoint/merge.h"
@@ -81,7 +81,8 @@ void add_merge_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--format", args->format,
                   "safetensors (one file) | diffusers (-o is a UNet folder for from_pretrained) | hymotion (-o is a "
-                  "folder with config.yml + latest.ckpt)")
+                  "folder with config.yml + latest.ckpt) | lora (a LoRA run's adapters as diffusers/peft load them: -o "
+                  "is a folder for load_lora_weights, or a .safetensors file; the other formats fold them in)")
       ->capture_default_str();
   cmd->add_flag("--ema", args->ema,
                 "write the EMA of the weights ([ema]) instead of the trained weights; refused when the checkpoint "

@@ -13,6 +13,7 @@
 #include "data/png_write.h"
 #include "formats/npy.h"
 #include "models/hymotion/released_format.h"
+#include "models/lora_file.h"
 #include "tools/motion_pipeline.h"
 #include "tools/sd_pipeline.h"
 
@@ -42,6 +43,8 @@ struct SampleArgs {
   std::string device = "auto";
   std::string dtype = "auto";
   std::string output;
+  std::string lora;         // --lora: adapters on top of the weights (models/lora_file.h)
+  double lora_scale = 1.0;  // --lora-scale
   // Stable Diffusion
   std::string prompt;
   std::string negative_prompt;
@@ -86,6 +89,14 @@ torch::Dtype pick_dtype(const std::string& name, const torch::Device& device, to
   ZEST_FAIL("--dtype '", name, "': expected auto, fp32, bf16 or fp16");
 }
 
+// --lora FILE|CHECKPOINT [--lora-scale S]: the adapters on top of the loaded network.
+void add_lora(torch::nn::Module& network, const std::string& family, const SampleArgs& args) {
+  if (args.lora.empty()) return;
+  const LoadedLora loaded = load_lora(network, family, args.lora, args.lora_scale);
+  std::printf("LoRA %s: %lld layers, rank %lld, alpha %g, scale %g\n", args.lora.c_str(),
+              static_cast<long long>(loaded.layers), static_cast<long long>(loaded.rank), loaded.alpha, args.lora_scale);
+}
+
 void sample_motion(const SampleArgs& args) {
   // Every argument is checked before the pipeline loads, so that a typo costs no loading time.
   ZEST_CHECK(ends_with(args.output, ".npy"), "-o ", args.output, ": a HY-Motion sample is written as .npy (with a "
@@ -121,6 +132,7 @@ void sample_motion(const SampleArgs& args) {
                 static_cast<long long>(args.text_tokens));
   }
   MotionPipeline pipeline = load_motion_pipeline(args.pretrained, args.weights, device, dtype);
+  add_lora(*pipeline.model, "hymotion", args);
   const auto& config = pipeline.model->config();
   torch::Generator text_gen = at::make_generator<at::CPUGeneratorImpl>(args.seed);
   const MotionText text = prompt_features ? motion_text_of(*prompt_features, *encoders, config)
@@ -164,6 +176,7 @@ void sample_pictures(const SampleArgs& args) {
 
   const auto start = std::chrono::steady_clock::now();
   SdPipeline pipeline = load_sd_pipeline(args.pretrained, args.weights, device, dtype);
+  add_lora(*pipeline.unet_module, "unet", args);
   const auto loaded = std::chrono::steady_clock::now();
   const torch::Tensor images = generate_images(pipeline, request);
   write_png(args.output, request.count > 1 ? image_grid(images) : images[0]);
@@ -180,6 +193,7 @@ void sample_pictures(const SampleArgs& args) {
 
 void run_sample(const SampleArgs& args) {
   ZEST_CHECK(!args.weights.ema || !args.weights.checkpoint.empty(), "--ema needs --checkpoint");
+  ZEST_CHECK(args.lora_scale == 1.0 || !args.lora.empty(), "--lora-scale needs --lora");
   if (is_motion_release(args.pretrained)) return sample_motion(args);
   sample_pictures(args);
 }
@@ -202,6 +216,11 @@ void add_sample_command(CLI::App& app) {
                                "or a zest checkpoint (RUN/checkpoints, its latest, or a step_N/ folder)");
   weights->excludes(ckpt);
   cmd->add_flag("--ema", args->weights.ema, "with --checkpoint: the EMA of the weights");
+  cmd->add_option("--lora", args->lora,
+                  "LoRA adapters on top: a LoRA file (pytorch_lora_weights.safetensors, peft/diffusers names), a "
+                  "folder holding one, or a LoRA run's checkpoint");
+  cmd->add_option("--lora-scale", args->lora_scale, "the adapters' output times this (diffusers' lora_scale)")
+      ->capture_default_str();
   cmd->add_option("--prompt", args->prompt, "what to draw (Stable Diffusion), or the motion to make (HY-Motion: encoded "
                                             "by Qwen3-8B and CLIP-L as the release does)");
   cmd->add_option("--text-encoders", args->text_encoders, "HY-Motion --prompt: the folder holding Qwen3-8B/ and "

@@ -110,6 +110,8 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   ConfigTable log = root.table("log");
   ConfigTable profile = root.table("profile");
   ConfigTable loss = root.table("loss");
+  const bool has_lora = root.has("lora");
+  ConfigTable lora = root.table("lora");
   root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
 
   c.model = ModelSelection::from_toml(model);
@@ -125,6 +127,7 @@ RunConfig run_config_from_toml(ConfigTable& root) {
   c.log = LogConfig::from_toml(log);
   c.profile = ProfileConfig::from_toml(profile);
   c.loss = LossConfig::from_toml(loss);
+  c.lora = LoraConfig::from_toml(lora, has_lora);
   check_across_tables(root, c);
   return c;
 }
@@ -172,6 +175,7 @@ std::string to_toml(const RunConfig& c) {
   to_toml(c.log, out);
   to_toml(c.profile, out);
   to_toml(c.loss, out);
+  to_toml(c.lora, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

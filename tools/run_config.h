@@ -1,11 +1,12 @@
 // RunConfig: the whole run file of `zest train` ([model], [data], [engine], [optimizer], [scheduler],
-// [ema], [train], [checkpoint], [sample], [loss], [log], [profile]), layered defaults < file < --set overrides, with the cross-table checks.
+// [ema], [train], [checkpoint], [sample], [loss], [lora], [log], [profile]), layered defaults < file < --set overrides, with the cross-table checks.
 #pragma once
 
 #include "checkpoint/checkpoint_config.h"
 #include "data/data_config.h"
 #include "engine/engine_config.h"
 #include "models/loss_config.h"
+#include "models/common/lora.h"
 #include "models/model_resolve.h"
 #include "models/model_selection.h"
 #include "optim/ema.h"
@@ -49,6 +50,7 @@ struct RunConfig {
   LogConfig log;        // [log]: TensorBoard files (tools/tensorboard_log.h)
   ProfileConfig profile;  // [profile]: step traces (tools/step_trace.h)
   LossConfig loss;      // [loss]: the training objective's options (models/loss_config.h)
+  LoraConfig lora;      // [lora]: train low-rank adapters on a frozen base (models/common/lora.h)
 };
 
 // Reads a run file (an error naming it when it is missing or not a regular file; every error is one

@@ -15,6 +15,8 @@
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
 #include "models/common/fused_paths.h"
+#include "models/lora_file.h"
+#include "models/lora_run.h"
 #include "models/model_resolve.h"
 #include "models/pretrained_load.h"
 #include "tools/activation_check.h"
@@ -34,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 namespace zest {
@@ -62,6 +65,17 @@ checkpoint::SaveRequest save_request(const RunConfig& config, const ResolvedMode
   request.model_name = model.name;
   request.model_config = model.toml_text;
   return request;
+}
+
+// The model state to check before the model is built: a LoRA run trains its adapters and keeps its frozen
+// base whole in the compute dtype.
+PreflightInputs run_preflight_inputs(const RunConfig& config, const ResolvedModel& model, int world_size) {
+  const ParameterCounts counts = config.lora.enabled ? count_lora_parameters(model, config.lora)
+                                                     : ParameterCounts{count_model_parameters(model), 0};
+  PreflightInputs in = preflight_inputs_for(counts.trainable, world_size, config.engine, config.optimizer,
+                                            config.ema.enabled);
+  in.model_state.frozen_numel = counts.frozen;
+  return in;
 }
 
 // What the steps since the previous report add up to on this rank. The loss stays a tensor on the
@@ -163,6 +177,7 @@ class TrainRun {
   void save_now();
   void finish(const TrainOutcome& outcome);
   void start_watching();  // TensorBoard files and step traces (rank 0 / every rank), after a resume
+  void write_lora_files(checkpoint::MergeOptions merge, bool with_ema);
 
   const RunConfig& config_;
   std::string& phase_;
@@ -172,6 +187,7 @@ class TrainRun {
   ResolvedModel resolved_;
   std::shared_ptr<UnitModule> model_;
   nlohmann::json model_source_;  // where the weights came from (pretrained folder), kept for exports
+  std::optional<LoraRecord> lora_;  // [lora]: what the checkpoints record of the adapters
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<TrainData> data_;
   checkpoint::SaveRequest request_;
@@ -207,14 +223,18 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   objective_ = resolved_.family->make_training_loss(config.loss, resolved_.pretrained);  // [loss] errors early
   // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
   phase_ = "checking that the model state fits the device";
-  check_fits(preflight_inputs_for(count_model_parameters(resolved_), comm_->size(), config.engine, config.optimizer,
-                                  config.ema.enabled),
-             place_engine(config.engine, *comm_), comm_->local_size());
+  check_fits(run_preflight_inputs(config, resolved_, comm_->size()), place_engine(config.engine, *comm_),
+             comm_->local_size());
   phase_ = "building the model";
   model_ = build_model(resolved_);
   // Released weights, unless a checkpoint to resume from exists (it wins; the base is then not read).
   phase_ = "loading the pretrained weights";
-  model_source_ = start_from_pretrained(*model_, resolved_, config.model, resume_from_, *comm_);
+  // A LoRA run's checkpoints hold only its adapters: its base is read on resume too.
+  model_source_ = start_from_pretrained(*model_, resolved_, config.model, config.lora.enabled ? "" : resume_from_, *comm_);
+  if (config.lora.enabled) {
+    phase_ = "adding the LoRA adapters";
+    lora_ = prepare_lora_model(*model_, config.lora, resolved_, config.train.seed, *comm_);
+  }
   phase_ = "creating the engine";
   engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
   if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
@@ -242,6 +262,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
                                                  data_->items_name());
   samples_ = std::make_unique<ValidationSamples>(config.sample, config.model, resolved_.family->name, config.train.run_dir,
                                                  config.loss);
+  if (lora_) samples_->use_lora(*lora_);  // the pipeline's UNet with the run's adapters
   if (!resume_from_.empty()) resume();
   start_watching();
 }
@@ -309,8 +330,9 @@ void TrainRun::step_once(Window& window) {
 void TrainRun::save_now() {
   phase_ = str("saving the checkpoint of step ", engine_->step_count());
   auto r = request_;
-  r.extra_json =
-      nlohmann::json{{"data", data_->state()}, {"seed", config_.train.seed}, {"model_source", model_source_}}.dump();
+  nlohmann::json extra{{"data", data_->state()}, {"seed", config_.train.seed}, {"model_source", model_source_}};
+  if (lora_) extra["lora"] = lora_->to_json();
+  r.extra_json = extra.dump();
   const std::string path = saver_.save(*engine_, r);
   last_saved_ = engine_->step_count();
   const checkpoint::SaveFigures& save = saver_.last_save();
@@ -407,12 +429,29 @@ void TrainRun::finish(const TrainOutcome& outcome) {
   phase_ = "merging the final checkpoint";
   checkpoint::MergeOptions merge;
   merge.model_name = resolved_.name;
+  if (lora_) return write_lora_files(merge, with_ema);
   checkpoint::merge_online(*engine_, merged, merge);
   progress_->message("merged model: " + merged);
   if (!with_ema) return;
   merge.ema = true;
   checkpoint::merge_online(*engine_, merged_ema, merge);
   progress_->message("merged EMA of the weights: " + merged_ema);
+}
+
+// A LoRA run's merge: the adapters as diffusers/peft load them, RUN/pytorch_lora_weights.safetensors (and
+// RUN/ema/ with the EMA's); `zest merge --format diffusers|safetensors` folds them into the base.
+void TrainRun::write_lora_files(checkpoint::MergeOptions merge, bool with_ema) {
+  merge.name_prefix = lora_name_prefix(resolved_.family->name);
+  merge.extra_metadata = lora_file_metadata(resolved_.family->name, *lora_);
+  const auto file = (fs::path(config_.train.run_dir) / kLoraFileName).string();
+  checkpoint::merge_online(*engine_, file, merge);
+  progress_->message("LoRA adapters: " + file);
+  if (!with_ema) return;
+  merge.ema = true;
+  if (comm_->rank() == 0) fs::create_directories(fs::path(config_.train.run_dir) / "ema");
+  const auto ema_file = (fs::path(config_.train.run_dir) / "ema" / kLoraFileName).string();
+  checkpoint::merge_online(*engine_, ema_file, merge);
+  progress_->message("LoRA adapters, EMA: " + ema_file);
 }
 
 // A LibTorch or allocation failure, said with what the run was doing; memory running out in a step is

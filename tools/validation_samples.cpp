@@ -8,6 +8,7 @@
 #include "core/config_writer.h"
 #include "data/png_write.h"
 #include "engine/engine.h"
+#include "models/lora_file.h"
 #include "models/model_selection.h"
 #include "formats/npy.h"
 #include "checkpoint/output_path.h"
@@ -130,6 +131,8 @@ ValidationSamples::ValidationSamples(SampleConfig config, const ModelSelection& 
 
 ValidationSamples::~ValidationSamples() = default;
 
+void ValidationSamples::use_lora(const LoraRecord& record) { lora_metadata_ = lora_file_metadata("unet", record); }
+
 std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& comm, int64_t step,
                                                 ProgressReporter& progress) {
   const fs::path folder = fs::path(run_dir_) / "samples";
@@ -138,6 +141,11 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
   merge.ema = engine.ema() != nullptr;  // what people ship, as diffusers' scripts sample the EMA
   if (comm.rank() == 0) fs::create_directories(folder);
   comm.barrier();
+  const bool is_lora = !lora_metadata_.empty();
+  if (is_lora) {  // the adapters, as a LoRA file
+    merge.name_prefix = lora_name_prefix("unet");
+    merge.extra_metadata = lora_metadata_;
+  }
   checkpoint::merge_online(engine, weights, merge);  // every rank gathers; rank 0 writes
   std::vector<std::string> files;
   if (comm.rank() != 0) return files;
@@ -152,7 +160,11 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
     return files;
   }
   const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
-  if (!pipeline_) {
+  if (is_lora) {
+    // The pipeline's own UNet with this step's adapters (reloaded whole: an adapter is attached once).
+    pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {}, device, dtype));
+    load_lora(*pipeline_->unet_module, "unet", weights, 1.0);
+  } else if (!pipeline_) {
     pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {weights, "", false}, device, dtype));
     if (const auto type = unet::prediction_type_named(loss_.prediction)) pipeline_->scheduler.prediction_type = *type;
     if (loss_.rescale_betas_zero_snr) pipeline_->scheduler.rescale_betas_zero_snr = *loss_.rescale_betas_zero_snr;

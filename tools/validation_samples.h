@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ class ConfigTable;
 class ConfigWriter;
 class Communicator;
 class Engine;
+struct LoraRecord;
 struct ModelSelection;
 struct SdPipeline;
 
@@ -61,6 +63,9 @@ class ValidationSamples {
                     LossConfig loss = {});
   ~ValidationSamples();
 
+  // A LoRA run: the samples are drawn by the pipeline's own UNet (the base) with the run's adapters on it.
+  void use_lora(const LoraRecord& record);
+
   bool due(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
   // Collective on due steps (the ranks gather the weights); rank 0 draws and writes. Returns the files.
   std::vector<std::string> run(Engine& engine, Communicator& comm, int64_t step, ProgressReporter& progress);
@@ -77,6 +82,7 @@ class ValidationSamples {
 
   std::vector<std::string> run_motion(const std::string& weights, const torch::Device& device, int64_t step,
                                       nlohmann::json& listed);
+  std::map<std::string, std::string> lora_metadata_;  // a LoRA run's file metadata (models/lora_file.h); empty: none
 };
 
 }  // namespace zest

@@ -121,6 +121,10 @@ ModelFamily family() {
   f.build = [](ConfigTable& table) -> std::shared_ptr<UnitModule> {
     return std::make_shared<HyMotionModel>(HyMotionConfig::from_toml(table));
   };
+  f.build_on_meta = [](ConfigTable& table) -> std::shared_ptr<UnitModule> {
+    return std::make_shared<HyMotionModel>(HyMotionConfig::from_toml(table),
+                                           Init{torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta)});
+  };
   f.count_parameters = [](ConfigTable& table) { return count_parameters(HyMotionConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
@@ -131,6 +135,11 @@ ModelFamily family() {
     return activation_profile(HyMotionConfig::from_toml(table), shapes);
   };
   f.folder_formats = {release_folder_format()};
+  // The attention projections: the double blocks' per-stream qkv and out_proj, the single blocks' linear1
+  // ([q | k | v | MLP half]) and linear2 ([attention | MLP] → D), the text refiner's self_attn_qkv and
+  // self_attn_proj.
+  f.lora_targets = {"motion_qkv", "text_qkv", "motion_out_proj", "text_out_proj",
+                    "linear1",    "linear2",  "self_attn_qkv",   "self_attn_proj"};
   return f;
 }
 

@@ -8,11 +8,8 @@
 #include "models/common/concat_gelu_op.h"
 #include "models/common/contiguous_grad.h"
 #include "models/common/fused_norms.h"
-#include "models/common/linear_op.h"
-#include "models/common/recomputed_linear_op.h"
 #include "models/common/rms_norm_op.h"
 #include "models/common/rope_op.h"
-#include "models/common/split_linear_op.h"
 #include "core/compat.h"
 
 #include <cmath>
@@ -63,8 +60,7 @@ torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, 
 // Parameterised layers
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const Init& init) {
-  weight = register_parameter("weight", torch::empty({out, in}, init.options));
-  if (has_bias) bias = register_parameter("bias", torch::empty({out}, init.options));
+  register_weights(torch::empty({out, in}, init.options), has_bias ? torch::empty({out}, init.options) : torch::Tensor());
   if (init.is_meta()) return;
   torch::NoGradGuard no_grad;
   // PyTorch's reset_parameters: kaiming_uniform_(a=√5) is U(±1/√in); the bias uses the same bound.
@@ -73,11 +69,6 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const Init& init)
     const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
     torch::nn::init::uniform_(bias, -bound, bound);
   }
-}
-
-// As autocast does for its lower-precision ops: the input is cast to the compute dtype (the weights').
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) const {
-  return zest::linear(x.to(weight.scalar_type()), weight, bias);  // fused gradient accumulation on CUDA
 }
 
 void LinearImpl::zero_() {
@@ -143,23 +134,21 @@ std::optional<RecomputedActivation> recomputable(Act act) {
 }
 }  // namespace
 
-// On CUDA the activation is recomputed in backward rather than kept (recomputed_linear_op.h): the hidden
-// layer is the block's widest activation.
+// On CUDA the activation is recomputed in backward rather than kept, where fc2 decides so
+// (models/common/linear_layer.h): the hidden layer is the block's widest activation.
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) const {
   const auto f = recomputable(act_);
   if (act_ == Act::gelu_tanh) {
-    // fc1's product also writes GELU through its epilogue (split_linear_with_gelu_of_last, one part) and
-    // fc2's backward takes fc1's output gradient through GELU's derivative in its own epilogue.
+    // fc1's product also writes GELU through its epilogue (the split form, one part) and fc2's backward
+    // takes fc1's output gradient through GELU's derivative in its own epilogue.
     const auto x16 = x.to(fc1_->weight.scalar_type());
-    if (uses_recomputed_linear(*f, x16, fc2_->weight, fc2_->bias)) {
-      const auto parts = split_linear_with_gelu_of_last(x16, fc1_->weight, fc1_->bias, {fc1_->weight.size(0)});
-      return linear_of_recomputed(*f, parts[0], {}, fc2_->weight, fc2_->bias, parts[1]);
+    if (fc2_->recomputes(*f, x16)) {
+      const auto parts = fc1_->forward_split(x16, {fc1_->out_features()}, /*gelu_of_last=*/true);
+      return fc2_->forward_of_activation(*f, parts[0], {}, parts[1]);
     }
   }
   const auto hidden = fc1_->forward(x);
-  if (f && uses_recomputed_linear(*f, hidden, fc2_->weight, fc2_->bias)) {
-    return linear_of_recomputed(*f, hidden, {}, fc2_->weight, fc2_->bias);
-  }
+  if (f) return fc2_->forward_of_activation(*f, hidden);
   return fc2_->forward(activate(hidden, act_));
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/device_copies.h"
+#include "models/common/linear_layer.h"
 
 #include "models/hymotion/hymotion_config.h"
 
@@ -38,18 +39,14 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 
 // nn.Linear: weight [out, in], optional bias; default init U(±1/√in) drawn weight then bias, exactly as
-// PyTorch's reset_parameters (same CPU generator, so torch::manual_seed gives the reference's values).
-class LinearImpl : public torch::nn::Module {
+// PyTorch's reset_parameters (same CPU generator, so torch::manual_seed gives the reference's values). How
+// the product runs (and a LoRA adapter) is the seam's (models/common/linear_layer.h).
+class LinearImpl : public LinearLayer {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias, const Init& init);
-  // x is cast to the weights' dtype first (float32 inputs, sinusoids and norm outputs meet bf16 weights).
-  torch::Tensor forward(const torch::Tensor& x) const;
   // Zeroes weight and bias (ModulateDiT and FinalLayer(zero_init)), after the default draw as in the
   // reference, so the generator stream stays aligned.
   void zero_();
-
-  torch::Tensor weight;  // [out, in]
-  torch::Tensor bias;    // [out] or undefined
 };
 TORCH_MODULE(Linear);
 

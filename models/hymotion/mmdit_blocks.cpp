@@ -3,9 +3,7 @@
 #include "models/hymotion/mmdit_blocks.h"
 
 #include "models/common/gated_residual_op.h"
-#include "models/common/joined_linear_op.h"
 #include "models/common/qk_norm_rope_op.h"
-#include "models/common/split_linear_op.h"
 
 namespace zest::hymotion {
 namespace {
@@ -109,13 +107,12 @@ SingleBlockImpl::SingleBlockImpl(const HyMotionConfig& cfg, const Init& init)
 torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tensor& c,
                                        const AttnContext& ctx) const {
   const auto m = modulation_->forward(c);  // shift, scale, gate
-  // [q | k | v] and the MLP half as two products (split_linear_op.h): no cat of their gradients in backward;
-  // with GELU_tanh, the MLP half's product also writes its activation (parts[2], when an epilogue made it).
+  // [q | k | v] and the MLP half as two products (linear_layer.h's split form): no cat of their gradients in
+  // backward; with GELU_tanh, the MLP half's product also writes its activation (parts[2], when an epilogue
+  // made it).
   const bool joined = act_ == Act::gelu_tanh;
   const auto normed = norm_modulate(z, m[0], m[1]).to(linear1_->weight.scalar_type());
-  const std::vector<int64_t> sizes{3 * dim_, mlp_hidden_};
-  const auto parts = joined ? split_linear_with_gelu_of_last(normed, linear1_->weight, linear1_->bias, sizes)
-                            : split_linear(normed, linear1_->weight, linear1_->bias, sizes);
+  const auto parts = linear1_->forward_split(normed, {3 * dim_, mlp_hidden_}, /*gelu_of_last=*/joined);
   const std::vector<QkvProjection> stream{projection_of(parts[0], q_norm_, k_norm_)};
   torch::Tensor o;
   if (uses_qk_norm_rope_kernels(stream, num_heads_, ctx.cos, ctx.sin)) {
@@ -124,8 +121,8 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tens
     const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
     o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
   }
-  // linear2 over [attention | GELU(MLP half)] as two products, the cat never written (joined_linear_op.h).
-  const auto out = joined ? joined_gelu_linear(o, parts[1], linear2_->weight, linear2_->bias, parts[2])
+  // linear2 over [attention | GELU(MLP half)] as two products, the cat never written (the joined form).
+  const auto out = joined ? linear2_->forward_joined_gelu(o, parts[1], parts[2])
                            : linear2_->forward(concat_activated(o, parts[1], act_));
   return gated_residual(z, out, m[2]);
 }

@@ -79,6 +79,7 @@ FolderFormat diffusers_folder_format() {
                           " (diffusers UNet), a unet/ subfolder (diffusers pipeline)";
   format.config_fields = std::string("diffusers' ") + kDiffusersClassName + " fields";
   format.config_name = kDiffusersConfigName;
+  format.weights_name = kDiffusersWeightsName;
   format.find_layout = find_diffusers_layout;
   format.read_config = read_config;
   format.write_config = write_config;

@@ -2,7 +2,6 @@
 #include "models/unet/layers.h"
 
 #include "core/check.h"
-#include "models/common/conv_op.h"
 #include "models/common/fused_norms.h"
 
 #include <cmath>
@@ -45,40 +44,15 @@ double bias_bound(int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(f
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
                        const torch::TensorOptions& options) {
-  weight = register_parameter("weight",
-                              uniform({out_features, in_features}, kaiming_bound(in_features), options));
-  if (with_bias) {
-    bias = register_parameter("bias", uniform({out_features}, bias_bound(in_features), options));
-  }
+  auto initial_weight = uniform({out_features, in_features}, kaiming_bound(in_features), options);  // drawn first
+  register_weights(initial_weight, with_bias ? uniform({out_features}, bias_bound(in_features), options) : torch::Tensor());
 }
 
 Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
-                       int64_t padding, const torch::TensorOptions& options)
-    : stride_(stride), padding_(padding) {
+                       int64_t padding, const torch::TensorOptions& options) {
   const int64_t fan_in = in_channels * kernel_size * kernel_size;
-  weight = register_parameter(
-      "weight",
-      uniform({out_channels, in_channels, kernel_size, kernel_size}, kaiming_bound(fan_in), options));
-  bias = register_parameter("bias", uniform({out_channels}, bias_bound(fan_in), options));
-}
-
-torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) const { return convolve(x, bias); }
-
-torch::Tensor Conv2dImpl::forward_without_bias(const torch::Tensor& x) const { return convolve(x, {}); }
-
-// A 1×1 convolution over channels-last activations is one product over their [pixels, in] rows, which
-// zest::linear runs where it accumulates (linear_op.h): the bias is added in the product's epilogue and
-// cuBLAS accumulates the weight and bias gradients into the .grad slots, where the convolution adds its
-// bias in a pass of its own and autograd adds its weight gradient into the slot in another.
-torch::Tensor Conv2dImpl::convolve(const torch::Tensor& x, const torch::Tensor& b) const {
-  const auto input = x.to(weight.scalar_type());
-  const bool pointwise = weight.size(2) == 1 && weight.size(3) == 1 && stride_ == 1 && padding_ == 0 &&
-                         input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast);
-  if (pointwise) {
-    const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
-    if (uses_accumulating_linear(rows, weight, b)) return linear(rows, weight, b).permute({0, 3, 1, 2});
-  }
-  return zest::conv2d(input, weight, b, stride_, padding_);  // conv_op.h: gradients into the slots on CUDA
+  auto initial_weight = uniform({out_channels, in_channels, kernel_size, kernel_size}, kaiming_bound(fan_in), options);
+  register_weights(initial_weight, uniform({out_channels}, bias_bound(fan_in), options), stride, padding);
 }
 
 GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,

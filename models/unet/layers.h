@@ -4,7 +4,8 @@
 // to the weights' dtype (the compute dtype); the norms compute in float32 and return float32.
 #pragma once
 
-#include "models/common/linear_op.h"
+#include "models/common/conv_layer.h"
+#include "models/common/linear_layer.h"
 
 #include <torch/torch.h>
 
@@ -20,36 +21,19 @@ torch::Tensor activate(Act act, const torch::Tensor& x);
 // Parameters are created with `options` (device, dtype). torch.nn initialises weight and bias of
 // Linear/Conv2d uniformly in ±1/√fan_in (kaiming_uniform_(a=√5) for the weight), drawing from the
 // global CPU generator weight first, then bias, in construction order; norms start at 1/0. On the
-// meta device nothing is drawn, so counting SDXL's parameters allocates nothing.
-class LinearImpl : public torch::nn::Module {
+// meta device nothing is drawn, so counting SDXL's parameters allocates nothing. How the product or the
+// convolution runs (and a LoRA adapter) is the seam's (models/common/linear_layer.h, conv_layer.h).
+class LinearImpl : public LinearLayer {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
              const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x) const {
-    return zest::linear(x.to(weight.scalar_type()), weight, bias);
-  }
-
-  torch::Tensor weight;  // [out, in]
-  torch::Tensor bias;    // [out] or undefined
 };
 TORCH_MODULE(Linear);
 
-class Conv2dImpl : public torch::nn::Module {
+class Conv2dImpl : public ConvLayer {
  public:
   Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
              int64_t padding, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x) const;
-  // The convolution alone, for a caller that adds the bias together with another per-channel term.
-  torch::Tensor forward_without_bias(const torch::Tensor& x) const;
-
-  torch::Tensor weight;  // [out, in, k, k]
-  torch::Tensor bias;    // [out]
-
- private:
-  torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& b) const;
-
-  int64_t stride_;
-  int64_t padding_;
 };
 TORCH_MODULE(Conv2d);
 

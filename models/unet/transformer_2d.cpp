@@ -4,7 +4,6 @@
 
 #include "core/compat.h"
 #include "models/common/geglu_op.h"
-#include "models/common/recomputed_linear_op.h"
 
 namespace zest::unet {
 
@@ -57,14 +56,10 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, const torch::TensorOptions& option
   out = register_indexed(*net, Linear(4 * dim, dim, true, options));
 }
 
-// On CUDA the GEGLU output (the block's widest activation) is recomputed in backward rather than kept
-// (recomputed_linear_op.h).
+// On CUDA the GEGLU output (the block's widest activation) is recomputed in backward rather than kept,
+// where the output Linear decides so (models/common/linear_layer.h).
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) const {
-  const auto projected = geglu->project(x);
-  if (uses_recomputed_linear(RecomputedActivation::geglu, projected, out->weight, out->bias)) {
-    return linear_of_recomputed(RecomputedActivation::geglu, projected, {}, out->weight, out->bias);
-  }
-  return out->forward(zest::geglu(projected));
+  return out->forward_of_activation(RecomputedActivation::geglu, geglu->project(x));
 }
 
 BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t context_dim,

@@ -123,6 +123,9 @@ ModelFamily family() {
   f.build = [](ConfigTable& table) -> std::shared_ptr<UnitModule> {
     return std::make_shared<UNet2DConditionModel>(UNetConfig::from_toml(table));
   };
+  f.build_on_meta = [](ConfigTable& table) -> std::shared_ptr<UnitModule> {
+    return std::make_shared<UNet2DConditionModel>(UNetConfig::from_toml(table), torch::TensorOptions().device(torch::kMeta));
+  };
   f.count_parameters = [](ConfigTable& table) { return count_parameters(UNetConfig::from_toml(table)); };
   f.forward = forward_named;
   f.training_loss = training_loss;
@@ -133,6 +136,8 @@ ModelFamily family() {
     return activation_profile(UNetConfig::from_toml(table), shapes);
   };
   f.folder_formats = {diffusers_folder_format()};
+  // As diffusers' train_text_to_image_lora.py: the attention projections of every transformer block.
+  f.lora_targets = {"to_q", "to_k", "to_v", "to_out.0"};
   return f;
 }
 

@@ -1,5 +1,6 @@
 // The README's own example run file ("## A run file"), extracted from README.md when the test runs and
 // trained verbatim on 2 ranks over data from `zest data synth`: what a new user copies must work.
+#include "common/read_text.h"
 #include "common/temp_dir.h"
 #include "tools/run_config.h"
 #include "zest_run.h"

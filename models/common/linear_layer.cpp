@@ -1,0 +1,69 @@
+// LinearLayer (see linear_layer.h): the choice of product for each form, and the adapter's place in it.
+// Without an adapter each form calls exactly the op the blocks called before the seam existed, so kernels
+// and numerics are unchanged; with one, the base product is the plain composition (its frozen weight takes
+// no fused-gradient path anyway: linear_op.h's conditions need a trainable weight) plus the adapter's delta.
+#include "models/common/linear_layer.h"
+
+#include "core/check.h"
+#include "models/common/concat_gelu_op.h"
+#include "models/common/joined_linear_op.h"
+#include "models/common/linear_op.h"
+#include "models/common/split_linear_op.h"
+
+namespace zest {
+
+void LinearLayer::register_weights(torch::Tensor initial_weight, torch::Tensor initial_bias) {
+  weight = register_parameter("weight", std::move(initial_weight));
+  if (initial_bias.defined()) bias = register_parameter("bias", std::move(initial_bias));
+}
+
+torch::Tensor LinearLayer::with_delta(const torch::Tensor& base_output, const torch::Tensor& input) const {
+  return base_output + adapter_->linear_delta(input, is_training());
+}
+
+torch::Tensor LinearLayer::forward(const torch::Tensor& x) const {
+  const auto input = x.to(weight.scalar_type());
+  const auto y = zest::linear(input, weight, bias);  // fused gradient accumulation on CUDA
+  return adapter_ ? with_delta(y, input) : y;
+}
+
+std::vector<torch::Tensor> LinearLayer::forward_split(const torch::Tensor& x, const std::vector<int64_t>& sizes,
+                                                      bool gelu_of_last) const {
+  if (!adapter_) {
+    return gelu_of_last ? split_linear_with_gelu_of_last(x, weight, bias, sizes) : split_linear(x, weight, bias, sizes);
+  }
+  auto parts = forward(x).split_with_sizes(sizes, -1);
+  if (gelu_of_last) parts.emplace_back();  // no epilogue: the consumer runs GELU
+  return parts;
+}
+
+bool LinearLayer::recomputes(RecomputedActivation f, const torch::Tensor& a) const {
+  return !adapter_ && uses_recomputed_linear(f, a, weight, bias);
+}
+
+torch::Tensor LinearLayer::forward_of_activation(RecomputedActivation f, const torch::Tensor& a,
+                                                 const torch::Tensor& b, const torch::Tensor& activated) const {
+  if (recomputes(f, a)) return linear_of_recomputed(f, a, b, weight, bias, activated);
+  return forward(apply_activation(f, a, b));
+}
+
+torch::Tensor LinearLayer::forward_joined_gelu(const torch::Tensor& left, const torch::Tensor& right,
+                                               const torch::Tensor& activated) const {
+  if (!adapter_) return joined_gelu_linear(left, right, weight, bias, activated);
+  return forward(concat_gelu_tanh(left, right));
+}
+
+void LinearLayer::attach_adapter(const LowRankShape& shape) {
+  ZEST_CHECK(!adapter_, "this Linear already has a LoRA adapter");
+  adapter_ = std::make_unique<LowRankAdapter>(*this, in_features(), out_features(), /*kernel=*/0, shape,
+                                              weight.options().requires_grad(false));
+}
+
+void LinearLayer::fold_adapter_into_weight() {
+  ZEST_CHECK(adapter_, "fold_adapter_into_weight: this Linear has no adapter");
+  torch::NoGradGuard no_grad;
+  weight.copy_(weight.to(torch::kFloat32) + adapter_->weight_delta().to(weight.device()));
+  adapter_->set_multiplier(0.0);  // its delta is in the weight now: the layer's output is unchanged
+}
+
+}  // namespace zest
