@@ -32,7 +32,7 @@ GpuRun train_on_gpu(const std::string& flavor, int stage, bool fused) {
   {
     torch::NoGradGuard no_grad;
     model->to(torch::kCUDA);
-    run.base_output = forward(flavor, *model, inputs).float().cpu();
+    run.base_output = forward(flavor, *model, inputs).to(torch::kFloat32).cpu();
     model->to(torch::kCPU);
   }
   attach_lora(*model, family_of_flavor(flavor).lora_targets, {4, 8.0, 0.0}, "test");
@@ -47,11 +47,11 @@ GpuRun train_on_gpu(const std::string& flavor, int stage, bool fused) {
   run.base_before = base_of(*model);
   {
     torch::NoGradGuard no_grad;
-    run.step0 = forward(flavor, *model, inputs).float().cpu();
+    run.step0 = forward(flavor, *model, inputs).to(torch::kFloat32).cpu();
   }
   const auto before = linear_grad_fusion_counts();
   for (int step = 0; step < 4; ++step) {
-    engine.backward((forward(flavor, *model, inputs).float() - 0.5).square().mean());
+    engine.backward((forward(flavor, *model, inputs).to(torch::kFloat32) - 0.5).square().mean());
     for (const auto& item : model->named_parameters())
       EXPECT_TRUE(is_adapter_parameter(item.key()) || !item.value().grad().defined()) << item.key();
     engine.step();
@@ -79,7 +79,7 @@ TEST_P(GpuLora, FusedAdaptersTrainAsUnfusedAndTheBaseStaysFrozen) {
   for (const auto& [name, value] : fused.adapters) {
     const auto& other = plain.adapters.at(name);
     const double scale = std::max(other.abs().max().item<double>(), 1e-2);
-    EXPECT_LE((value.float() - other.float()).abs().max().item<double>(), 3e-2 * scale) << name;
+    EXPECT_LE((value.to(torch::kFloat32) - other.to(torch::kFloat32)).abs().max().item<double>(), 3e-2 * scale) << name;
   }
 }
 
