@@ -43,10 +43,11 @@ void run_merge(const MergeArgs& args) {
   checkpoint::MergeOptions options;
   options.dtype = checkpoint::parse_merge_dtype(args.dtype);
   options.shard_size_bytes = checkpoint::parse_byte_size(args.shard_size);
-  // Below a megabyte every tensor would get a file of its own: surely a mistyped unit (0.5B, 5KB for 5GB).
-  constexpr uint64_t kMinShardBytes = uint64_t{1} << 20;
+  // Below 64 KiB nearly every tensor would get a file of its own: surely a mistyped unit (0.5B, 5KB for 5GB).
+  // Not higher: small shards still serve tiny models and the tests of sharded exports.
+  constexpr uint64_t kMinShardBytes = uint64_t{64} << 10;
   ZEST_CHECK(options.shard_size_bytes == 0 || options.shard_size_bytes >= kMinShardBytes, "zest merge --shard-size ",
-             printable(args.shard_size, 40), " is ", options.shard_size_bytes, " bytes: below 1 MiB every tensor would "
+             printable(args.shard_size, 40), " is ", options.shard_size_bytes, " bytes: below 64 KiB nearly every tensor would "
              "get a file of its own; give a size such as 5GB or 2GiB, or 0 for one file");
   options.ema = args.ema;
   const auto start = std::chrono::steady_clock::now();

@@ -60,17 +60,17 @@ TEST(ResumePoint, OtherWorldSizeWithoutASharedFolderIsRefused) {
   }
 }
 
-TEST(ResumePoint, MergeShardSizesAreWholeBytesOfAtLeastAMegabyte) {
+TEST(ResumePoint, MergeShardSizesAreWholeBytesOfAtLeast64KiB) {
   EXPECT_EQ(checkpoint::parse_byte_size("1.5MB"), 1'500'000u);
   expect_error([] { checkpoint::parse_byte_size("0.5B"); }, {"size '0.5B' is not a whole number of bytes"});
   expect_error([] { checkpoint::parse_byte_size("1e30TB"); }, {"larger than any file can be"});
   expect_error([] { checkpoint::parse_byte_size("5\x1b[2JGB"); }, {"unknown unit '\\x1b[2JGB'"});
   const TempDir dir("shard_size");
-  for (const std::string size : {"0.5KB", "10B", "1KiB"}) {
+  for (const std::string size : {"0.5KB", "10B", "1KiB", "65535B"}) {
     const CliResult r = run_cli({zest_binary(), "merge", dir.path(), "-o", dir.sub("m.safetensors"), "--shard-size", size});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_NE(r.err.find("zest merge --shard-size " + size), std::string::npos) << r.describe();
-    EXPECT_NE(r.err.find("below 1 MiB every tensor would get a file of its own"), std::string::npos) << r.describe();
+    EXPECT_NE(r.err.find("below 64 KiB nearly every tensor would get a file of its own"), std::string::npos) << r.describe();
   }
 }
 
