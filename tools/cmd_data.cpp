@@ -148,6 +148,20 @@ void add_stats(CLI::App& data) {
 
 void add_prepare_motions(CLI::App& prepare);  // below
 
+// What a prepare run wrote and skipped (rank 0): the image and the motion reports share these fields.
+template <typename Report>
+void print_prepare_report(const Report& r, const std::string& out) {
+  std::cout << "wrote " << r.samples << " samples in " << r.manifest.shards.size() << " shard(s) to " << out
+            << " (captions from " << r.captions_from << ")";
+  if (r.pieces_reused > 0) std::cout << "; " << r.pieces_reused << " of " << r.pieces_total << " pieces were done by an earlier run";
+  std::cout << "\n";
+  if (r.skipped.empty()) return;
+  std::cout << "skipped " << r.skipped.size() << " file(s), listed in " << out << "/skipped.txt:\n";
+  for (size_t i = 0; i < r.skipped.size() && i < 10; ++i)
+    std::cout << "  " << printable(r.skipped[i].file) << ": " << printable(r.skipped[i].reason) << "\n";
+  if (r.skipped.size() > 10) std::cout << "  ...\n";
+}
+
 void add_prepare(CLI::App& data) {
   auto o = std::make_shared<PrepareImagesOptions>();
   CLI::App* prepare = data.add_subcommand("prepare", "Encode raw training data into a dataset");
@@ -179,17 +193,7 @@ void add_prepare(CLI::App& data) {
     auto comm = world_communicator();
     const InterruptGuard stop_cleanly;  // SIGINT/SIGTERM: finished pieces kept for a rerun, OUT untouched
     const PrepareImagesReport r = prepare_images(*o, *comm, std::cout);
-    if (comm->rank() != 0) return;
-    std::cout << "wrote " << r.samples << " samples in " << r.manifest.shards.size() << " shard(s) to " << o->out
-              << " (captions from " << r.captions_from << ")";
-    if (r.pieces_reused > 0) std::cout << "; " << r.pieces_reused << " of " << r.pieces_total << " pieces were done by an earlier run";
-    std::cout << "\n";
-    if (!r.skipped.empty()) {
-      std::cout << "skipped " << r.skipped.size() << " file(s), listed in " << o->out << "/skipped.txt:\n";
-      for (size_t i = 0; i < r.skipped.size() && i < 10; ++i)
-        std::cout << "  " << printable(r.skipped[i].file) << ": " << printable(r.skipped[i].reason) << "\n";
-      if (r.skipped.size() > 10) std::cout << "  ...\n";
-    }
+    if (comm->rank() == 0) print_prepare_report(r, o->out);
   });
   add_prepare_motions(*prepare);
 }
@@ -218,17 +222,7 @@ void add_prepare_motions(CLI::App& prepare) {
     auto comm = world_communicator();
     const InterruptGuard stop_cleanly;  // SIGINT/SIGTERM: finished pieces kept for a rerun, OUT untouched
     const PrepareMotionsReport r = prepare_motions(*o, *comm, std::cout);
-    if (comm->rank() != 0) return;
-    std::cout << "wrote " << r.samples << " samples in " << r.manifest.shards.size() << " shard(s) to " << o->out
-              << " (captions from " << r.captions_from << ")";
-    if (r.pieces_reused > 0) std::cout << "; " << r.pieces_reused << " of " << r.pieces_total << " pieces were done by an earlier run";
-    std::cout << "\n";
-    if (!r.skipped.empty()) {
-      std::cout << "skipped " << r.skipped.size() << " file(s), listed in " << o->out << "/skipped.txt:\n";
-      for (size_t i = 0; i < r.skipped.size() && i < 10; ++i)
-        std::cout << "  " << printable(r.skipped[i].file) << ": " << printable(r.skipped[i].reason) << "\n";
-      if (r.skipped.size() > 10) std::cout << "  ...\n";
-    }
+    if (comm->rank() == 0) print_prepare_report(r, o->out);
   });
 }
 
