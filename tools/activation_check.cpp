@@ -1,9 +1,10 @@
-// The run's activation plan and check (see activation_check.h).
+// The run's pre-flight: model state inputs, activation plan and check (see activation_check.h).
 #include "tools/activation_check.h"
 
 #include "core/check.h"
 #include "core/compat.h"
 #include "engine/preflight.h"
+#include "models/lora_run.h"
 #include "tools/memory_budget.h"
 
 #include <algorithm>
@@ -27,6 +28,14 @@ int64_t dim_of(const Sample& sample, const std::string& key, int64_t dim) {
 }
 
 }  // namespace
+
+PreflightInputs run_preflight_inputs(const RunConfig& config, const ResolvedModel& model, int world_size, bool ema) {
+  const ParameterCounts counts = config.lora.enabled ? count_lora_parameters(model, config.lora)
+                                                     : ParameterCounts{count_model_parameters(model), 0};
+  PreflightInputs in = preflight_inputs_for(counts.trainable, world_size, config.engine, config.optimizer, ema);
+  in.model_state.frozen_numel = counts.frozen;
+  return in;
+}
 
 ActivationShapes default_activation_shapes(Precision precision, const torch::Device& device) {
   ActivationShapes shapes;

@@ -1,10 +1,12 @@
-// The run's activation plan: the family's activation profile for the data's shapes (one sample of the
+// The run's pre-flight: the model state to check before the model is built (a LoRA run's adapters beside
+// its frozen base), and its activation plan: the family's activation profile for the data's shapes (one sample of the
 // dataset, or the family's defaults when there is none yet), [data] batch_size and [engine] accumulation
 // and recompute policy; and the check that refuses, once the model state is on the GPU, a run whose
 // activations cannot fit (engine/preflight_activations.h).
 #pragma once
 
 #include "data/dataset.h"
+#include "engine/preflight.h"
 #include "engine/preflight_activations.h"
 #include "models/model_resolve.h"
 #include "tools/run_config.h"
@@ -18,6 +20,10 @@ namespace zest {
 ActivationShapes activation_shapes_of(const Sample& sample, Precision precision, const torch::Device& device);
 // The family's defaults (SyntheticShapes) where no dataset is at hand.
 ActivationShapes default_activation_shapes(Precision precision, const torch::Device& device);
+
+// The model state `zest train` and `zest bench` check before building the model: a LoRA run trains its
+// adapters and keeps its frozen base whole in the compute dtype.
+PreflightInputs run_preflight_inputs(const RunConfig& config, const ResolvedModel& model, int world_size, bool ema);
 
 ActivationPlan activation_plan(const RunConfig& config, const ResolvedModel& model, const ActivationShapes& shapes);
 

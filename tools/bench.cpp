@@ -10,7 +10,9 @@
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
 #include "models/common/fused_paths.h"
+#include "models/lora_run.h"
 #include "models/model_resolve.h"
+#include "tools/activation_check.h"
 #include "tools/device_memory.h"
 #include "tools/flop_counter.h"
 #include "tools/kernel_profile.h"
@@ -86,10 +88,11 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   apply_sdpa_backend_from_env();
 #endif
   const ResolvedModel resolved = resolve_model(config.model);
-  check_fits(preflight_inputs_for(count_model_parameters(resolved), comm->size(), config.engine, config.optimizer,
-                                  /*ema=*/false),
-             place_engine(config.engine, *comm), comm->local_size());  // before building a model that cannot fit
+  check_fits(run_preflight_inputs(config, resolved, comm->size(), /*ema=*/false), place_engine(config.engine, *comm),
+             comm->local_size());  // before building a model that cannot fit
   auto model = build_model(resolved);
+  // [lora]: the seeded base frozen in the compute dtype, only the adapters trained, as in `zest train`.
+  if (config.lora.enabled) prepare_lora_model(*model, config.lora, resolved, config.train.seed, *comm);
   Engine engine(model, config.engine, config.optimizer, config.scheduler, comm);
   const torch::Device device = engine.device();
   const ModelFamily& family = *resolved.family;
@@ -217,8 +220,12 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   if (comm->rank() == 0) {
     for (const std::string& line : fused_path_fallback_lines()) std::cerr << "zest bench: " << line << "\n";
   }
+  int64_t frozen_parameters = 0;  // a LoRA run's base, outside the engine's model state
+  for (const auto& parameter : model->parameters())
+    if (!parameter.requires_grad()) frozen_parameters += parameter.numel();
   return {{"model", resolved.name},
           {"parameters", engine.num_parameters()},
+          {"frozen_parameters", frozen_parameters},
           {"device", device.str()},
           {"world_size", comm->size()},
           {"stage", config.engine.stage},

@@ -67,17 +67,6 @@ checkpoint::SaveRequest save_request(const RunConfig& config, const ResolvedMode
   return request;
 }
 
-// The model state to check before the model is built: a LoRA run trains its adapters and keeps its frozen
-// base whole in the compute dtype.
-PreflightInputs run_preflight_inputs(const RunConfig& config, const ResolvedModel& model, int world_size) {
-  const ParameterCounts counts = config.lora.enabled ? count_lora_parameters(model, config.lora)
-                                                     : ParameterCounts{count_model_parameters(model), 0};
-  PreflightInputs in = preflight_inputs_for(counts.trainable, world_size, config.engine, config.optimizer,
-                                            config.ema.enabled);
-  in.model_state.frozen_numel = counts.frozen;
-  return in;
-}
-
 // What the steps since the previous report add up to on this rank. The loss stays a tensor on the
 // device, so a step never waits for it; a report reads it (the one device synchronisation).
 struct Window {
@@ -223,7 +212,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
   objective_ = resolved_.family->make_training_loss(config.loss, resolved_.pretrained);  // [loss] errors early
   // Before the model is built (minutes for a 10B model): refuse a run whose model state cannot fit.
   phase_ = "checking that the model state fits the device";
-  check_fits(run_preflight_inputs(config, resolved_, comm_->size()), place_engine(config.engine, *comm_),
+  check_fits(run_preflight_inputs(config, resolved_, comm_->size(), config.ema.enabled), place_engine(config.engine, *comm_),
              comm_->local_size());
   phase_ = "building the model";
   model_ = build_model(resolved_);

@@ -45,6 +45,27 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   EXPECT_NEAR(ratio, 1.0, 1e-3);
 }
 
+// [lora] in a bench run file trains only the adapters, as `zest train` does: the engine holds the adapters,
+// the base is frozen beside it, and the adapters learn.
+TEST(Bench, LoraRunTrainsOnlyTheAdapters) {
+  const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
+  const CliResult full = run_cli({zest_binary(), "bench", config, "--steps", "1", "--warmup", "0"}, {120.0});
+  ASSERT_TRUE(full.exited() && full.code() == 0) << full.describe();
+  const CliResult r = run_cli({zest_binary(), "bench", config, "--steps", "10", "--warmup", "5", "--set",
+                               "lora.enabled=true", "--set", "lora.rank=2", "--set", "optimizer.lr=1e-2"},
+                              {120.0});
+  ASSERT_TRUE(r.exited() && r.code() == 0) << r.describe();
+  const auto whole = nlohmann::json::parse(full.out);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(whole["frozen_parameters"].get<int64_t>(), 0);
+  const int64_t adapters = j["parameters"].get<int64_t>();
+  const int64_t frozen = j["frozen_parameters"].get<int64_t>();
+  EXPECT_GT(adapters, 0);
+  EXPECT_LT(adapters, whole["parameters"].get<int64_t>() / 10) << "the engine holds more than the adapters";
+  EXPECT_EQ(frozen, whole["parameters"].get<int64_t>()) << "the base, frozen, is the whole model";
+  EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
+}
+
 // --profile on the CPU traces the host phases of the profiled steps (tools/step_trace.h): one Chrome
 // trace named as torch's tensorboard_trace_handler names it, no kernel tables (those need a GPU).
 TEST(Bench, ProfileOnTheCpuWritesAHostTrace) {

@@ -129,6 +129,9 @@ def main():
         def __init__(self, unet):
             self.unet = unet
             self.text_encoder = None
+            # DiffusionPipeline's attribute: None = no accelerate device map (the loader asks before it
+            # checks for CPU offloading).
+            self.hf_device_map = None
 
         @property
         def components(self):
