@@ -1,5 +1,5 @@
 // EngineConfig: the [engine] table (stage, precision, accumulation, clipping, buckets, activation
-// checkpointing) and [engine.loss_scale], with their TOML reading/validation and printing.
+// checkpointing), [engine.offload] and [engine.loss_scale], one field table (engine_fields()).
 #pragma once
 
 #include <torch/torch.h>
@@ -11,6 +11,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 enum class Precision { fp32, bf16, fp16 };
 torch::Dtype to_dtype(Precision p);
@@ -88,5 +90,8 @@ void check_supported_here(ConfigTable& engine_table, const EngineConfig& config)
 
 // Writes every field (defaults included) with its one-line doc; [engine.loss_scale] only for fp16.
 void to_toml(const EngineConfig& config, ConfigWriter& out);
+
+// The [engine] table: its keys, [engine.offload] and [engine.loss_scale] (core/field_table.h).
+const FieldTable<EngineConfig>& engine_fields();
 
 }  // namespace zest
