@@ -243,6 +243,7 @@ const FieldTable<EngineConfig>& engine_fields() {
           return std::string("[engine.loss_scale] is only used with precision = \"fp16\" (precision is \"") +
                  to_string(c.precision) + "\"); remove it or set engine.precision = \"fp16\"";
         });
+    t.nested("kernels", &C::kernels, kernels_fields());
     // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
     // which no one wants; DeepSpeed likewise offloads from stage 1 up.
     t.rules([](ConfigTable& table, EngineConfig& c) {

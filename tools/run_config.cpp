@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <iostream>
 #include <map>
 
 namespace zest {
@@ -150,6 +151,21 @@ void check_run_model(const RunConfig& config) {
   const ResolvedModel model = resolve_run_model(config);
   ConfigTable counted = model_config_table(model);  // counting builds nothing (meta tensors)
   check_model_fits_host(*model.family, counted);
+}
+
+#ifdef ZEST_WITH_CUDA
+void apply_sdpa_backend();  // tools/sdpa_backend_cuda.cpp
+#endif
+
+KernelsConfig apply_run_kernels(const RunConfig& config, bool print) {
+  std::vector<std::string> overrides;
+  const KernelsConfig in_force = KernelSwitches::process().apply(config.engine.kernels, &overrides);
+  if (print)
+    for (const std::string& line : overrides) std::cerr << "zest: " << line << "\n";
+#ifdef ZEST_WITH_CUDA
+  apply_sdpa_backend();
+#endif
+  return in_force;
 }
 
 std::string config_reference_markdown() { return reference_markdown(run_fields().rows("")); }

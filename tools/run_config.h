@@ -75,6 +75,11 @@ void check_run_model(const RunConfig& config);
 // The resolved config as TOML, every default written out, each key with its one-line doc.
 std::string to_toml(const RunConfig& config);
 
+// Sets the process's kernel switches from [engine.kernels] (core/kernel_switches.h), once, at the start of
+// `zest train` and `zest bench`: a set environment variable still wins, and `print` (rank 0) says so in one
+// line each on stderr. With CUDA also the attention backend. Returns the values in force.
+KernelsConfig apply_run_kernels(const RunConfig& config, bool print);
+
 // The run file: every table above, nested in run-file order (core/field_table.h). From it come reading,
 // to_toml, `zest config diff`, and the key tables of docs/config_reference.md (config_reference_markdown).
 const FieldTable<RunConfig>& run_fields();

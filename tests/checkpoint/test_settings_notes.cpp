@@ -42,9 +42,9 @@ TEST(CheckpointSettings, EveryChangedSettingIsANote) {
   });
 }
 
-// The manifest records the engine's settings as its field table writes them ("config": {"engine": {...}}),
-// and a manifest read back keeps the record.
-TEST(CheckpointSettings, ManifestRecordsTheEngineConfig) {
+// The manifest records the engine's settings as its field table writes them, the kernel switches included
+// ("config": {"engine": {..., "kernels": {...}}}), and a manifest read back keeps the record.
+TEST(CheckpointSettings, ManifestRecordsTheEngineConfigAndItsKernels) {
   run_ranks(1, [&](int, std::shared_ptr<Communicator> comm) {
     ToyRun run = make_toy_run(comm, {});
     const EngineState state = run.engine->state();
@@ -53,7 +53,9 @@ TEST(CheckpointSettings, ManifestRecordsTheEngineConfig) {
     const auto& engine = config.at("engine");
     EXPECT_EQ(engine.at("stage"), 2) << m.config_json;
     EXPECT_EQ(engine.at("precision"), "fp32") << m.config_json;
-    EXPECT_EQ(engine.at("clip_norm"), 1.0) << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("qk_norm_rope"), true) << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("conv_grad_fusion"), false) << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("sdpa_backend"), "auto") << m.config_json;
     m.files = {{"rank_00000.safetensors", 8, 0}};
     const checkpoint::Manifest back = checkpoint::parse_manifest(checkpoint::to_json_text(m), "manifest.json");
     EXPECT_EQ(nlohmann::json::parse(back.config_json), config);

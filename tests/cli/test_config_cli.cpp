@@ -202,10 +202,10 @@ TEST_F(RunConfigTest, ZestConfigCheckBinary) {
 TEST_F(RunConfigTest, ZestConfigDiffAndReference) {
   const std::string zest = std::string(ZEST_BINARY_DIR) + "/zest";
   const std::string a = write("a.toml", kMinimal);
-  const std::string b = write("b.toml", kMinimal + "[engine]\nstage = 3\n[train]\nseed = 4\n");
+  const std::string b = write("b.toml", kMinimal + "[engine]\nstage = 3\n[engine.kernels]\nsplit_linear = false\n");
   const auto [status, out] = run_command(zest + " config diff " + a + " " + b);
   EXPECT_EQ(status, 0) << out;
-  EXPECT_EQ(out, "engine.stage: 2 → 3\ntrain.seed: 0 → 4\n"
+  EXPECT_EQ(out, "engine.stage: 2 → 3\nengine.kernels.split_linear: true → false\n"
                  "engine.reshard_after_forward: (absent) → true\nengine.prefetch: (absent) → 1\n");
   const auto [same_status, same_out] = run_command(zest + " config diff " + a + " " + a + " --set train.seed=3");
   EXPECT_EQ(same_status, 0) << same_out;

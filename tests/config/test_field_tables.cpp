@@ -1,11 +1,14 @@
-// The field tables (core/field_table.h): an unknown key in any table names the file, the table and the nearest
-// known key; every table reads back what it writes; the key table of docs/config_reference.md is the tables';
-// and "How to add a config key" with a table of the test's own.
+// The field tables (core/field_table.h) and the kernel switches (core/kernel_switches.h): an unknown key in any
+// table names the file, the table and the nearest known key; every table reads back what it writes; the key
+// table of docs/config_reference.md is the tables'; [engine.kernels] reaches the process's switches, with the
+// environment as an override; and docs/design.md's "How to add a config key" / "How to add a kernel switch"
+// with a table and a switch list of the test's own.
 #include "tests/config/config_test_util.h"
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
 #include "core/field_table.h"
+#include "core/kernel_switches.h"
 #include "core/untrusted_file.h"
 #include "tools/run_config.h"
 
@@ -58,6 +61,11 @@ rendezvous_timeout_s = 20.0
 [engine.offload]
 optimizer = "cpu"
 staging_mb = 64.0
+
+[engine.kernels]
+split_linear = false
+conv_grad_fusion = true
+sdpa_backend = "math"
 
 [optimizer]
 name = "lion"
@@ -134,6 +142,8 @@ TEST(FieldTables, UnknownKeysNameTheFileTheTableAndTheNearestKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"[engine]\nstgae = 1\n", "cfg.toml:6:1: engine.stgae: unknown key (did you mean 'stage'?)"},
       {"[engine.offload]\nstagin_mb = 1.0\n", "cfg.toml:6:1: engine.offload.stagin_mb: unknown key (did you mean 'staging_mb'?)"},
+      {"[engine.kernels]\nsplit_linaer = false\n",
+       "cfg.toml:6:1: engine.kernels.split_linaer: unknown key (did you mean 'split_linear'?)"},
       {"[optimizer]\nweight_decy = 0.1\n", "cfg.toml:6:1: optimizer.weight_decy: unknown key (did you mean 'weight_decay'?)"},
       {"[sample]\nevery_step = 1\n", "cfg.toml:6:1: sample.every_step: unknown key (did you mean 'every_steps'?)"},
       {"[lora]\nrnk = 4\n", "cfg.toml:6:1: lora.rnk: unknown key (did you mean 'rank'?)"},
@@ -141,11 +151,11 @@ TEST(FieldTables, UnknownKeysNameTheFileTheTableAndTheNearestKey) {
       {"[loss]\nsnr_gama = 1.0\n", "cfg.toml:6:1: loss.snr_gama: unknown key (did you mean 'snr_gamma'?)"},
   };
   for (const auto& [text, message] : cases) expect_error([&] { parse_text(kMinimal + text); }, {message});
-  // A foreign spelling gets its hint; an override's error names it.
-  expect_error([&] { parse_text(kMinimal + "[engine]\ngradient_clipping = 1.0\n"); },
-               {"engine.gradient_clipping: unknown key (zest calls it clip_norm)"});
-  expect_error([&] { parse_text(kMinimal, {"engine.stgae=1"}); },
-               {"--set engine.stgae=1: engine.stgae: unknown key (did you mean 'stage'?)"});
+  // A foreign spelling gets its hint; the kernels table knows its environment variables.
+  expect_error([&] { parse_text(kMinimal + "[engine.kernels]\nZEST_SPLIT_LINEAR = 0\n"); },
+               {"engine.kernels.ZEST_SPLIT_LINEAR: unknown key (the variable ZEST_SPLIT_LINEAR is the key split_linear)"});
+  expect_error([&] { parse_text(kMinimal, {"engine.kernels.qk_norm_rop=false"}); },
+               {"--set engine.kernels.qk_norm_rop=false: engine.kernels.qk_norm_rop: unknown key (did you mean 'qk_norm_rope'?)"});
 }
 
 // read → write → read gives the same values, for every table: the defaults, a file that moves every key, and
@@ -168,7 +178,7 @@ TEST(FieldTables, EveryTableReadsBackWhatItWrites) {
   std::set<std::string> differing;
   for (const FieldDifference& d : run_fields().diff(parse_text(kMinimal), rich)) differing.insert(d.key);
   for (const char* key : {"data.caption_dropout", "engine.prefetch", "engine.offload.staging_mb",
-                          "optimizer.betas",
+                          "engine.kernels.split_linear", "engine.kernels.sdpa_backend", "optimizer.betas",
                           "scheduler.min_lr", "ema.power", "sample.frames", "profile.steps", "loss.max_timestep",
                           "lora.target_modules", "checkpoint.shared_fs", "log.tensorboard", "train.log_every"})
     EXPECT_TRUE(differing.count(key)) << key;
@@ -192,14 +202,15 @@ TEST(FieldTables, EveryTableReadsBackWhatItWrites) {
 TEST(FieldTables, ResolvedConfigKeepsItsOrder) {
   const std::string text = to_toml(parse_text(kRich));
   size_t at = 0;
-  for (const char* table : {"[model]", "[data]", "[engine]", "[engine.offload]", "[optimizer]",
+  for (const char* table : {"[model]", "[data]", "[engine]", "[engine.offload]", "[engine.kernels]", "[optimizer]",
                             "[scheduler]", "[ema]", "[train]", "[checkpoint]", "[sample]", "[log]", "[profile]",
                             "[loss]", "[lora]"}) {
     const size_t found = text.find(std::string("\n") + table + "\n", at);
     ASSERT_NE(found, std::string::npos) << table << " missing or out of order in\n" << text;
     at = found + 1;
   }
-  EXPECT_NE(text.find("staging_mb = 64.0"), std::string::npos);
+  EXPECT_NE(text.find("split_linear = false"), std::string::npos);
+  EXPECT_NE(text.find("sdpa_backend = \"math\""), std::string::npos);
 }
 
 std::string docs_path() { return std::string(ZEST_SOURCE_DIR) + "/docs/config_reference.md"; }
@@ -253,7 +264,8 @@ TEST(FieldTables, DocsKeyTableIsGeneratedFromTheTables) {
       << "docs/config_reference.md's key table differs from the field tables (first difference: "
       << first_difference(documented, std::string(kReferenceBegin) + "\n" + generated)
       << "): run `build/zest config reference --update docs/config_reference.md`";
-  EXPECT_GE(in_tables.size(), 85u);  // every table's keys, [sample] included
+  EXPECT_GE(in_tables.size(), 90u);  // every table's keys, [engine.kernels] and [sample] included
+  EXPECT_TRUE(in_tables.count("engine.kernels.sdpa_backend"));
   EXPECT_TRUE(in_tables.count("sample.frames"));
 }
 
@@ -339,6 +351,123 @@ TEST(FieldTables, HowToAddAConfigKey) {
   expect_error([] { read_toy("[widget]\nscale = \"big\"\n"); }, {"widget.scale: expected a number, got a string"});
   expect_error([] { read_toy("[widget]\nverbose = true\n"); }, {"widget.verbose: is only used with mode = \"slow\""});
   expect_error([] { read_toy("[widget]\nmode = \"fats\"\n"); }, {"widget.mode: \"fats\" is not one of \"fast\", \"slow\" (did you mean \"fast\"?)"});
+}
+
+// ---- kernel switches ----
+
+// Sets an environment variable for a scope.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedVariable() {
+    if (was_) ::setenv(name_, was_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> was_;
+};
+
+TEST(KernelSwitches, EngineKernelsTableReachesTheSwitches) {
+  KernelSwitches& process = KernelSwitches::process();
+  const KernelsConfig before = process.current();
+  const RunConfig config = parse_text(kMinimal + "[engine.kernels]\nsplit_linear = false\nconv_grad_fusion = true\n");
+  EXPECT_FALSE(config.engine.kernels.on.at("split_linear"));
+  EXPECT_TRUE(config.engine.kernels.on.at("qk_norm_rope"));  // a default
+  EXPECT_EQ(config.engine.kernels.choice.at("sdpa_backend"), "auto");
+  const KernelsConfig in_force = apply_run_kernels(config, /*print=*/false);
+  EXPECT_EQ(in_force, config.engine.kernels);
+  EXPECT_FALSE(kernel_switch("split_linear").enabled());
+  EXPECT_TRUE(kernel_switch("conv_grad_fusion").enabled());
+  EXPECT_TRUE(kernel_switch("linear_grad_fusion").enabled());
+  {
+    // An environment variable that is set wins, and says what it changed.
+    const ScopedVariable variable("ZEST_SPLIT_LINEAR", "1");
+    std::vector<std::string> lines;
+    const KernelsConfig overridden = process.apply(config.engine.kernels, &lines);
+    EXPECT_TRUE(overridden.on.at("split_linear"));
+    EXPECT_TRUE(kernel_switch("split_linear").enabled());
+    EXPECT_EQ(lines, (std::vector<std::string>{"ZEST_SPLIT_LINEAR=1 overrides [engine.kernels] split_linear = false"}));
+  }
+  {
+    const ScopedVariable variable("ZEST_SDPA_BACKEND", "cudnn");
+    std::vector<std::string> lines;
+    EXPECT_EQ(process.apply(config.engine.kernels, &lines).choice.at("sdpa_backend"), "cudnn");
+    EXPECT_EQ(lines, (std::vector<std::string>{"ZEST_SDPA_BACKEND=cudnn overrides [engine.kernels] sdpa_backend = \"auto\""}));
+  }
+  {
+    const ScopedVariable variable("ZEST_SDPA_BACKEND", "fast");
+    expect_error([&] { process.apply(config.engine.kernels); },
+                 {"ZEST_SDPA_BACKEND must be auto, cudnn, efficient, flash or math, got 'fast'"});
+  }
+  expect_error([] { parse_text(kMinimal + "[engine.kernels]\nsdpa_backend = \"fast\"\n"); },
+               {"engine.kernels.sdpa_backend: \"fast\" is not one of \"auto\", \"cudnn\", \"efficient\", \"flash\", \"math\""});
+  expect_error([] { parse_text(kMinimal + "[engine.kernels]\nqk_norm_rope = 0\n"); },
+               {"engine.kernels.qk_norm_rope: expected a boolean (true/false), got an integer"});
+  process.apply(before);  // as the other tests found them
+  EXPECT_EQ(process.current(), before);
+}
+
+// What the environment variables always meant: unset or empty is the default, "0" off, anything else on, read
+// when the switch is made; set() overrides.
+TEST(KernelSwitches, VariablesReadAsBefore) {
+  const KernelSwitchSpec on_spec{"s", "ZEST_TEST_KERNEL_SWITCH", "true", {}, "doc", ""};
+  const KernelSwitchSpec off_spec{"s", "ZEST_TEST_KERNEL_SWITCH", "false", {}, "doc", ""};
+  const auto read_with = [&](const char* value, const KernelSwitchSpec& spec) {
+    if (value == nullptr) ::unsetenv(spec.variable.c_str());
+    else ::setenv(spec.variable.c_str(), value, 1);
+    const KernelSwitch s(spec);
+    ::unsetenv(spec.variable.c_str());
+    return s.enabled();
+  };
+  EXPECT_TRUE(read_with(nullptr, on_spec));
+  EXPECT_FALSE(read_with(nullptr, off_spec));
+  EXPECT_TRUE(read_with("", on_spec));
+  EXPECT_FALSE(read_with("0", on_spec));
+  EXPECT_TRUE(read_with("1", off_spec));
+  EXPECT_TRUE(read_with("yes", off_spec));
+  KernelSwitch s(on_spec);
+  s.set(false);
+  EXPECT_FALSE(s.enabled());
+  EXPECT_EQ(s.value(), "false");
+}
+
+// docs/design.md, "How to add a kernel switch": one entry in a switch list, read from [engine.kernels],
+// written, documented, applied, and overridden by its variable.
+TEST(KernelSwitches, HowToAddAKernelSwitch) {
+  KernelSwitches switches({{"my_fusion", "ZEST_TEST_MY_FUSION", "true", {}, "CUDA: my fused path", ""},
+                           {"my_backend", "ZEST_TEST_MY_BACKEND", "auto", {"auto", "fast"}, "my backend", ""}},
+                          "engine.kernels");
+  ConfigTable root = ConfigTable::parse_string("[engine.kernels]\nmy_fusion = false\n", "run.toml");
+  ConfigTable table = root.table("engine").table("kernels");
+  KernelsConfig config(switches.specs());
+  switches.fields().read(table, config);
+  EXPECT_FALSE(config.on.at("my_fusion"));
+  EXPECT_EQ(config.choice.at("my_backend"), "auto");
+
+  EXPECT_TRUE(switches.at("my_fusion").enabled());  // the default until applied
+  switches.apply(config);
+  EXPECT_FALSE(switches.at("my_fusion").enabled());
+
+  ConfigWriter out;
+  switches.fields().write(config, out);
+  EXPECT_NE(out.str().find("my_fusion = false"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("my_backend = \"auto\""), std::string::npos) << out.str();
+  const std::string docs = reference_markdown(switches.fields().rows("engine.kernels"));
+  EXPECT_NE(docs.find("| engine.kernels | my_fusion | bool | true | CUDA: my fused path (`ZEST_TEST_MY_FUSION` overrides) |"),
+            std::string::npos)
+      << docs;
+
+  const ScopedVariable variable("ZEST_TEST_MY_FUSION", "1");
+  std::vector<std::string> lines;
+  switches.apply(config, &lines);
+  EXPECT_TRUE(switches.at("my_fusion").enabled());
+  EXPECT_EQ(lines, (std::vector<std::string>{"ZEST_TEST_MY_FUSION=1 overrides [engine.kernels] my_fusion = false"}));
+  expect_error([] { KernelSwitches::process().at("my_fusion"); }, {"no kernel switch 'my_fusion' in [engine.kernels]"});
 }
 
 }  // namespace
