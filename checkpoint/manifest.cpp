@@ -260,6 +260,7 @@ Manifest manifest_from_json(const Json& j, const std::string& source) {
   optimizer_from_json(root.at("optimizer"), m);
   scheduler_from_json(root.at("scheduler"), m);
   if (root.has("ema")) m.ema = ema_from_json(root.at("ema"));
+  if (root.has("config")) m.config_json = root.at("config").object().dump();
   loss_scaler_from_json(root.at("loss_scaler"), m);
   m.skipped_total = root.at("skipped_total").integer(0);
   m.extra_json = root.at("extra").object().dump();
@@ -306,6 +307,7 @@ std::string to_json_text(const Manifest& m) {
       {"scheduler", scheduler_to_json(m)},
   };
   if (m.ema) j["ema"] = ema_to_json(*m.ema);  // only when the run keeps one: other manifests are unchanged
+  if (!m.config_json.empty()) j["config"] = object_from_text(m.config_json, "config JSON");
   j.update(Json{
       {"loss_scaler", {{"enabled", m.loss_scale_enabled}, {"scale", s.scale}, {"clean_steps", s.clean_steps},
                        {"hysteresis_left", s.hysteresis_left}, {"overflows", s.overflows}}},

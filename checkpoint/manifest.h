@@ -44,6 +44,10 @@ struct Manifest {
   // kMasterShard, the optimizer's state names, then kEmaShard when the run keeps an EMA of the weights.
   std::vector<std::string> kinds;
   std::optional<EmaConfig> ema;  // the EMA's settings; present exactly when kinds ends with "ema"
+  // The engine's settings as its field table records them (core/field_table.h), [engine.kernels] included:
+  // {"engine": {"stage": 2, ..., "kernels": {...}}}, a JSON object text; informational, "" where a manifest
+  // written before it has none.
+  std::string config_json;
 
   OptimConfig optimizer;
   int64_t optimizer_step = 0;  // the optimizer's own update count (Adam bias correction)

@@ -57,10 +57,10 @@ LoraRecord prepare_lora_model(torch::nn::Module& model, const LoraConfig& config
   if (comm.rank() == 0) {
     int64_t trainable = 0, frozen = 0;
     for (const auto& p : model.parameters()) (p.requires_grad() ? trainable : frozen) += p.numel();
-    std::printf("lora: rank %lld, alpha %g on %zu layers: %lld trainable parameters, %lld frozen\n",
-                static_cast<long long>(config.rank), config.effective_alpha(), record.layers.size(),
-                static_cast<long long>(trainable), static_cast<long long>(frozen));
-    std::fflush(stdout);
+    // On stderr: `zest bench`'s stdout is its one JSON line.
+    std::fprintf(stderr, "lora: rank %lld, alpha %g on %zu layers: %lld trainable parameters, %lld frozen\n",
+                 static_cast<long long>(config.rank), config.effective_alpha(), record.layers.size(),
+                 static_cast<long long>(trainable), static_cast<long long>(frozen));
   }
   return record;
 }

@@ -201,6 +201,9 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
     : config_(config), phase_(phase), step_context_(step_context), comm_(world_communicator()) {
   phase_ = "preparing the run folders";
   set_threads(config.engine, *comm_);
+  // [engine.kernels], once for the run; the engine (and so each checkpoint's manifest) records what is in force.
+  EngineConfig engine_config = config.engine;
+  engine_config.kernels = apply_run_kernels(config, comm_->rank() == 0);
   run_lock_ = prepare_run_folders(config, options.resume, *comm_);
   own_checkpoint_folder_ = check_checkpoint_folder(config, *comm_);
   resume_from_ = agreed_resume_point(config, options.resume, *comm_);  // decided once, on rank 0
@@ -225,7 +228,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
     lora_ = prepare_lora_model(*model_, config.lora, resolved_, config.train.seed, *comm_);
   }
   phase_ = "creating the engine";
-  engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
+  engine_ = std::make_unique<Engine>(model_, engine_config, config.optimizer, config.scheduler, comm_);
   if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
   for (int micro = 0; micro < config.engine.accumulation_steps; ++micro)
     generators_.push_back(noise_generator(engine_->device()));
