@@ -280,6 +280,13 @@ int64_t Manifest::num_parameters() const {
 
 bool Manifest::has_ema() const { return std::find(kinds.begin(), kinds.end(), kEmaShard) != kinds.end(); }
 
+JsonDocument extra_record(const std::string& extra_json, const std::string& manifest_path) {
+  JsonDocument record(parse_ordered_json(extra_json.empty() ? "{}" : extra_json, manifest_path + " (extra)"),
+                      manifest_path, "extra");
+  record.root().object();
+  return record;
+}
+
 std::string config_hash(const std::string& model_name, const std::string& model_config) {
   return to_hex(xxh64_string(model_name + "\n" + model_config));
 }

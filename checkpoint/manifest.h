@@ -16,6 +16,10 @@
 #include <string>
 #include <vector>
 
+namespace zest {
+class JsonDocument;  // formats/json_field.h
+}
+
 namespace zest::checkpoint {
 
 inline constexpr const char* kFormatName = "zest-checkpoint";
@@ -65,6 +69,11 @@ struct Manifest {
   int64_t num_parameters() const;  // Σ unit numel (tied parameters counted once)
   bool has_ema() const;            // kinds lists "ema"
 };
+
+// The caller's record saved with a checkpoint (Manifest::extra_json, LoadedState::extra_json) as a document
+// to read with JsonField (formats/json_field.h): its errors name `manifest_path` (DIR/manifest.json) and the
+// field, "extra.data.epoch". Text that is not a JSON object is refused the same way.
+JsonDocument extra_record(const std::string& extra_json, const std::string& manifest_path);
 
 std::string config_hash(const std::string& model_name, const std::string& model_config);
 // The tensor name of one unit's slice of a kind in a rank file.

@@ -5,6 +5,7 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/load.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/merge.h"
 #include "checkpoint/save.h"
 #include "comm/collective_timeout.h"
@@ -14,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
+#include "formats/json_field.h"
 #include "models/common/fused_paths.h"
 #include "models/lora_file.h"
 #include "models/lora_run.h"
@@ -144,14 +146,10 @@ torch::Generator noise_generator(const torch::Device& device) {
   return at::detail::createCPUGenerator(0);
 }
 
-// The checkpoint's caller object: {"data": <TrainData::state()>, "seed": S}. Errors say what is wrong.
-nlohmann::json saved_data_state(const checkpoint::LoadedState& loaded) {
-  try {
-    return nlohmann::json::parse(loaded.extra_json).at("data");
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(loaded.path + "/manifest.json: the saved data position (extra.data) is missing or unreadable: " +
-                e.what());
-  }
+// The checkpoint's caller object: {"data": <TrainData::state()>, "seed": S, "model_source": ..., "lora": ...};
+// errors name the manifest and the field ("extra.data.epoch").
+JsonDocument saved_extra(const checkpoint::LoadedState& loaded) {
+  return checkpoint::extra_record(loaded.extra_json, (fs::path(loaded.path) / checkpoint::kManifestName).string());
 }
 
 // One `zest train` run, assembled by the constructor; `phase` always says what it is doing, for errors.
@@ -273,7 +271,8 @@ void TrainRun::start_watching() {
 void TrainRun::resume() {
   phase_ = "resuming";
   const auto loaded = checkpoint::load(*engine_, {resume_from_, request_.model_name, request_.model_config, true});
-  data_->load_state(saved_data_state(loaded), loaded.saved_world_size);
+  const JsonDocument extra = saved_extra(loaded);
+  data_->load_state(extra.root().at("data"), loaded.saved_world_size);
   last_saved_ = loaded.step;
   already_finished_ = loaded.step >= config_.train.max_steps;
   progress_->message("resumed from " + loaded.path + " at step " + std::to_string(loaded.step) +
