@@ -123,6 +123,20 @@ std::vector<std::string> prompt_tags(const std::vector<std::string>& prompts) {
   return tags;
 }
 
+std::vector<std::pair<std::string, std::string>> picture_tags(
+    const std::vector<std::string>& prompts, const std::vector<std::vector<std::string>>& pictures_by_prompt) {
+  ZEST_CHECK(pictures_by_prompt.size() <= prompts.size(), "validation pictures of ", pictures_by_prompt.size(),
+             " prompts for ", prompts.size(), " prompts");
+  const std::vector<std::string> tags = prompt_tags(prompts);
+  std::vector<std::pair<std::string, std::string>> tagged;
+  for (size_t i = 0; i < pictures_by_prompt.size(); ++i) {
+    const auto& pictures = pictures_by_prompt[i];
+    for (size_t k = 0; k < pictures.size(); ++k)
+      tagged.emplace_back(pictures.size() == 1 ? tags[i] : tags[i] + "/" + std::to_string(k + 1), pictures[k]);
+  }
+  return tagged;
+}
+
 std::pair<int, int> encoded_picture_size(const std::string& b) {
   static const std::string kPng("\x89PNG\r\n\x1a\n", 8);
   if (b.size() >= 24 && b.compare(0, 8, kPng) == 0)  // the IHDR chunk comes first: width, height

@@ -77,6 +77,12 @@ class TensorBoardLog {
 // The validation-picture tag of each prompt: "samples/<prompt>", with " (2)", " (3)" ... after repeats.
 std::vector<std::string> prompt_tags(const std::vector<std::string>& prompts);
 
+// Each prompt's pictures under its tag, as (tag, file): a prompt's one picture under the prompt's tag, several
+// (HY-Motion's num_images skeleton GIFs) under "<tag>/1", "<tag>/2", ..., so that no picture lands under
+// another prompt's tag. `pictures_by_prompt` is in prompt order; a prompt may have none.
+std::vector<std::pair<std::string, std::string>> picture_tags(
+    const std::vector<std::string>& prompts, const std::vector<std::vector<std::string>>& pictures_by_prompt);
+
 // Width and height of an encoded PNG or GIF (from its header); an error for anything else.
 std::pair<int, int> encoded_picture_size(const std::string& encoded);
 

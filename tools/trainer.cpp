@@ -376,18 +376,8 @@ TrainOutcome TrainRun::train() {
     }
     if (samples_->due(done)) {
       const StepTrace::Phase sampling = trace_->phase("validation samples");
-      const auto files = samples_->run(*engine_, *comm_, done, *progress_);  // rank 0: one grid per prompt
-      const auto tags = prompt_tags(config_.sample.prompts);
-      // The pictures among the files, in prompt order: an SD grid (.png), a HY-Motion skeleton GIF (its .npy
-      // beside it is no picture).
-      std::vector<std::string> shown;
-      for (const auto& file : files) {
-        const std::string extension = fs::path(file).extension().string();
-        if (extension == ".png" || extension == ".gif") shown.push_back(file);
-      }
-      std::vector<std::pair<std::string, std::string>> pictures;
-      for (size_t i = 0; i < shown.size() && i < tags.size(); ++i) pictures.emplace_back(tags[i], shown[i]);
-      tensorboard_->pictures(done, pictures);
+      const ValidationFiles written = samples_->run(*engine_, *comm_, done, *progress_);  // rank 0 writes
+      tensorboard_->pictures(done, picture_tags(config_.sample.prompts, written.pictures_by_prompt));
     }
     if (done % config_.train.log_every == 0 || save_due) {
       const StepTrace::Phase reporting = trace_->phase("read and report the step's figures");

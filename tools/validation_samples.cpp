@@ -152,7 +152,7 @@ ValidationSamples::~ValidationSamples() = default;
 
 void ValidationSamples::use_lora(const LoraRecord& record) { lora_metadata_ = lora_file_metadata("unet", record); }
 
-std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& comm, int64_t step,
+ValidationFiles ValidationSamples::run(Engine& engine, Communicator& comm, int64_t step,
                                                 ProgressReporter& progress) {
   const fs::path folder = fs::path(run_dir_) / "samples";
   const std::string weights = (folder / ".unet_for_samples.safetensors").string();
@@ -166,17 +166,18 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
     merge.extra_metadata = lora_metadata_;
   }
   checkpoint::merge_online(engine, weights, merge);  // every rank gathers; rank 0 writes
-  std::vector<std::string> files;
-  if (comm.rank() != 0) return files;
+  ValidationFiles written;
+  if (comm.rank() != 0) return written;
   const auto device = engine.device();
   nlohmann::json listed = nlohmann::json::array();
   if (motion_) {
-    files = run_motion(weights, device, step, listed);
+    written = run_motion(weights, device, step, listed);
     const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
     progress.record_line(record.dump());
-    progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
-                     " motion file" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
-    return files;
+    const size_t count = written.files.size();
+    progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(count) +
+                     " motion file" + (count == 1 ? "" : "s") + " in " + folder.string());
+    return written;
   }
   const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
   if (is_lora) {
@@ -205,18 +206,20 @@ std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& co
     const auto images = generate_images(*pipeline_, request);
     const fs::path path = folder / grid_name(step, i);
     write_png(path.string(), image_grid(images));
-    files.push_back(path.string());
+    written.files.push_back(path.string());
+    written.pictures_by_prompt.push_back({path.string()});
     listed.push_back({{"prompt", request.prompt}, {"file", (fs::path("samples") / path.filename()).string()}});
   }
   const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
   progress.record_line(record.dump());
-  progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
-                   " grid" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
-  return files;
+  const size_t count = written.files.size();
+  progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(count) + " grid" +
+                   (count == 1 ? "" : "s") + " in " + folder.string());
+  return written;
 }
 
-std::vector<std::string> ValidationSamples::run_motion(const std::string& weights, const torch::Device& device,
-                                                       int64_t step, nlohmann::json& listed) {
+ValidationFiles ValidationSamples::run_motion(const std::string& weights, const torch::Device& device, int64_t step,
+                                              nlohmann::json& listed) {
   const fs::path folder = fs::path(run_dir_) / "samples";
   if (prompt_features_.empty()) {  // the prompts are encoded once; the encoders (Qwen3-8B: 16 GB) are not kept
     const hytext::HyTextEncoder encoder({text_folders_[0], text_folders_[1]}, device,
@@ -233,7 +236,7 @@ std::vector<std::string> ValidationSamples::run_motion(const std::string& weight
   if (config_.guidance_given) request.guidance_scale = config_.guidance;
   request.seed = static_cast<uint64_t>(config_.seed);
   request.count = config_.num_images;
-  std::vector<std::string> files;
+  ValidationFiles written;
   for (size_t i = 0; i < config_.prompts.size(); ++i) {
     const auto k = static_cast<int64_t>(i);
     const hytext::MotionTextFeatures one{prompt_features_[0].narrow(0, k, 1), prompt_features_[1].narrow(0, k, 1),
@@ -244,16 +247,18 @@ std::vector<std::string> ValidationSamples::run_motion(const std::string& weight
     std::snprintf(stem, sizeof(stem), "step_%08lld_prompt_%zu", static_cast<long long>(step), i);
     const fs::path npy_path = folder / (std::string(stem) + ".npy");
     checkpoint::write_output_file(npy_path.string(), npy::encode(motion));
-    files.push_back(npy_path.string());
+    written.files.push_back(npy_path.string());
     nlohmann::json gifs = nlohmann::json::array();
-    for (const std::string& gif : write_motion_animations((folder / stem).string(), motion)) {
-      files.push_back(gif);
+    const std::vector<std::string> animations = write_motion_animations((folder / stem).string(), motion);
+    for (const std::string& gif : animations) {
+      written.files.push_back(gif);
       gifs.push_back((fs::path("samples") / fs::path(gif).filename()).string());
     }
+    written.pictures_by_prompt.push_back(animations);
     listed.push_back({{"prompt", config_.prompts[i]}, {"file", (fs::path("samples") / npy_path.filename()).string()},
                       {"animations", gifs}});
   }
-  return files;
+  return written;
 }
 
 }  // namespace zest

@@ -57,6 +57,13 @@ const FieldTable<SampleConfig>& sample_fields();  // the [sample] table (core/fi
 // (a pipeline folder, or the pipeline above a unet/ folder). "" when neither names one.
 std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelection& model);
 
+// What one validation round wrote (rank 0; empty elsewhere): every file, and each prompt's pictures in prompt
+// order (an SD grid, or one HY-Motion skeleton GIF per sample; none where the motion has no skeleton).
+struct ValidationFiles {
+  std::vector<std::string> files;
+  std::vector<std::vector<std::string>> pictures_by_prompt;
+};
+
 class ValidationSamples {
  public:
   // Checked at the start of the run (every rank): the family must be the UNet's and a pipeline folder known.
@@ -70,8 +77,8 @@ class ValidationSamples {
   void use_lora(const LoraRecord& record);
 
   bool due(int64_t step) const { return config_.every_steps > 0 && step % config_.every_steps == 0; }
-  // Collective on due steps (the ranks gather the weights); rank 0 draws and writes. Returns the files.
-  std::vector<std::string> run(Engine& engine, Communicator& comm, int64_t step, ProgressReporter& progress);
+  // Collective on due steps (the ranks gather the weights); rank 0 draws and writes.
+  ValidationFiles run(Engine& engine, Communicator& comm, int64_t step, ProgressReporter& progress);
 
  private:
   SampleConfig config_;
@@ -83,8 +90,8 @@ class ValidationSamples {
   std::vector<std::string> text_folders_;  // HY-Motion: the Qwen3 and CLIP folders
   std::vector<torch::Tensor> prompt_features_;  // HY-Motion, rank 0: ctxt, ctxt_length, vtxt of every prompt
 
-  std::vector<std::string> run_motion(const std::string& weights, const torch::Device& device, int64_t step,
-                                      nlohmann::json& listed);
+  ValidationFiles run_motion(const std::string& weights, const torch::Device& device, int64_t step,
+                             nlohmann::json& listed);
   std::map<std::string, std::string> lora_metadata_;  // a LoRA run's file metadata (models/lora_file.h); empty: none
 };
 

@@ -4,8 +4,9 @@
 What it checks (exit status 0 only when everything holds):
   * scalars: every record of metrics.jsonl (the last one of a step, as a resumed run appends) appears under
     every tag zest writes, at its step, with its value (float32); no tag holds a step metrics.jsonl lacks;
-  * pictures: every validation grid listed in metrics.jsonl ("validation_samples") is the image under
-    "samples/<prompt>" at its step, byte for byte, with the PNG's width and height;
+  * pictures: every validation grid (SD) or skeleton GIF (HY-Motion) listed in metrics.jsonl
+    ("validation_samples") is the image under "samples/<prompt>" (several of a prompt: "samples/<prompt>/k") at
+    its step, byte for byte, with the file's width and height;
   * text: the last "config" text is RUN_DIR/config.toml (as a Markdown code block);
   * traces: every *.pt.trace.json in RUN_DIR/tensorboard (and in --trace-dir folders, e.g. a
     `zest bench --profile DIR`) is valid JSON whose complete events have name/cat/ts/dur/pid/tid and nest
@@ -111,27 +112,43 @@ def prompt_tags(prompts):
     return tags
 
 
+def picture_size(data):
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return struct.unpack(">II", data[16:24])
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return struct.unpack("<HH", data[6:10])
+    return None
+
+
+def pictures_of(entry):
+    """An SD entry's grid, or a HY-Motion entry's skeleton GIFs (its "file" is the .npy of the motions)."""
+    return entry["animations"] if "animations" in entry else [entry["file"]]
+
+
 def check_images(acc, run_dir, samples):
     tags = set(acc.Tags()["images"])
     compared = 0
     for step, listed in sorted(samples.items()):
-        for tag, entry in zip(prompt_tags([e["prompt"] for e in listed]), listed):
-            events = [e for e in acc.Images(tag)] if tag in tags else []
-            at_step = [e for e in events if e.step == step]
-            if not at_step:
-                fail("no picture under %r at step %d" % (tag, step))
-                continue
-            with open(os.path.join(run_dir, entry["file"]), "rb") as f:
-                png = f.read()
-            width, height = struct.unpack(">II", png[16:24])
-            image = at_step[-1]
-            if image.encoded_image_string != png:
-                fail("the picture under %r at step %d is not %s" % (tag, step, entry["file"]))
-            elif (image.width, image.height) != (width, height):
-                fail("%r at step %d: %dx%d, the PNG is %dx%d" % (tag, step, image.width, image.height, width, height))
-            else:
-                compared += 1
-    print("pictures: %d equal their PNG files (%d image tags)" % (compared, len(tags)))
+        for prompt_tag, entry in zip(prompt_tags([e["prompt"] for e in listed]), listed):
+            files = pictures_of(entry)
+            for k, name in enumerate(files):
+                tag = prompt_tag if len(files) == 1 else "%s/%d" % (prompt_tag, k + 1)
+                events = [e for e in acc.Images(tag)] if tag in tags else []
+                at_step = [e for e in events if e.step == step]
+                if not at_step:
+                    fail("no picture under %r at step %d" % (tag, step))
+                    continue
+                with open(os.path.join(run_dir, name), "rb") as f:
+                    data = f.read()
+                width, height = picture_size(data)
+                image = at_step[-1]
+                if image.encoded_image_string != data:
+                    fail("the picture under %r at step %d is not %s" % (tag, step, name))
+                elif (image.width, image.height) != (width, height):
+                    fail("%r at step %d: %dx%d, the file is %dx%d" % (tag, step, image.width, image.height, width, height))
+                else:
+                    compared += 1
+    print("pictures: %d equal their PNG/GIF files (%d image tags)" % (compared, len(tags)))
 
 
 def check_config(acc, run_dir):

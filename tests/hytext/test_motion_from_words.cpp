@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 namespace zest::hytext::test {
 namespace {
@@ -105,30 +106,38 @@ TEST(MotionFromWords, PrepareTrainAndSampleFromAPrompt) {
                                   "data.num_workers=1", "--set", "data.seq_len=12", "--set", "engine.precision=\"fp32\"",
                                   "--set", "train.max_steps=2", "--set", "train.run_dir=\"" + (w / "run").string() + "\"",
                                   "--set", "scheduler.warmup_steps=1", "--set", "checkpoint.every_steps=2",
-                                  // validation motions of a prompt at step 2, as `zest sample --prompt` draws them
-                                  "--set", "sample.every_steps=2", "--set", "sample.prompts=[\"a person jumps\"]",
-                                  "--set", "sample.text_encoders=\"" + (w / "enc").string() + "\"", "--set",
-                                  "sample.frames=6", "--set", "sample.steps=2", "--set", "sample.num_images=1"});
+                                  // validation motions of two prompts at step 2, as `zest sample --prompt` draws them
+                                  "--set", "sample.every_steps=2", "--set",
+                                  "sample.prompts=[\"a person jumps\", \"a person waves\"]", "--set",
+                                  "sample.text_encoders=\"" + (w / "enc").string() + "\"", "--set", "sample.frames=6",
+                                  "--set", "sample.steps=2", "--set", "sample.num_images=2"});
   ASSERT_EQ(trained.code(), 0) << trained.describe();
   const torch::Tensor validation = npy::read((w / "run" / "samples" / "step_00000002_prompt_0.npy").string());
-  EXPECT_EQ(validation.sizes(), (std::vector<int64_t>{1, 6, kMotionFeatures}));
-  EXPECT_TRUE(fs::exists(w / "run" / "samples" / "step_00000002_prompt_0.gif"));
-  // TensorBoard shows the skeleton GIF under its prompt at its step, the file's own bytes.
-  std::vector<tb::Event> pictures;
+  EXPECT_EQ(validation.sizes(), (std::vector<int64_t>{2, 6, kMotionFeatures}));
+  // TensorBoard shows each skeleton GIF under its own prompt at its step, the file's own bytes.
+  std::map<std::string, tb::Event> pictures;
   for (const auto& entry : fs::directory_iterator(w / "run" / "tensorboard")) {
     if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
     for (const tb::Event& e : tb::read_events(entry.path().string()))
-      if (e.kind == tb::Event::kImage) pictures.push_back(e);
+      if (e.kind == tb::Event::kImage) pictures.emplace(e.tag, e);
   }
-  ASSERT_EQ(pictures.size(), 1u);
-  EXPECT_EQ(pictures[0].tag, "samples/a person jumps");
-  EXPECT_EQ(pictures[0].step, 2);
-  std::ifstream gif_file(w / "run" / "samples" / "step_00000002_prompt_0.gif", std::ios::binary);
-  const std::string gif{std::istreambuf_iterator<char>(gif_file), {}};
-  EXPECT_EQ(pictures[0].encoded.substr(0, 6), "GIF89a");
-  EXPECT_EQ(pictures[0].encoded, gif);
-  EXPECT_GT(pictures[0].width, 0);
-  EXPECT_GT(pictures[0].height, 0);
+  ASSERT_EQ(pictures.size(), 4u);
+  for (const auto& [prompt, index] : {std::pair{"a person jumps", 0}, std::pair{"a person waves", 1}}) {
+    for (int k = 0; k < 2; ++k) {
+      const std::string tag = "samples/" + std::string(prompt) + "/" + std::to_string(k + 1);
+      ASSERT_TRUE(pictures.count(tag)) << tag;
+      const tb::Event& picture = pictures.at(tag);
+      EXPECT_EQ(picture.step, 2);
+      const fs::path file =
+          w / "run" / "samples" / ("step_00000002_prompt_" + std::to_string(index) + "_" + std::to_string(k) + ".gif");
+      std::ifstream gif_file(file, std::ios::binary);
+      const std::string gif{std::istreambuf_iterator<char>(gif_file), {}};
+      EXPECT_EQ(picture.encoded.substr(0, 6), "GIF89a") << tag;
+      EXPECT_EQ(picture.encoded, gif) << tag << " is not " << file;
+      EXPECT_GT(picture.width, 0);
+      EXPECT_GT(picture.height, 0);
+    }
+  }
 
   // The text folders found from the release's own layout: ckpts/Qwen3-8B beside ckpts/tencent/HY-Motion-1.0.
   fs::create_directories(w / "ckpts" / "tencent");

@@ -168,5 +168,21 @@ TEST(TensorBoardLog, PromptTagsStayApart) {
             (std::vector<std::string>{"samples/a cat", "samples/a dog", "samples/a cat (2)"}));
 }
 
+// HY-Motion with num_images = 2 writes two GIFs a prompt: each stays under its own prompt's tag (pairing
+// files with tags by position put the first prompt's second GIF under the second prompt).
+TEST(TensorBoardLog, EachPromptsPicturesStayUnderItsTag) {
+  using Tagged = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(picture_tags({"a jump", "a walk"}, {{"j1.gif", "j2.gif"}, {"w1.gif", "w2.gif"}}),
+            (Tagged{{"samples/a jump/1", "j1.gif"},
+                    {"samples/a jump/2", "j2.gif"},
+                    {"samples/a walk/1", "w1.gif"},
+                    {"samples/a walk/2", "w2.gif"}}));
+  EXPECT_EQ(picture_tags({"a cat", "a cat"}, {{"c1.png"}, {"c2.png"}}),
+            (Tagged{{"samples/a cat", "c1.png"}, {"samples/a cat (2)", "c2.png"}}));
+  // A motion without a skeleton has no GIF: the next prompt keeps its own tag.
+  EXPECT_EQ(picture_tags({"odd", "a walk"}, {{}, {"w.gif"}}), (Tagged{{"samples/a walk", "w.gif"}}));
+  EXPECT_THROW(picture_tags({"one"}, {{"a.png"}, {"b.png"}}), Error);
+}
+
 }  // namespace
 }  // namespace zest::testing
