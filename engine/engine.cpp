@@ -189,7 +189,7 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
 
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
-  grad_accumulators_ = register_grad_hooks(units_, events_link_);
+  reducer_->hook_params();  // the gradient walk starts here (docs/design.md)
   buffers_->reset_grads();  // every view of the per-step gradients is made: their memory waits for backward
 }
 
@@ -398,8 +398,7 @@ void Engine::end_step_capture() {
 
 void Engine::rebind_grad_hooks() {
   ZEST_CHECK(micro_step_ == 0 && !is_capturing_, "rebind_grad_hooks() inside a step");
-  grad_accumulators_.clear();  // the only owners between steps: the nodes die, new ones are made below
-  grad_accumulators_ = register_grad_hooks(units_, events_link_);
+  reducer_->hook_params();
 }
 
 void Engine::finish_replayed_step() {
