@@ -292,8 +292,12 @@ void Engine::build_optimizer() {
   segments.reserve(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& unit = units_[u];
-    segments.push_back({unit.in_flat(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
-                        owned_decay_spans(unit.layout(), unit.owned())});
+    // The gradient walk ends here (docs/design.md): the optimizer reads the unit's part of the gradient shard.
+    segments.push_back({.in_flat = unit.in_flat(),
+                        .master = buffers_->master(u),
+                        .grad = buffers_->grad_shard(u),
+                        .param = buffers_->param_shard(u),
+                        .decay_spans = owned_decay_spans(unit.layout(), unit.owned())});
   }
   const int64_t numel = buffers_->master().numel();
   if (config_.offload_optimizer != OffloadTarget::none) {
