@@ -20,11 +20,8 @@ Bucket::Bucket(size_t first, size_t last, const BucketEnv& env) : first_(first),
   // then its memory goes until the first unshard.
   param_buffer_ = torch::zeros({padded_numel()},
                                torch::TensorOptions().dtype(buffers.dtypes().compute).device(buffers.device()));
-  int64_t offset = 0;
-  for (size_t u : unit_indices()) {
-    unit(u).point_params_at(param_buffer_.narrow(0, offset, unit(u).padded_numel()));
-    offset += unit(u).padded_numel();
-  }
+  const std::vector<torch::Tensor> parts = unit_parts(param_buffer_);
+  for (size_t u : unit_indices()) unit(u).point_params_at(parts[u - first_]);
   free_storage(param_buffer_);
   residency_ = Residency::sharded;
 }
@@ -47,6 +44,33 @@ int64_t Bucket::padded_numel() const {
   return n;
 }
 
+std::vector<torch::Tensor> Bucket::unit_parts(const torch::Tensor& bucket_buffer) const {
+  std::vector<torch::Tensor> parts;
+  int64_t offset = 0;
+  for (size_t u = first_; u <= last_; ++u) {
+    parts.push_back(bucket_buffer.narrow(0, offset, unit(u).padded_numel()));
+    offset += unit(u).padded_numel();
+  }
+  return parts;
+}
+
+// ---- gradients: the walk's second stop (docs/design.md) ---------------------------------------------
+
+void Bucket::point_grads_at(size_t u, const torch::Tensor& grad_flat) const {
+  const UnitLayout& layout = unit(u).layout();
+  ZEST_CHECK(grad_flat.numel() == layout.padded_numel, "unit ", layout.name, ": a gradient buffer of ",
+             grad_flat.numel(), " elements for ", layout.padded_numel);
+  const std::vector<torch::Tensor>& params = unit(u).params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSlot& slot = layout.slots[i];
+    params[i].mutable_grad() = grad_flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
+  }
+}
+
+void Bucket::drop_grads(size_t u) const {
+  for (const torch::Tensor& param : unit(u).params()) param.mutable_grad() = torch::Tensor();
+}
+
 void Bucket::ensure_grads() {
   torch::NoGradGuard no_grad;
   FlatBuffers& buffers = *env_.buffers;
@@ -54,7 +78,7 @@ void Bucket::ensure_grads() {
     for (size_t u : unit_indices()) {
       if (buffers.has_grads(u)) continue;
       buffers.allocate_grads(u);
-      unit(u).point_grads_at(buffers.grad_full(u));
+      point_grads_at(u, buffers.grad_full(u));
     }
     return;
   }
@@ -63,16 +87,13 @@ void Bucket::ensure_grads() {
                               torch::TensorOptions().dtype(buffers.dtypes().reduce).device(buffers.device()));
   grad_bytes_in_flight_ = static_cast<int64_t>(grad_buffer_.nbytes());
   if (env_.transient_grads) env_.transient_grads->add(grad_bytes_in_flight_);
-  int64_t offset = 0;
-  for (size_t u = first_; u <= last_; ++u) {
-    unit(u).point_grads_at(grad_buffer_.narrow(0, offset, unit(u).padded_numel()));
-    offset += unit(u).padded_numel();
-  }
+  const std::vector<torch::Tensor> parts = unit_parts(grad_buffer_);
+  for (size_t u : unit_indices()) point_grads_at(u, parts[u - first_]);
 }
 
 void Bucket::release_grads() {
   if (env_.policy->has_transient_grads()) return;  // released at their reduction already
-  for (size_t u : unit_indices()) unit(u).drop_grads();
+  for (size_t u : unit_indices()) drop_grads(u);
 }
 
 void Bucket::reduce_grads(bool accumulate) {
@@ -94,11 +115,11 @@ void Bucket::reduce_grads(bool accumulate) {
       }
       reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum);
       return;
-    case GradReduction::reduce_scatter_to_shard: {
+    case GradReduction::reduce_scatter_to_shard: {  // from the transient buffer ensure_grads made
+      inputs = unit_parts(grad_buffer_);
       for (size_t u : unit_indices()) {
-        inputs.push_back(unit(u).grad_flat());
         outputs.push_back(buffers.grad_shard(u));
-        unit(u).drop_grads();
+        drop_grads(u);
       }
       reduce_work_ = env_.comm->reduce_scatter_many(inputs, outputs, ReduceOp::sum, accumulate);
       // The handle holds the buffer until the reduction is waited for (a few buckets later, or at step()),

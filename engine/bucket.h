@@ -1,10 +1,11 @@
 // Bucket: a run of consecutive units whose collectives go out together (one group of NCCL calls, one
-// packed MPI call) — FSDP2's parameter group. It holds its parameters' residency and owns the verbs the
-// stages are made of:
+// packed MPI call) — FSDP2's parameter group. It holds its parameters' residency, its units' gradients from
+// the first one's arrival to their reduction (the parameters' .grad views, the gradient walk's second stop:
+// docs/design.md), and owns the verbs the stages are made of:
 //   gradients:  ensure_grads → reduce_grads → (step) wait_reduce → release_grads
 //   parameters: unshard → wait_unshard, reshard, and slices_updated after the optimizer wrote the slices
-// What each verb does is the ShardingPolicy's choice (a verb a stage does not need is a no-op); the engine
-// and ParamResidency only order the verbs. A bucket of one unit is just a bucket.
+// What each verb does is the ShardingPolicy's choice (a verb a stage does not need is a no-op); the
+// GradReducer, the engine and ParamResidency only order the verbs. A bucket of one unit is just a bucket.
 #pragma once
 
 #include "comm/communicator.h"
@@ -90,6 +91,12 @@ class Bucket {
   std::vector<size_t> unit_indices() const;
   Unit& unit(size_t u) const { return (*env_.units)[u]; }
   int64_t padded_numel() const;
+  // Each unit's [padded_numel] part of a [Σ padded] buffer of the bucket, in unit order.
+  std::vector<torch::Tensor> unit_parts(const torch::Tensor& bucket_buffer) const;
+  // Points unit u's parameters' .grad at their slots of `grad_flat` ([padded_numel], the reduce dtype):
+  // autograd then accumulates the gradients in place there, with no copy.
+  void point_grads_at(size_t u, const torch::Tensor& grad_flat) const;
+  void drop_grads(size_t u) const;  // .grad undefined again; the memory is released by its owner
 
   size_t first_;
   size_t last_;

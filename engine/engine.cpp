@@ -1,16 +1,17 @@
 // Engine: assembly (placement, units, flat buffers, buckets, optimizer, hooks) and the step, which reads
 // top to bottom: backward() launches bucket reductions as units finish; step() orders them, takes the
-// per-unit norms (one allreduce), decides skip/clip/scale on the device, updates the shard and starts
-// the parameter gathers the next forward waits for unit by unit.
+// per-parameter norms (one allreduce), decides skip/clip/scale on the device, updates the shard and starts
+// the parameter gathers the next forward waits for unit by unit. The gradient walk's last stop
+// (docs/design.md): step() hands the reduced gradient shard to the optimizer.
 #include "engine/engine.h"
 
 #include "comm/collective_timeout.h"
 #include "comm/device_communicator.h"
 #include "core/check.h"
+#include "core/compat.h"
 #include "engine/activation_checkpoint.h"
 #include "engine/bucket_plan.h"
 #include "engine/device_placement.h"
-#include "engine/grad_norm.h"
 #include "engine/preflight.h"
 #include "engine/step_decision.h"
 #include "engine/unit_partition.h"
@@ -68,6 +69,26 @@ torch::Tensor initial_scalars(const EngineConfig& engine, const torch::Device& d
   auto host = torch::empty({kStepScalarCount}, torch::kFloat64);
   *reinterpret_cast<StepScalars*>(host.data_ptr<double>()) = s;
   return host.to(device);
+}
+
+// out[i] = Σ pieces[i]² as float64 (non-finite when pieces[i] holds inf/nan), written on the pieces' device
+// without a host sync: the input of the global-norm clip and the overflow check. One fused multi-tensor
+// norm kernel on CUDA; on the CPU a per-piece float64 reduction (exact enough to compare with LibTorch's
+// clip_grad_norm_ in the tests).
+void sums_of_squares(const std::vector<torch::Tensor>& pieces, const torch::Tensor& out) {
+  ZEST_CHECK(out.scalar_type() == torch::kFloat64 && out.numel() == static_cast<int64_t>(pieces.size()),
+             "sums_of_squares: out must be float64 [", pieces.size(), "]");
+  torch::NoGradGuard no_grad;
+  if (pieces.empty()) return;
+  if (out.is_cuda()) {
+    const auto norms = compat::foreach_norm_fp32(pieces);  // fused multi-tensor launches
+    out.copy_(torch::stack(norms).to(torch::kFloat64).square());
+    return;
+  }
+  auto* sums = out.data_ptr<double>();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    sums[i] = pieces[i].numel() == 0 ? 0.0 : pieces[i].to(torch::kFloat32).square().sum(torch::kFloat64).item<double>();
+  }
 }
 
 // The unit whose prefixes claim `name` (the first in declaration order), or -1.
@@ -189,7 +210,7 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
 
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
-  grad_accumulators_ = register_grad_hooks(units_, events_link_);
+  reducer_->hook_params();  // the gradient walk starts here (docs/design.md)
   buffers_->reset_grads();  // every view of the per-step gradients is made: their memory waits for backward
 }
 
@@ -271,8 +292,12 @@ void Engine::build_optimizer() {
   segments.reserve(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& unit = units_[u];
-    segments.push_back({unit.in_flat(), buffers_->master(u), buffers_->grad_shard(u), buffers_->param_shard(u),
-                        owned_decay_spans(unit.layout(), unit.owned())});
+    // The gradient walk ends here (docs/design.md): the optimizer reads the unit's part of the gradient shard.
+    segments.push_back({.in_flat = unit.in_flat(),
+                        .master = buffers_->master(u),
+                        .grad = buffers_->grad_shard(u),
+                        .param = buffers_->param_shard(u),
+                        .decay_spans = owned_decay_spans(unit.layout(), unit.owned())});
   }
   const int64_t numel = buffers_->master().numel();
   if (config_.offload_optimizer != OffloadTarget::none) {
@@ -398,8 +423,7 @@ void Engine::end_step_capture() {
 
 void Engine::rebind_grad_hooks() {
   ZEST_CHECK(micro_step_ == 0 && !is_capturing_, "rebind_grad_hooks() inside a step");
-  grad_accumulators_.clear();  // the only owners between steps: the nodes die, new ones are made below
-  grad_accumulators_ = register_grad_hooks(units_, events_link_);
+  reducer_->hook_params();
 }
 
 void Engine::finish_replayed_step() {

@@ -89,7 +89,7 @@ class Engine final : public StatefulEngine, private UnitEvents {
   // After each replay of a captured step: what step() does on the host.
   void finish_replayed_step();
   bool is_capturing() const { return is_capturing_; }
-  // Re-creates the parameters' gradient accumulators (and the engine's hooks on them) on the current
+  // Re-creates the parameters' gradient accumulators (and the GradReducer's hooks on them) on the current
   // stream: autograd orders an accumulator after the stream it was made on, and a step running on
   // another stream (StepGraphs') would otherwise synchronize with that one — which a capture refuses.
   void rebind_grad_hooks();
@@ -152,8 +152,6 @@ class Engine final : public StatefulEngine, private UnitEvents {
     reducer_->unit_backward_starting(u);
   }
   void after_unit_backward(size_t u) override { reducer_->unit_backward_done(u); }
-  void before_grad_accumulated(size_t u) override { reducer_->grad_arriving(u); }
-  void after_grad_accumulated(size_t u, size_t slot) override { reducer_->grad_accumulated(u, slot); }
 
   const EngineConfig config_;
   const OptimConfig optim_config_;
@@ -184,7 +182,6 @@ class Engine final : public StatefulEngine, private UnitEvents {
 
   std::shared_ptr<UnitEventsLink> events_link_;
   std::shared_ptr<CheckpointRunner> checkpoint_runner_;  // null without activation checkpointing
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks' nodes alive
   bool has_unit_runner_ = false;
 
   bool is_capturing_ = false;  // between begin_step_capture and end_step_capture

@@ -3,7 +3,8 @@
 // ranks) and the fp32 master shard, allocated once; and each unit's full gradients (stages 0–1, stages 2–3
 // on one rank), whose memory exists only within a step — and every unit's views of them. "Full" tensors
 // concatenate the units' padded buffers; "shard" tensors concatenate this rank's slice of each unit (at
-// stage 0 the slice is the whole unit, so shard = full layout).
+// stage 0 the slice is the whole unit, so shard = full layout). The gradient walk's third stop
+// (docs/design.md): where a gradient lives before and after its reduction.
 #pragma once
 
 #include "engine/sharding_policy.h"

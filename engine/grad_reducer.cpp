@@ -1,26 +1,77 @@
-// Bucket completion and launch order (see grad_reducer.h).
+// The gradient hooks, per-unit progress, bucket completion and launch order (see grad_reducer.h).
 #include "engine/grad_reducer.h"
 
 #include "core/check.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 
 namespace zest {
 
+// ---- the hooks on each parameter's gradient accumulator ---------------------------------------------
+
+class GradReducer::GradArrivingHook final : public torch::autograd::FunctionPreHook {
+ public:
+  GradArrivingHook(std::weak_ptr<HookLink> link, size_t unit_idx) : link_(std::move(link)), unit_(unit_idx) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    if (const auto link = link_.lock()) link->reducer->grad_arriving(unit_);
+    return grads;
+  }
+
+ private:
+  std::weak_ptr<HookLink> link_;
+  size_t unit_;
+};
+
+class GradReducer::GradAccumulatedHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradAccumulatedHook(std::weak_ptr<HookLink> link, size_t unit_idx, size_t slot_idx)
+      : link_(std::move(link)), unit_(unit_idx), slot_(slot_idx) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (const auto link = link_.lock()) link->reducer->grad_accumulated(unit_, slot_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<HookLink> link_;
+  size_t unit_;
+  size_t slot_;
+};
+
+void GradReducer::hook_params() {
+  accumulators_.clear();  // the only owners between steps: the old nodes die, autograd makes new ones below
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const auto& params = units_[u].params();
+    for (size_t slot = 0; slot < params.size(); ++slot) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params[slot]);
+      ZEST_CHECK(accumulator != nullptr, "parameter ", units_[u].layout().slots[slot].name, " of unit ",
+                 units_[u].name(), " has no gradient accumulator");
+      accumulator->add_pre_hook(std::make_unique<GradArrivingHook>(hook_link_, u));
+      accumulator->add_post_hook(std::make_unique<GradAccumulatedHook>(hook_link_, u, slot));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+}
+
+// ---- completion and launch --------------------------------------------------------------------------
+
 GradReducer::GradReducer(const std::vector<Unit>& units, std::vector<Bucket>& buckets,
-                         std::vector<size_t> bucket_of_unit, int max_in_flight, bool is_accumulation_final)
-    : units_(units),
-      buckets_(buckets),
-      bucket_of_unit_(std::move(bucket_of_unit)),
-      max_in_flight_(max_in_flight),
-      is_accumulation_final_(is_accumulation_final) {
+                         const std::vector<size_t>& bucket_of_unit, int max_in_flight, bool is_accumulation_final)
+    : units_(units), buckets_(buckets), max_in_flight_(max_in_flight), is_accumulation_final_(is_accumulation_final) {
+  ZEST_CHECK(bucket_of_unit.size() == units.size(), "GradReducer: ", bucket_of_unit.size(), " bucket indices for ",
+             units.size(), " units");
   progress_.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u) progress_[u].bucket = bucket_of_unit[u];
   is_launched_.assign(buckets.size(), 0);
   reset_tracking();
 }
 
 void GradReducer::reset_tracking() {
-  for (size_t u = 0; u < units_.size(); ++u) progress_[u].reset(units_[u].params().size());
+  for (size_t u = 0; u < units_.size(); ++u) progress_[u].start_micro_step(units_[u].params().size());
   // is_launched_ stays until the next begin_backward.
 }
 
@@ -37,12 +88,12 @@ void GradReducer::begin_backward(bool reduce, bool accumulate) {
 }
 
 void GradReducer::unit_backward_starting(size_t u) {
-  const size_t b = bucket_of_unit_[u];
+  const size_t b = progress_[u].bucket;
   if (!is_launched_[b]) buckets_[b].ensure_grads();
 }
 
 void GradReducer::grad_arriving(size_t u) {
-  const size_t b = bucket_of_unit_[u];
+  const size_t b = progress_[u].bucket;
   ZEST_CHECK(!is_reducing_ || !is_launched_[b], "a gradient of unit '", units_[u].name(), "' arrived after ",
              buckets_[b].describe(), " was reduced in this backward; the unit's parameters are used after its "
              "backward finished (a parameter shared with a unit declared later?)");

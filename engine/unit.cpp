@@ -42,21 +42,6 @@ bool Unit::params_are_engine_views() const {
   });
 }
 
-void Unit::point_grads_at(const torch::Tensor& grad_flat) {
-  ZEST_CHECK(grad_flat.numel() == layout_.padded_numel, "unit ", layout_.name, ": a gradient buffer of ",
-             grad_flat.numel(), " elements for ", layout_.padded_numel);
-  grad_flat_ = grad_flat;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& slot = layout_.slots[i];
-    params_[i].mutable_grad() = grad_flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
-  }
-}
-
-void Unit::drop_grads() {
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-  grad_flat_ = torch::Tensor();
-}
-
 void Unit::add_tied_user(size_t unit_idx) {
   if (std::find(tied_users_.begin(), tied_users_.end(), unit_idx) == tied_users_.end()) {
     tied_users_.push_back(unit_idx);

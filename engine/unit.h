@@ -1,6 +1,6 @@
-// Unit: one declared unit's parameters as views into a flat compute-dtype buffer, its gradient views, and
-// the part of it this rank owns. Buckets (bucket.h) run the collectives; the unit only points its
-// parameters and gradients at the buffers it is given.
+// Unit: one declared unit's parameters as views into a flat compute-dtype buffer, and the part of it this
+// rank owns. Buckets (bucket.h) run the collectives and own the gradients' views; the unit only points its
+// parameters at the buffer it is given.
 #pragma once
 
 #include "engine/unit_layout.h"
@@ -37,13 +37,6 @@ class Unit {
   // True while every parameter still is a view of the engine's buffer (a model moved by .to() is not).
   bool params_are_engine_views() const;
 
-  // Points every parameter's .grad at its slot of `grad_flat` ([padded_numel], the reduce dtype):
-  // autograd then accumulates gradients in place there, with no copy.
-  void point_grads_at(const torch::Tensor& grad_flat);
-  const torch::Tensor& grad_flat() const { return grad_flat_; }
-  bool has_grad_flat() const { return grad_flat_.defined(); }
-  void drop_grads();  // .grad undefined again; the buffer is released by its owner
-
   // Units (indices) whose forward also uses one of this unit's parameters (tied parameters declared
   // under another unit's prefix): this unit's gradient is complete only once their backward is done.
   const std::vector<size_t>& tied_users() const { return tied_users_; }
@@ -55,7 +48,6 @@ class Unit {
   ElementSpan owned_;
   ElementSpan in_flat_;
   torch::Tensor param_flat_;  // [padded_numel] compute dtype
-  torch::Tensor grad_flat_;   // [padded_numel] reduce dtype (per step at stages 0/1, until reduced at 2/3)
   std::vector<size_t> tied_users_;
 };
 

@@ -5,44 +5,14 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <vector>
 
 namespace zest {
 namespace {
 
 UnitEvents* events_of(const std::shared_ptr<UnitEventsLink>& link) { return link ? link->events : nullptr; }
-
-// ---- parameter gradients ---------------------------------------------------------------------------
-
-class GradArrivingHook final : public torch::autograd::FunctionPreHook {
- public:
-  GradArrivingHook(std::weak_ptr<UnitEventsLink> link, size_t unit_idx) : link_(std::move(link)), unit_(unit_idx) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
-    if (auto link = link_.lock(); UnitEvents* e = events_of(link)) e->before_grad_accumulated(unit_);
-    return grads;
-  }
-
- private:
-  std::weak_ptr<UnitEventsLink> link_;
-  size_t unit_;
-};
-
-class GradAccumulatedHook final : public torch::autograd::FunctionPostHook {
- public:
-  GradAccumulatedHook(std::weak_ptr<UnitEventsLink> link, size_t unit_idx, size_t slot_idx)
-      : link_(std::move(link)), unit_(unit_idx), slot_(slot_idx) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto link = link_.lock(); UnitEvents* e = events_of(link)) e->after_grad_accumulated(unit_, slot_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<UnitEventsLink> link_;
-  size_t unit_;
-  size_t slot_;
-};
 
 // ---- the backward marker on a unit's inputs ---------------------------------------------------------
 
@@ -109,23 +79,6 @@ size_t lookup(const std::map<std::string, size_t>& index, const std::string& uni
 }
 
 }  // namespace
-
-std::vector<std::shared_ptr<torch::autograd::Node>> register_grad_hooks(
-    const std::vector<Unit>& units, const std::shared_ptr<UnitEventsLink>& link) {
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  for (size_t u = 0; u < units.size(); ++u) {
-    const auto& params = units[u].params();
-    for (size_t slot = 0; slot < params.size(); ++slot) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(params[slot]);
-      ZEST_CHECK(accumulator != nullptr, "parameter ", units[u].layout().slots[slot].name, " of unit ",
-                 units[u].name(), " has no gradient accumulator");
-      accumulator->add_pre_hook(std::make_unique<GradArrivingHook>(link, u));
-      accumulator->add_post_hook(std::make_unique<GradAccumulatedHook>(link, u, slot));
-      accumulators.push_back(std::move(accumulator));
-    }
-  }
-  return accumulators;
-}
 
 ForwardEntryRunner::ForwardEntryRunner(std::map<std::string, size_t> unit_index,
                                        std::shared_ptr<UnitEventsLink> link, std::shared_ptr<UnitRunner> inner)

@@ -1,13 +1,12 @@
 // The autograd and forward plumbing that tells the engine where each unit is in a step:
 //   before/after a unit's forward (UnitRunner decorators around the model's run_unit calls),
 //   before a unit's backward (a hook on the unit's outputs: their gradient has arrived),
-//   after a unit's backward (an identity autograd Function on the unit's inputs: their gradient is done),
-//   and per parameter, before and after autograd accumulates its gradient (AccumulateGrad hooks).
+//   after a unit's backward (an identity autograd Function on the unit's inputs: their gradient is done).
 // The engine implements UnitEvents and decides what happens at each point (stage policy); this file only
-// wires the signals.
+// wires the signals. Per parameter, the gradient accumulators' hooks are the GradReducer's own
+// (engine/grad_reducer.h): they lead straight into the gradient walk (docs/design.md).
 #pragma once
 
-#include "engine/unit.h"
 #include "engine/unit_module.h"
 
 #include <torch/torch.h>
@@ -16,7 +15,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace zest {
 
@@ -28,19 +26,12 @@ class UnitEvents {
   virtual void unit_marked_for_backward(size_t unit_idx) = 0;  // its inputs carry a backward marker
   virtual void before_unit_backward(size_t unit_idx) = 0;
   virtual void after_unit_backward(size_t unit_idx) = 0;
-  virtual void before_grad_accumulated(size_t unit_idx) = 0;
-  virtual void after_grad_accumulated(size_t unit_idx, size_t slot_idx) = 0;
 };
 
 // Shared by every hook so that hooks outliving the engine (autograd keeps nodes alive) do nothing.
 struct UnitEventsLink {
   UnitEvents* events = nullptr;
 };
-
-// Registers the AccumulateGrad pre- and post-hooks of every unit parameter. Returns the accumulator
-// nodes, which must stay alive as long as the hooks should fire.
-std::vector<std::shared_ptr<torch::autograd::Node>> register_grad_hooks(
-    const std::vector<Unit>& units, const std::shared_ptr<UnitEventsLink>& link);
 
 // The index a runner's unit map gives a declared unit that holds no trainable parameter (every parameter
 // frozen, e.g. a LoRA run's units without adapters): the engine keeps no buffers for it, so the runners run
