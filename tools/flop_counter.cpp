@@ -66,9 +66,9 @@ int64_t count(const at::RecordFunction& fn) {
   const auto inputs = fn.inputs();
   auto in = [&](size_t i) { return i < inputs.size() ? sizes_of(inputs[i]) : std::vector<int64_t>{}; };
   // zest::mm_accumulate: a product accumulated into an existing output — the accumulating linear's weight
-  // gradient (models/common/weight_grad_gemm_cuda.cpp), the joined linear's second product
-  // (models/common/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
-  // zest::mm_epilogue: a cuBLASLt product with a GELU epilogue (models/common/gelu_epilogue_gemm_cuda.cpp).
+  // gradient (kernels/weight_grad_gemm_cuda.cpp), the joined linear's second product
+  // (kernels/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
+  // zest::mm_epilogue: a cuBLASLt product with a GELU epilogue (kernels/gelu_epilogue_gemm_cuda.cpp).
   if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate" || name == "zest::mm_epilogue") {
     return matmul_flops(in(0), in(1));
   }

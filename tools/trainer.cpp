@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
-#include "models/common/fused_paths.h"
+#include "kernels/fused_paths.h"
 #include "models/lora_file.h"
 #include "models/lora_run.h"
 #include "models/model_resolve.h"

@@ -13,7 +13,7 @@ namespace zest {
 
 // (LayerNorm(x) · (1 + scale) + shift), LayerNorm over the last dim without affine; float32 math,
 // result in x's dtype. shift and scale broadcast against x. Per-sample modulation on CUDA runs zest's
-// kernels (layer_norm_modulate_op.h).
+// kernels (kernels/layer_norm_modulate_op.h).
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                   double eps);
 

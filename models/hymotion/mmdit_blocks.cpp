@@ -2,8 +2,8 @@
 // and encoders.py of the reference.
 #include "models/hymotion/mmdit_blocks.h"
 
-#include "models/common/gated_residual_op.h"
-#include "models/common/qk_norm_rope_op.h"
+#include "kernels/gated_residual_op.h"
+#include "kernels/qk_norm_rope_op.h"
 
 namespace zest::hymotion {
 namespace {

@@ -7,7 +7,7 @@
 #include "comm/world.h"
 #include "engine/engine.h"
 #include "lora/lora_test_util.h"
-#include "models/common/linear_op.h"
+#include "kernels/linear_op.h"
 
 #include <gtest/gtest.h>
 

@@ -4,8 +4,8 @@
 // channels-last copy of the weight and add their weight gradients into the slots (conv_op.h).
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
-#include "models/common/conv_op.h"
-#include "models/common/linear_op.h"
+#include "kernels/conv_op.h"
+#include "kernels/linear_op.h"
 #include "models/unet/layers.h"
 #include "unet/unet_test_util.h"
 
