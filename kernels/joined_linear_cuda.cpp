@@ -29,7 +29,7 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
     auto y = b.defined() ? torch::addmm(b, left2, w.narrow(1, 0, left_width).t())
                          : torch::mm(left2, w.narrow(1, 0, left_width).t());
     {
-      // beta = 1: into y, no temporary. Named for the profiler and the FLOP counter (tools/flop_counter.cpp),
+      // beta = 1: into y, no temporary. Named for the profiler and the FLOP counter (profiling/flop_counter.cpp),
       // which counts this name once and not ATen's in-place addmm_ (seen twice on CUDA).
       const auto w_right_t = w.narrow(1, left_width, right_width).t();
       RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({activated, w_right_t}));

@@ -7,8 +7,8 @@
 // calling the ops with its tensors.
 #pragma once
 
-#include "models/common/low_rank_adapter.h"
 #include "kernels/recomputed_linear_op.h"
+#include "models/common/low_rank_adapter.h"
 
 #include <torch/torch.h>
 

@@ -68,7 +68,7 @@ class HeadNormImpl : public torch::nn::Module {
  public:
   HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init);
   torch::Tensor forward(const torch::Tensor& x) const;
-  // For the fused q/k norm + RoPE kernels (qk_norm_rope_op.h): an RMSNorm's weight, else undefined.
+  // For the fused q/k norm + RoPE kernels (kernels/qk_norm_rope_op.h): an RMSNorm's weight, else undefined.
   torch::Tensor rms_weight() const { return kind_ == QkNorm::rms ? weight_ : torch::Tensor(); }
 
  private:

@@ -5,8 +5,9 @@
 // compares with diffusers' pipeline), and diffusers' pixels when that script's output file is present.
 #include "cli_test_util.h"
 
+#include "core/check.h"
 #include "formats/safetensors.h"
-#include "tools/sd_pipeline.h"
+#include "pipelines/sd_pipeline.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,0 +1,240 @@
+// [sample]: reading and checking the table, and drawing the validation grids (see validation_samples.h).
+#include "train/validation_samples.h"
+
+#include "checkpoint/merge.h"
+#include "comm/communicator.h"
+#include "core/check.h"
+#include "core/config_reader.h"
+#include "core/config_writer.h"
+#include "data/png_write.h"
+#include "engine/engine.h"
+#include "models/lora_file.h"
+#include "models/model_selection.h"
+#include "formats/npy.h"
+#include "checkpoint/output_path.h"
+#include "models/hy_text/hy_text_encoder.h"
+#include "models/hymotion/released_format.h"
+#include "pipelines/motion_pipeline.h"
+#include "pipelines/sd_pipeline.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string grid_name(int64_t step, size_t prompt) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step_%08lld_prompt_%zu.png", static_cast<long long>(step), prompt);
+  return name;
+}
+
+}  // namespace
+
+SampleConfig SampleConfig::from_toml(ConfigTable& t) {
+  SampleConfig c;
+  c.every_steps = t.get("every_steps", c.every_steps);
+  c.prompts = t.get("prompts", c.prompts);
+  c.negative_prompt = t.get("negative_prompt", c.negative_prompt);
+  c.pretrained = t.get_path("pretrained", c.pretrained);
+  c.steps_given = t.has("steps");
+  c.guidance_given = t.has("guidance");
+  c.steps = t.get("steps", c.steps);
+  c.guidance = t.get("guidance", c.guidance);
+  c.text_encoders = t.get_path("text_encoders", c.text_encoders);
+  c.frames = t.get("frames", c.frames);
+  c.seed = t.get("seed", c.seed);
+  c.size = t.get("size", c.size);
+  c.num_images = t.get("num_images", c.num_images);
+  c.scheduler = t.get("scheduler", c.scheduler);
+  t.reject_unknown_keys({{"validation_prompt", "zest calls it prompts (a list)"},
+                         {"validation_steps", "zest calls it every_steps"},
+                         {"num_validation_images", "zest calls it num_images"},
+                         {"guidance_scale", "zest calls it guidance"},
+                         {"num_inference_steps", "zest calls it steps"}});
+  if (c.every_steps < 0) t.fail("every_steps", "must be >= 0 (0: no validation samples)");
+  if (c.every_steps > 0 && c.prompts.empty()) t.fail("prompts", "needs at least one prompt when every_steps > 0");
+  for (const auto& p : c.prompts) {
+    if (p.empty()) t.fail("prompts", "an empty prompt; give the text to draw");
+  }
+  if (c.steps < 1 || c.steps > 1000) t.fail("steps", "must be in [1, 1000]");
+  if (c.frames < 1 || c.frames > 100000) t.fail("frames", "must be in [1, 100000] (motion frames at 30 fps)");
+  if (!(c.guidance >= 1.0)) t.fail("guidance", "must be >= 1 (1: no classifier-free guidance)");
+  if (c.seed < 0) t.fail("seed", "must be >= 0");
+  if (c.num_images < 1 || c.num_images > 64) t.fail("num_images", "must be in [1, 64]");
+  try {
+    parse_image_size(c.size);
+  } catch (const Error&) {
+    t.fail("size", "'" + c.size + "': expected WIDTHxHEIGHT in pixels, e.g. \"512x512\"");
+  }
+  if (!c.scheduler.empty() && c.scheduler != "ddim" && c.scheduler != "euler" && c.scheduler != "dpmpp") {
+    t.fail("scheduler", "'" + c.scheduler + "': expected \"ddim\", \"euler\" or \"dpmpp\" (or leave it out: the pipeline's own)");
+  }
+  return c;
+}
+
+void to_toml(const SampleConfig& c, ConfigWriter& out) {
+  ConfigWriter& t = out.table("sample", "validation samples during training (PNG grids in RUN_DIR/samples/)");
+  t.set("every_steps", c.every_steps, "optimizer steps between samples (0: none)");
+  t.set("prompts", c.prompts, "one grid per prompt");
+  t.set("negative_prompt", c.negative_prompt, "classifier-free guidance's unconditional prompt");
+  // Left out when unset: an empty path is not a valid value (the model's pretrained folder is then used).
+  if (!c.pretrained.empty()) t.set("pretrained", c.pretrained, "pipeline folder (default: the model's pretrained one)");
+  t.set("steps", c.steps, "denoising steps");
+  t.set("guidance", c.guidance, "classifier-free guidance scale");
+  t.set("seed", c.seed, "seed of the starting noise (the same every time: grids compare across steps)");
+  t.set("size", c.size, "WIDTHxHEIGHT in pixels");
+  t.set("num_images", c.num_images, "pictures per prompt");
+  t.set("scheduler", c.scheduler, "ddim | euler | dpmpp (\"\": the pipeline's own)");
+  if (!c.text_encoders.empty())
+    t.set("text_encoders", c.text_encoders, "HY-Motion: the folder holding Qwen3-8B/ and clip-vit-large-patch14/");
+  t.set("frames", c.frames, "HY-Motion: motion length in frames (30 fps)");
+}
+
+std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelection& model) {
+  if (!config.pretrained.empty()) return config.pretrained;
+  if (model.pretrained.empty() || !fs::is_directory(model.pretrained)) return "";
+  const fs::path folder = fs::path(model.pretrained).lexically_normal();
+  if (fs::is_directory(folder / "vae")) return folder.string();
+  const fs::path above = folder.has_filename() ? folder.parent_path() : folder.parent_path().parent_path();
+  return fs::is_directory(above / "vae") ? above.string() : "";
+}
+
+ValidationSamples::ValidationSamples(SampleConfig config, const ModelSelection& model, const std::string& family,
+                                     std::string run_dir, LossConfig loss)
+    : config_(std::move(config)), loss_(std::move(loss)), run_dir_(std::move(run_dir)) {
+  if (config_.every_steps == 0) return;
+  if (family == "hymotion") {  // motions from the prompts: the release folder and HY-Motion's text encoders
+    motion_ = true;
+    pipeline_folder_ = !config_.pretrained.empty() ? config_.pretrained : model.pretrained;
+    ZEST_CHECK(!pipeline_folder_.empty() && fs::exists(fs::path(pipeline_folder_) / hymotion::kReleaseConfigName),
+               "[sample] of a HY-Motion run needs its release folder (config.yml + latest.ckpt): set sample.pretrained, ",
+               "or start the model from it with model.pretrained");
+    const hytext::TextEncoderFolders folders = hytext::find_text_encoders(pipeline_folder_, config_.text_encoders);
+    text_folders_ = {folders.qwen.string(), folders.clip.string()};
+    return;
+  }
+  ZEST_CHECK(family == "unet", "[sample] draws pictures with a Stable Diffusion pipeline or motions with a HY-Motion "
+             "release; this run trains a ", family, " model (remove [sample] or set sample.every_steps = 0)");
+  pipeline_folder_ = sample_pipeline_folder(config_, model);
+  ZEST_CHECK(!pipeline_folder_.empty(), "[sample] needs a pipeline folder (vae/ text_encoder/ tokenizer/): set "
+             "sample.pretrained, or start the model from one with model.pretrained");
+  for (const char* part : {"vae", "text_encoder", "tokenizer", "unet"}) {
+    ZEST_CHECK(fs::is_directory(fs::path(pipeline_folder_) / part), "sample.pretrained: ", pipeline_folder_,
+               " has no ", part, "/ (a Stable Diffusion pipeline folder holds unet/ vae/ text_encoder/ tokenizer/)");
+  }
+}
+
+ValidationSamples::~ValidationSamples() = default;
+
+void ValidationSamples::use_lora(const LoraRecord& record) { lora_metadata_ = lora_file_metadata("unet", record); }
+
+std::vector<std::string> ValidationSamples::run(Engine& engine, Communicator& comm, int64_t step,
+                                                ProgressReporter& progress) {
+  const fs::path folder = fs::path(run_dir_) / "samples";
+  const std::string weights = (folder / ".unet_for_samples.safetensors").string();
+  checkpoint::MergeOptions merge;
+  merge.ema = engine.ema() != nullptr;  // what people ship, as diffusers' scripts sample the EMA
+  if (comm.rank() == 0) fs::create_directories(folder);
+  comm.barrier();
+  const bool is_lora = !lora_metadata_.empty();
+  if (is_lora) {  // the adapters, as a LoRA file
+    merge.name_prefix = lora_name_prefix("unet");
+    merge.extra_metadata = lora_metadata_;
+  }
+  checkpoint::merge_online(engine, weights, merge);  // every rank gathers; rank 0 writes
+  std::vector<std::string> files;
+  if (comm.rank() != 0) return files;
+  const auto device = engine.device();
+  nlohmann::json listed = nlohmann::json::array();
+  if (motion_) {
+    files = run_motion(weights, device, step, listed);
+    const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
+    progress.record_line(record.dump());
+    progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
+                     " motion file" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
+    return files;
+  }
+  const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
+  if (is_lora) {
+    // The pipeline's own UNet with this step's adapters (reloaded whole: an adapter is attached once).
+    pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {}, device, dtype));
+    load_lora(*pipeline_->unet_module, "unet", weights, 1.0);
+  } else if (!pipeline_) {
+    pipeline_ = std::make_unique<SdPipeline>(load_sd_pipeline(pipeline_folder_, {weights, "", false}, device, dtype));
+    if (const auto type = unet::prediction_type_named(loss_.prediction)) pipeline_->scheduler.prediction_type = *type;
+    if (loss_.rescale_betas_zero_snr) pipeline_->scheduler.rescale_betas_zero_snr = *loss_.rescale_betas_zero_snr;
+  } else {
+    load_unet_values(*pipeline_, weights);
+  }
+  fs::remove(weights);
+  SampleRequest request;
+  std::tie(request.width, request.height) = parse_image_size(config_.size);
+  request.negative_prompt = config_.negative_prompt;
+  if (config_.negative_prompt.empty()) request.negative_prompt.reset();
+  request.steps = config_.steps;
+  request.guidance_scale = config_.guidance;
+  request.seed = static_cast<uint64_t>(config_.seed);
+  request.count = config_.num_images;
+  if (!config_.scheduler.empty()) request.scheduler = unet::parse_scheduler_kind(config_.scheduler);
+  for (size_t i = 0; i < config_.prompts.size(); ++i) {
+    request.prompt = config_.prompts[i];
+    const auto images = generate_images(*pipeline_, request);
+    const fs::path path = folder / grid_name(step, i);
+    write_png(path.string(), image_grid(images));
+    files.push_back(path.string());
+    listed.push_back({{"prompt", request.prompt}, {"file", (fs::path("samples") / path.filename()).string()}});
+  }
+  const nlohmann::json record = {{"step", step}, {"validation_samples", listed}, {"ema", merge.ema}};
+  progress.record_line(record.dump());
+  progress.message("validation samples of step " + std::to_string(step) + ": " + std::to_string(files.size()) +
+                   " grid" + (files.size() == 1 ? "" : "s") + " in " + folder.string());
+  return files;
+}
+
+std::vector<std::string> ValidationSamples::run_motion(const std::string& weights, const torch::Device& device,
+                                                       int64_t step, nlohmann::json& listed) {
+  const fs::path folder = fs::path(run_dir_) / "samples";
+  if (prompt_features_.empty()) {  // the prompts are encoded once; the encoders (Qwen3-8B: 16 GB) are not kept
+    const hytext::HyTextEncoder encoder({text_folders_[0], text_folders_[1]}, device,
+                                        device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+    const hytext::MotionTextFeatures f = encoder.encode(config_.prompts);
+    prompt_features_ = {f.ctxt, f.ctxt_length, f.vtxt};
+  }
+  MotionPipeline pipeline = load_motion_pipeline(pipeline_folder_, {weights, "", false}, device,
+                                                 device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  fs::remove(weights);
+  MotionRequest request;
+  request.frames = config_.frames;
+  request.steps = config_.steps_given ? config_.steps : 50;
+  if (config_.guidance_given) request.guidance_scale = config_.guidance;
+  request.seed = static_cast<uint64_t>(config_.seed);
+  request.count = config_.num_images;
+  std::vector<std::string> files;
+  for (size_t i = 0; i < config_.prompts.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    const hytext::MotionTextFeatures one{prompt_features_[0].narrow(0, k, 1), prompt_features_[1].narrow(0, k, 1),
+                                         prompt_features_[2].narrow(0, k, 1)};
+    const MotionText text = motion_text_of(one, {text_folders_[0], text_folders_[1]}, pipeline.model->config());
+    const torch::Tensor motion = generate_motion(pipeline, text, request);
+    char stem[64];
+    std::snprintf(stem, sizeof(stem), "step_%08lld_prompt_%zu", static_cast<long long>(step), i);
+    const fs::path npy_path = folder / (std::string(stem) + ".npy");
+    checkpoint::write_output_file(npy_path.string(), npy::encode(motion));
+    files.push_back(npy_path.string());
+    nlohmann::json gifs = nlohmann::json::array();
+    for (const std::string& gif : write_motion_animations((folder / stem).string(), motion)) {
+      files.push_back(gif);
+      gifs.push_back((fs::path("samples") / fs::path(gif).filename()).string());
+    }
+    listed.push_back({{"prompt", config_.prompts[i]}, {"file", (fs::path("samples") / npy_path.filename()).string()},
+                      {"animations", gifs}});
+  }
+  return files;
+}
+
+}  // namespace zest
