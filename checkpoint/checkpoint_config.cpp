@@ -3,6 +3,7 @@
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 
 #include <map>
 
@@ -19,30 +20,40 @@ const std::map<std::string, std::string> kCheckpointHints = {
 
 }  // namespace
 
-CheckpointConfig CheckpointConfig::from_toml(ConfigTable& table) {
-  CheckpointConfig c;
-  c.dir = table.get("dir", c.dir);
-  c.every_steps = table.get("every_steps", c.every_steps);
-  c.keep_last = table.get("keep_last", c.keep_last);
-  c.async = table.get("async", c.async);
-  c.merge_at_end = table.get("merge_at_end", c.merge_at_end);
-  c.shared_fs = table.get("shared_fs", c.shared_fs);
-  table.reject_unknown_keys(kCheckpointHints);
-
-  if (table.has("dir") && c.dir.empty()) table.fail("dir", "must not be empty (leave it out for <run_dir>/checkpoints)");
-  if (c.every_steps < 0) table.fail("every_steps", "must be >= 0 (0 = only the final checkpoint)");
-  if (c.keep_last < 0) table.fail("keep_last", "must be >= 0 (0 = keep all)");
-  return c;
+const FieldTable<CheckpointConfig>& checkpoint_fields() {
+  static const FieldTable<CheckpointConfig> table = [] {
+    using C = CheckpointConfig;
+    FieldTable<C> t("checkpoint", "sharded checkpoints (DIR/step_N/, DIR/latest)", kCheckpointHints);
+    t.text("dir", &C::dir, "checkpoint folder")
+        .default_text("`<run_dir>/checkpoints`")
+        .reference("checkpoint folder (`DIR/step_N/`, `DIR/latest`)");
+    t.integer("every_steps", &C::every_steps, "save every N optimizer steps; 0 = only the final one")
+        .at_least(0, "must be >= 0 (0 = only the final checkpoint)")
+        .reference("save every N optimizer steps; 0 = only the final checkpoint");
+    t.integer("keep_last", &C::keep_last, "complete checkpoints kept; 0 = all")
+        .at_least(0, "must be >= 0 (0 = keep all)")
+        .reference("complete checkpoints kept on disk; 0 = keep all");
+    t.boolean("async", &C::async, "write shards in the background")
+        .reference("write shards from a background thread while training continues");
+    t.boolean("merge_at_end", &C::merge_at_end, "also write one consolidated model.safetensors at the end")
+        .reference("after the final step, also write one consolidated `model.safetensors`, and with `[ema]` also "
+                   "`model_ema.safetensors` (the EMA, same names)");
+    t.boolean("shared_fs", &C::shared_fs, "every node sees dir; false: each node keeps its own ranks' files")
+        .reference("true: every node must see the same `dir` (checked at start: rank 0 writes a token there that every "
+                   "rank must read; a rank that cannot is an error naming it and its host). false: each node keeps its "
+                   "own ranks' files in its own `dir` (with a copy of the manifest); resuming then needs the same world "
+                   "size, and `zest merge` the nodes' step folders gathered into one (README.md, \"Several machines\")");
+    // Absent, the run config puts it under train.run_dir; given, it must name a folder.
+    t.rules([](ConfigTable& table, C& c) {
+      if (table.has("dir") && c.dir.empty()) table.fail("dir", "must not be empty (leave it out for <run_dir>/checkpoints)");
+    });
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const CheckpointConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("checkpoint", "sharded checkpoints (DIR/step_N/, DIR/latest)");
-  t.set("dir", c.dir, "checkpoint folder");
-  t.set("every_steps", c.every_steps, "save every N optimizer steps; 0 = only the final one");
-  t.set("keep_last", c.keep_last, "complete checkpoints kept; 0 = all");
-  t.set("async", c.async, "write shards in the background");
-  t.set("merge_at_end", c.merge_at_end, "also write one consolidated model.safetensors at the end");
-  t.set("shared_fs", c.shared_fs, "every node sees dir; false: each node keeps its own ranks' files");
-}
+CheckpointConfig CheckpointConfig::from_toml(ConfigTable& table) { return checkpoint_fields().read(table); }
+
+void to_toml(const CheckpointConfig& c, ConfigWriter& out) { checkpoint_fields().write(c, out); }
 
 }  // namespace zest

@@ -8,6 +8,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 struct CheckpointConfig {
   std::string dir;            // checkpoint folder; "" = <train.run_dir>/checkpoints (resolved by the run config)
@@ -23,5 +25,6 @@ struct CheckpointConfig {
 };
 
 void to_toml(const CheckpointConfig& config, ConfigWriter& out);
+const FieldTable<CheckpointConfig>& checkpoint_fields();  // the [checkpoint] table (core/field_table.h)
 
 }  // namespace zest

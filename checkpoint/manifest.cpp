@@ -260,6 +260,7 @@ Manifest manifest_from_json(const Json& j, const std::string& source) {
   optimizer_from_json(root.at("optimizer"), m);
   scheduler_from_json(root.at("scheduler"), m);
   if (root.has("ema")) m.ema = ema_from_json(root.at("ema"));
+  if (root.has("config")) m.config_json = root.at("config").object().dump();
   loss_scaler_from_json(root.at("loss_scaler"), m);
   m.skipped_total = root.at("skipped_total").integer(0);
   m.extra_json = root.at("extra").object().dump();
@@ -278,6 +279,13 @@ int64_t Manifest::num_parameters() const {
 }
 
 bool Manifest::has_ema() const { return std::find(kinds.begin(), kinds.end(), kEmaShard) != kinds.end(); }
+
+JsonDocument extra_record(const std::string& extra_json, const std::string& manifest_path) {
+  JsonDocument record(parse_ordered_json(extra_json.empty() ? "{}" : extra_json, manifest_path + " (extra)"),
+                      manifest_path, "extra");
+  record.root().object();
+  return record;
+}
 
 std::string config_hash(const std::string& model_name, const std::string& model_config) {
   return to_hex(xxh64_string(model_name + "\n" + model_config));
@@ -306,6 +314,7 @@ std::string to_json_text(const Manifest& m) {
       {"scheduler", scheduler_to_json(m)},
   };
   if (m.ema) j["ema"] = ema_to_json(*m.ema);  // only when the run keeps one: other manifests are unchanged
+  if (!m.config_json.empty()) j["config"] = object_from_text(m.config_json, "config JSON");
   j.update(Json{
       {"loss_scaler", {{"enabled", m.loss_scale_enabled}, {"scale", s.scale}, {"clean_steps", s.clean_steps},
                        {"hysteresis_left", s.hysteresis_left}, {"overflows", s.overflows}}},

@@ -16,6 +16,10 @@
 #include <string>
 #include <vector>
 
+namespace zest {
+class JsonDocument;  // formats/json_field.h
+}
+
 namespace zest::checkpoint {
 
 inline constexpr const char* kFormatName = "zest-checkpoint";
@@ -44,6 +48,10 @@ struct Manifest {
   // kMasterShard, the optimizer's state names, then kEmaShard when the run keeps an EMA of the weights.
   std::vector<std::string> kinds;
   std::optional<EmaConfig> ema;  // the EMA's settings; present exactly when kinds ends with "ema"
+  // The engine's settings as its field table records them (core/field_table.h), [engine.kernels] included:
+  // {"engine": {"stage": 2, ..., "kernels": {...}}}, a JSON object text; informational, "" where a manifest
+  // written before it has none.
+  std::string config_json;
 
   OptimConfig optimizer;
   int64_t optimizer_step = 0;  // the optimizer's own update count (Adam bias correction)
@@ -61,6 +69,11 @@ struct Manifest {
   int64_t num_parameters() const;  // Σ unit numel (tied parameters counted once)
   bool has_ema() const;            // kinds lists "ema"
 };
+
+// The caller's record saved with a checkpoint (Manifest::extra_json, LoadedState::extra_json) as a document
+// to read with JsonField (formats/json_field.h): its errors name `manifest_path` (DIR/manifest.json) and the
+// field, "extra.data.epoch". Text that is not a JSON object is refused the same way.
+JsonDocument extra_record(const std::string& extra_json, const std::string& manifest_path);
 
 std::string config_hash(const std::string& model_name, const std::string& model_config);
 // The tensor name of one unit's slice of a kind in a rank file.

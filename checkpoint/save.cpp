@@ -8,6 +8,10 @@
 #include "checkpoint/save_phase.h"
 #include "checkpoint/snapshot.h"
 #include "core/check.h"
+#include "core/field_table.h"
+#include "engine/engine_config.h"
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -53,6 +57,9 @@ Manifest describe_state(const EngineState& state, const SaveRequest& request) {
   for (const UnitShardLayout& unit : state.units) m.units.push_back(unit.layout);
   m.kinds = state.shard_names();  // master, the optimizer's states, then the EMA when kept
   m.ema = state.configs.ema;
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  config["engine"] = record_json(engine_fields().values(state.configs.engine));
+  m.config_json = config.dump();
   m.optimizer = state.configs.optimizer;
   m.optimizer_step = c.optimizer_step;
   m.scheduler = state.configs.scheduler;

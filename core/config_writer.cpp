@@ -85,6 +85,10 @@ void ConfigWriter::set(const std::string& key, const std::vector<std::string>& v
   add(key, out + "]", doc);
 }
 
+void ConfigWriter::set_literal(const std::string& key, const std::string& literal, const std::string& doc) {
+  add(key, literal, doc);
+}
+
 ConfigWriter& ConfigWriter::table(const std::string& key, const std::string& doc) {
   tables_.push_back(std::make_unique<ConfigWriter>(path_.empty() ? key : path_ + "." + key, doc));
   return *tables_.back();

@@ -23,6 +23,8 @@ class ConfigWriter {
   void set(const std::string& key, const std::vector<double>& value, const std::string& doc = "");
   void set(const std::string& key, const std::vector<int64_t>& value, const std::string& doc = "");
   void set(const std::string& key, const std::vector<std::string>& value, const std::string& doc = "");
+  // A value already in TOML syntax (core/field_table.h's toml_literal).
+  void set_literal(const std::string& key, const std::string& literal, const std::string& doc = "");
 
   // A nested table, rendered as [path.key] after this table's own keys; `doc` becomes a comment line.
   ConfigWriter& table(const std::string& key, const std::string& doc = "");

@@ -8,6 +8,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 // More loader threads than this only cost memory and start-up time (each holds whole batches).
 inline constexpr int kMaxLoaderWorkers = 64;
@@ -25,5 +27,6 @@ struct DataConfig {
 };
 
 void to_toml(const DataConfig& config, ConfigWriter& out);
+const FieldTable<DataConfig>& data_fields();  // the [data] table (core/field_table.h)
 
 }  // namespace zest

@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_field.h"
 #include "formats/json_text.h"
 
 #include <nlohmann/json.hpp>
@@ -15,7 +16,6 @@
 namespace zest {
 namespace {
 
-using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& required_features(DatasetFormat format) {
@@ -28,13 +28,9 @@ const std::vector<std::string>& required_features(DatasetFormat format) {
 // Widths that may be 0 (an absent optional tensor).
 bool may_be_zero(const std::string& name) { return name == "pooled_dim" || name == "time_ids"; }
 
-DatasetFormat parse_format(const std::string& path, const Json& doc) {
-  ZEST_CHECK(doc.contains("format") && doc["format"].is_string(), path,
-             ": needs \"format\": \"zest.motion.v1\" or \"zest.latents.v1\"");
-  const std::string name = doc["format"].get<std::string>();
-  for (DatasetFormat f : {DatasetFormat::motion, DatasetFormat::latents})
-    if (name == format_name(f)) return f;
-  ZEST_FAIL(path, ": unknown format \"", name, "\" (this zest reads zest.motion.v1 and zest.latents.v1)");
+DatasetFormat parse_format(const JsonField& doc) {
+  return doc.at("format").choice<DatasetFormat>(
+      {{format_name(DatasetFormat::motion), DatasetFormat::motion}, {format_name(DatasetFormat::latents), DatasetFormat::latents}});
 }
 
 // Largest accepted width and shard size: far above any real dataset, small enough that sizes computed
@@ -42,57 +38,36 @@ DatasetFormat parse_format(const std::string& path, const Json& doc) {
 constexpr int64_t kMaxFeatureWidth = int64_t{1} << 24;
 constexpr int64_t kMaxShardSamples = int64_t{1} << 32;
 
-std::map<std::string, int64_t> parse_features(const std::string& path, const Json& doc, DatasetFormat format) {
-  ZEST_CHECK(doc.contains("features") && doc["features"].is_object(), path,
-             ": needs a \"features\" object with the widths");
-  std::map<std::string, int64_t> features;
-  for (const auto& [name, value] : doc["features"].items()) {
-    ZEST_CHECK(value.is_number_integer(), path, ": features.", printable(name), " must be an integer, got ",
-               printable(value.dump(), 80));
-    features[name] = value.get<int64_t>();
-    ZEST_CHECK(features[name] <= kMaxFeatureWidth, path, ": features.", printable(name), " = ", features[name],
-               " is too large (at most ", kMaxFeatureWidth, ")");
-  }
+std::map<std::string, int64_t> parse_features(const JsonField& doc, DatasetFormat format) {
+  const JsonField widths = doc.at("features");
+  std::map<std::string, int64_t> features = widths.integer_map(std::numeric_limits<int64_t>::min(), kMaxFeatureWidth);
   for (const std::string& name : required_features(format)) {
-    const auto it = features.find(name);
-    ZEST_CHECK(it != features.end(), path, ": features.", name, " is missing (", format_name(format),
-               " needs it)");
-    ZEST_CHECK(it->second > 0 || (may_be_zero(name) && it->second == 0), path, ": features.", name, " = ",
-               it->second, " must be ", may_be_zero(name) ? ">= 0" : "> 0");
+    const JsonField width = widths.at(name);
+    if (!width.exists()) width.fail(str("is missing (", format_name(format), " needs it)"));
+    width.integer(may_be_zero(name) ? 0 : 1, kMaxFeatureWidth);
   }
   return features;
 }
 
 // Shard names are checked against the folder here (no absolute path, no "..", no link leading out, no
 // FIFO or device) and kept in their normal spelling, so "./shard-0" and "shard-0" are one file.
-std::vector<ShardEntry> parse_shards(const std::string& dir, const std::string& path, const Json& doc) {
-  ZEST_CHECK(doc.contains("shards") && doc["shards"].is_array() && !doc["shards"].empty(), path,
-             ": needs a non-empty \"shards\" list of {\"file\": ..., \"samples\": ...}");
+std::vector<ShardEntry> parse_shards(const std::string& dir, const JsonField& doc) {
+  const JsonField list = doc.at("shards");
+  if (!list.is_array() || list.size() == 0) list.expected("a non-empty array of {\"file\": ..., \"samples\": ...}");
   std::vector<ShardEntry> shards;
   std::map<std::string, size_t> seen;  // normal name → index of its first entry
-  for (size_t i = 0; i < doc["shards"].size(); ++i) {
-    const Json& entry = doc["shards"][i];
-    ZEST_CHECK(entry.is_object() && entry.contains("file") && entry["file"].is_string() &&
-                   entry.contains("samples") && entry["samples"].is_number_integer(),
-               path, ": shards[", i, "] must be {\"file\": STRING, \"samples\": INTEGER}, got ",
-               printable(entry.dump(), 120));
-    const std::string given = entry["file"].get<std::string>();
-    confined_path(dir, given, {path, str("shards[", i, "].file")}, /*must_exist=*/false);
-    ShardEntry shard{normal_name(given), entry["samples"].get<int64_t>()};
-    ZEST_CHECK(shard.samples > 0 && shard.samples <= kMaxShardSamples, path, ": shards[", i, "] (",
-               printable(shard.file), ") has ", shard.samples, " samples; must be in [1, ", kMaxShardSamples, "]");
-    ZEST_CHECK(entry.contains("height") == entry.contains("width"), path, ": shards[", i,
-               "] gives only one of \"height\" and \"width\" (a bucket's latent size needs both)");
-    for (const char* side : {"height", "width"}) {
-      if (!entry.contains(side)) continue;
-      ZEST_CHECK(entry[side].is_number_integer() && entry[side].get<int64_t>() > 0 &&
-                     entry[side].get<int64_t>() <= kMaxFeatureWidth,
-                 path, ": shards[", i, "].", side, " must be an integer in [1, ", kMaxFeatureWidth, "], got ",
-                 printable(entry[side].dump(), 40));
-      (std::string(side) == "height" ? shard.height : shard.width) = entry[side].get<int64_t>();
-    }
+  const std::vector<JsonField> entries = list.items();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const JsonField& entry = entries[i];
+    const std::string given = entry.at("file").string();
+    confined_path(dir, given, {doc.file(), str("shards[", i, "].file")}, /*must_exist=*/false);
+    ShardEntry shard{normal_name(given), entry.at("samples").integer(1, kMaxShardSamples)};
+    if (entry.has("height") != entry.has("width"))
+      entry.fail("gives only one of \"height\" and \"width\" (a bucket's latent size needs both)");
+    if (entry.has("height")) shard.height = entry.at("height").integer(1, kMaxFeatureWidth);
+    if (entry.has("width")) shard.width = entry.at("width").integer(1, kMaxFeatureWidth);
     const auto [first, inserted] = seen.emplace(shard.file, i);
-    ZEST_CHECK(inserted, path, ": shards[", i, "] (\"", printable(given), "\") and shards[", first->second,
+    ZEST_CHECK(inserted, doc.file(), ": shards[", i, "] (\"", printable(given), "\") and shards[", first->second,
                "] name the same file ", printable(shard.file), "; list each shard once");
     shards.push_back(std::move(shard));
   }
@@ -136,41 +111,40 @@ DatasetManifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "dataset.json").string();
   ZEST_CHECK(fs::exists(path) || fs::is_symlink(path), path,
              ": cannot open (is this a dataset folder? it needs dataset.json; `zest data synth` writes one)");
-  const Json doc = parse_json(read_text_file(path, "dataset listing (dataset.json)", 256ull << 20), path);
-  ZEST_CHECK(doc.is_object(), path, ": must hold a JSON object");
+  const nlohmann::json document = parse_json(read_text_file(path, "dataset listing (dataset.json)", 256ull << 20), path);
+  const JsonField doc(document, path);
+  doc.object();
   DatasetManifest m;
-  m.format = parse_format(path, doc);
-  m.features = parse_features(path, doc, m.format);
-  m.shards = parse_shards(dir, path, doc);
-  if (doc.contains("stats")) {
-    ZEST_CHECK(doc["stats"].is_string(), path, ": \"stats\" must be a file name");
-    const std::string given = doc["stats"].get<std::string>();
+  m.format = parse_format(doc);
+  m.features = parse_features(doc, m.format);
+  m.shards = parse_shards(dir, doc);
+  if (doc.has("stats")) {
+    const std::string given = doc.at("stats").string();
     confined_path(dir, given, {path, "stats"}, /*must_exist=*/false);
     m.stats_file = normal_name(given);
     for (const ShardEntry& shard : m.shards)
       ZEST_CHECK(shard.file != m.stats_file, path, ": \"stats\" names the shard ", printable(shard.file),
                  "; the statistics need a file of their own");
   }
-  if (doc.contains("empty_prompt")) {
-    ZEST_CHECK(doc["empty_prompt"].is_string(), path, ": \"empty_prompt\" must be a file name");
-    const std::string given = doc["empty_prompt"].get<std::string>();
+  if (doc.has("empty_prompt")) {
+    const std::string given = doc.at("empty_prompt").string();
     confined_path(dir, given, {path, "empty_prompt"}, /*must_exist=*/false);
     m.empty_prompt_file = normal_name(given);
   }
-  if (doc.contains("source") && doc["source"].is_string()) m.source = doc["source"].get<std::string>();
+  if (doc.at("source").is_string()) m.source = doc.at("source").string();  // informational
   return m;
 }
 
 void write_manifest(const std::string& dir, const DatasetManifest& m) {
-  Json doc;
+  nlohmann::json doc;
   doc["format"] = format_name(m.format);
-  doc["features"] = Json::object();
+  doc["features"] = nlohmann::json::object();
   for (const auto& [name, value] : m.features) doc["features"][name] = value;
   if (!m.stats_file.empty()) doc["stats"] = m.stats_file;
-  doc["shards"] = Json::array();
+  doc["shards"] = nlohmann::json::array();
   if (!m.empty_prompt_file.empty()) doc["empty_prompt"] = m.empty_prompt_file;
   for (const ShardEntry& shard : m.shards) {
-    Json entry = {{"file", shard.file}, {"samples", shard.samples}};
+    nlohmann::json entry = {{"file", shard.file}, {"samples", shard.samples}};
     if (shard.height > 0) entry["height"] = shard.height;
     if (shard.width > 0) entry["width"] = shard.width;
     doc["shards"].push_back(entry);

@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_field.h"
 #include "formats/json_text.h"
 
 #include <algorithm>
@@ -131,33 +132,30 @@ void from_metadata(const fs::path& root, const Walk& w, const std::string& colum
     ++number;
     if (trimmed(line).empty()) continue;
     const std::string where = str("metadata.jsonl line ", number);
-    nlohmann::json row;
+    nlohmann::json document;
+    std::string given, caption;
     try {
-      row = parse_json(line, path + " line " + std::to_string(number));
+      const std::string source = path + " line " + std::to_string(number);
+      document = parse_json(line, source);
+      const JsonField row(document, source);
+      given = row.at("file_name").string();
+      for (const auto& [key, value] : row.members())
+        if (columns.size() < 32) columns.insert(key);  // for the message when no line has the column
+      const JsonField value = row.at(column);
+      if (!value.exists()) {
+        out.skipped.push_back({where, "has no \"" + printable(column) + "\" (--caption-column)"});
+        continue;
+      }
+      ++with_column;
+      if (value.is_array() && value.size() > 0) {
+        caption = value.items()[0].string();  // several captions: the first (diffusers draws one at random)
+      } else if (!value.is_string()) {
+        value.expected("a string or a non-empty array of strings");
+      } else {
+        caption = value.string();
+      }
     } catch (const Error& e) {
       out.skipped.push_back({where, e.what()});
-      continue;
-    }
-    if (!row.is_object() || !row.contains("file_name") || !row["file_name"].is_string()) {
-      out.skipped.push_back({where, "needs an object with \"file_name\": STRING"});
-      continue;
-    }
-    for (const auto& [key, value] : row.items())
-      if (columns.size() < 32) columns.insert(key);  // for the message when no line has the column
-    const std::string given = row["file_name"].get<std::string>();
-    if (!row.contains(column)) {
-      out.skipped.push_back({where, "has no \"" + printable(column) + "\" (--caption-column)"});
-      continue;
-    }
-    ++with_column;
-    const nlohmann::json& value = row[column];
-    std::string caption;
-    if (value.is_string()) {
-      caption = value.get<std::string>();
-    } else if (value.is_array() && !value.empty() && value[0].is_string()) {
-      caption = value[0].get<std::string>();  // several captions: the first (diffusers draws one at random)
-    } else {
-      out.skipped.push_back({where, "\"" + printable(column) + "\" must be a string or a list of strings"});
       continue;
     }
     std::string name;

@@ -243,13 +243,12 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
                    const PrepareImagesOptions& o, const ImageFolderListing& listing, PrepareImagesReport& report) {
   std::vector<SampleRef> samples;
   for (int64_t p = 0; p < pieces; ++p) {
-    const safetensors::Reader r(piece_path(work, p));
-    const Json items = parse_json(r.metadata().at("items"), r.path() + " metadata");
+    const PieceRecords records(safetensors::Reader(piece_path(work, p)));
+    const std::vector<JsonField> items = records.items();
     for (size_t k = 0; k < items.size(); ++k)
-      samples.push_back({p, static_cast<int64_t>(k), items[k]["index"].get<int64_t>(), items[k]["height"].get<int64_t>(),
-                         items[k]["width"].get<int64_t>()});
-    for (const Json& s : parse_json(r.metadata().at("skipped"), r.path() + " metadata"))
-      report.skipped.push_back({s["file"].get<std::string>(), s["reason"].get<std::string>()});
+      samples.push_back({p, static_cast<int64_t>(k), items[k].at("index").integer(0), items[k].at("height").integer(1),
+                         items[k].at("width").integer(1)});
+    for (SkippedFile& s : records.skipped()) report.skipped.push_back(std::move(s));
   }
   if (samples.empty()) {
     fs::remove_all(work);  // nothing to resume: a rerun starts afresh
@@ -325,6 +324,29 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
 }
 
 }  // namespace
+
+namespace {
+
+JsonDocument piece_record(const safetensors::Reader& piece, const char* key) {
+  const auto it = piece.metadata().find(key);
+  if (it == piece.metadata().end()) {
+    ZEST_FAIL(piece.path(), ": its metadata has no \"", key, "\" (not a piece written by zest data prepare; remove "
+              "the unfinished work folder to start afresh)");
+  }
+  return JsonDocument(parse_ordered_json(it->second, piece.path() + ": metadata " + key), piece.path(),
+                      std::string("__metadata__.") + key);
+}
+
+}  // namespace
+
+PieceRecords::PieceRecords(const safetensors::Reader& piece)
+    : items_(piece_record(piece, "items")), skipped_(piece_record(piece, "skipped")) {}
+
+std::vector<SkippedFile> PieceRecords::skipped() const {
+  std::vector<SkippedFile> out;
+  for (const JsonField& s : skipped_.root().items()) out.push_back({s.at("file").string(), s.at("reason").string()});
+  return out;
+}
 
 std::string prepare_work_folder(const std::string& out) {
   fs::path p = fs::path(out).lexically_normal();

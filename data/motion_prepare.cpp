@@ -172,11 +172,10 @@ void write_motion_dataset(const fs::path& staging, const fs::path& work, int64_t
                    const ImageFolderListing& listing, PrepareMotionsReport& report) {
   std::vector<MotionSampleRef> samples;
   for (int64_t p = 0; p < pieces; ++p) {
-    const safetensors::Reader r(motion_piece_path(work, p));
-    const Json items = parse_json(r.metadata().at("items"), r.path() + " metadata");
-    for (size_t k = 0; k < items.size(); ++k) samples.push_back({p, static_cast<int64_t>(k), items[k]["index"].get<int64_t>()});
-    for (const Json& s : parse_json(r.metadata().at("skipped"), r.path() + " metadata"))
-      report.skipped.push_back({s["file"].get<std::string>(), s["reason"].get<std::string>()});
+    const PieceRecords records(safetensors::Reader(motion_piece_path(work, p)));
+    const std::vector<JsonField> items = records.items();
+    for (size_t k = 0; k < items.size(); ++k) samples.push_back({p, static_cast<int64_t>(k), items[k].at("index").integer(0)});
+    for (SkippedFile& s : records.skipped()) report.skipped.push_back(std::move(s));
   }
   if (samples.empty()) {
     fs::remove_all(work);  // nothing to resume: a rerun starts afresh

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "engine/sharding_policy.h"
 
 #include <cmath>
@@ -103,61 +104,157 @@ const std::map<std::string, std::string> kLossScaleHints = {
     {"min_loss_scale", "zest calls it min"},
 };
 
-void check(ConfigTable& table, bool ok, const std::string& key, const std::string& message) {
-  if (!ok) table.fail(key, message);
-}
-
-LossScaleConfig read_loss_scale(ConfigTable& table) {
-  LossScaleConfig c;
-  c.initial = table.get("initial", c.initial);
-  c.window = table.get("window", c.window);
-  c.hysteresis = table.get("hysteresis", c.hysteresis);
-  c.min = table.get("min", c.min);
-  c.at_min = table.get_enum("at_min", c.at_min, kAtMin);
-  table.reject_unknown_keys(kLossScaleHints);
-
-  check(table, std::isfinite(c.initial) && c.initial > 0, "initial", "must be a positive finite number");
-  check(table, c.window >= 1, "window", "must be >= 1 (clean steps before the scale doubles)");
-  check(table, c.hysteresis >= 1, "hysteresis", "must be >= 1 (1 = halve on every overflow)");
-  check(table, std::isfinite(c.min) && c.min > 0, "min", "must be a positive finite number");
-  check(table, c.min <= c.initial, "min",
-        "must be <= initial (" + toml_float(c.min) + " > " + toml_float(c.initial) + ")");
-  return c;
-}
-
 // The stage's sharding as far as settings go: the world size decides only stage 2's one-rank shortcut,
-// which no setting depends on. `stage` is valid (ShardingPolicy::is_stage).
-ShardingPolicy sharding_of(const EngineConfig& c) { return ShardingPolicy::for_stage(c.stage, /*world_size=*/1); }
+// which no setting depends on.
+ShardingPolicy sharding_of(const EngineConfig& c) {
+  return ShardingPolicy::for_stage(ShardingPolicy::is_stage(c.stage) ? c.stage : 2, /*world_size=*/1);
+}
 
-void check_ranges(ConfigTable& table, const EngineConfig& c) {
-  check(table, ShardingPolicy::is_stage(c.stage), "stage",
-        "must be 0, 1, 2 or 3 (got " + std::to_string(c.stage) + ")");
-  check(table, c.prefetch >= 0 && c.prefetch <= 16, "prefetch", "must be between 0 and 16 (buckets gathered ahead)");
-  for (const char* key : {"reshard_after_forward", "prefetch"}) {
-    check(table, sharding_of(c).gathers_per_unit() || !table.has(key), key,
-          "is only used with stage = 3 (stage is " + std::to_string(c.stage) + ")");
-  }
-  check(table, c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
-  check(table, std::isfinite(c.clip_norm) && c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 = no clipping)");
-  check(table, std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "must be > 0");
-  check(table, c.checkpoint_every >= 1, "checkpoint_every", "must be >= 1");
-  check(table, c.activation_checkpointing == CheckpointPolicy::every_k || !table.has("checkpoint_every"),
-        "checkpoint_every",
-        std::string("is only used with activation_checkpointing = \"every_k\" (it is \"") +
-            to_string(c.activation_checkpointing) + "\")");
-  check(table, c.max_nonfinite_steps >= 1, "max_nonfinite_steps", "must be >= 1");
-  // Each intra-op thread joins every parallel region: thousands of them stall a run on any machine.
-  constexpr int kMaxThreads = 1024;
-  check(table, c.threads >= 0 && c.threads <= kMaxThreads, "threads",
-        "must be between 0 and " + std::to_string(kMaxThreads) + " (0 = cores / local ranks; this machine has " +
-            std::to_string(std::thread::hardware_concurrency()) + " cores, and more threads than cores only slow a step)");
-  check(table, std::isfinite(c.collective_timeout_s) && c.collective_timeout_s > 0, "collective_timeout_s",
-        "must be > 0 seconds");
-  check(table, std::isfinite(c.rendezvous_timeout_s) && c.rendezvous_timeout_s > 0, "rendezvous_timeout_s",
-        "must be > 0 seconds");
+bool gathers_per_unit(const EngineConfig& c) {
+  return ShardingPolicy::is_stage(c.stage) && sharding_of(c).gathers_per_unit();
+}
+
+std::string only_with_stage_3(const EngineConfig& c) {
+  return "is only used with stage = 3 (stage is " + std::to_string(c.stage) + ")";
+}
+
+const FieldTable<LossScaleConfig>& loss_scale_fields() {
+  static const FieldTable<LossScaleConfig> table = [] {
+    using C = LossScaleConfig;
+    FieldTable<C> t("loss_scale", "fp16 dynamic loss scaling", kLossScaleHints);
+    t.number("initial", &C::initial, "starting scale (65536 = 2^16)")
+        .above(0, "must be a positive finite number")
+        .reference("starting loss scale (2^16)");
+    t.integer("window", &C::window, "clean steps before the scale doubles")
+        .at_least(1, "must be >= 1 (clean steps before the scale doubles)");
+    t.integer("hysteresis", &C::hysteresis, "overflows tolerated before the scale halves")
+        .at_least(1, "must be >= 1 (1 = halve on every overflow)")
+        .reference("overflows tolerated before the scale halves (1 = halve on every overflow)");
+    t.number("min", &C::min, "floor of the scale")
+        .above(0, "must be a positive finite number")
+        .check([](const C& c) { return c.min <= c.initial; },
+               [](const C& c) { return "must be <= initial (" + toml_float(c.min) + " > " + toml_float(c.initial) + ")"; })
+        .type("float > 0, ≤ initial");
+    t.enumeration("at_min", &C::at_min, kAtMin, "overflow at the floor: warn|error")
+        .reference("what an overflow at the floor does");
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace
+
+const FieldTable<EngineConfig>& engine_fields() {
+  static const FieldTable<EngineConfig> table = [] {
+    using C = EngineConfig;
+    FieldTable<C> t("engine", "ZeRO engine: sharding stage, precision, accumulation, clipping", kEngineHints);
+    t.section("offload", "ZeRO-Offload: master weights and optimizer state in host memory", kOffloadHints);
+    t.integer("stage", &C::stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded, 3 = + parameters sharded")
+        .check([](const C& c) { return ShardingPolicy::is_stage(c.stage); },
+               [](const C& c) { return "must be 0, 1, 2 or 3 (got " + std::to_string(c.stage) + ")"; })
+        .type("0, 1, 2, 3")
+        .reference("0 = data parallel, 1 = optimizer state sharded, 2 = + gradients sharded, 3 = + parameters "
+                   "sharded at rest (gathered per bucket for its forward and backward)");
+    t.enumeration("device", &C::device, kDevices, "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)")
+        .reference("where the model, flat buffers, master shard and optimizer state live; auto = CUDA when this build "
+                   "has it and a GPU is visible; each rank drives the GPU of its local rank. `cuda` without a GPU, and "
+                   "fp16 on the CPU, are refused when the run file is read");
+    t.number("collective_timeout_s", &C::collective_timeout_s, "a collective not done by then ends every rank, named")
+        .above(0, "must be > 0 seconds")
+        .reference("a collective not done by then ends the rank with an error naming the operation, the bucket's "
+                   "units, the step and the ranks that never arrived (stopped, hung, killed, or elsewhere in the "
+                   "program), on the MPI, Gloo and NCCL paths alike; under `zest launch` the launcher then names "
+                   "those ranks (`ZEST_COMM_TIMEOUT_S` overrides)");
+    t.number("rendezvous_timeout_s", &C::rendezvous_timeout_s, "every rank must have joined the world by then")
+        .above(0, "must be > 0 seconds")
+        .reference("without MPI (torchrun, `zest launch`, srun, Horovod's Gloo mode): every rank must have joined "
+                   "rank 0's store by then; the ranks report who is missing every 10 s while they wait, and at the "
+                   "deadline every rank ends naming the ranks (and nodes) that never came. The ranks also agree on "
+                   "the world size and on the configuration (a hash of the resolved run file) before the first "
+                   "collective (`ZEST_RENDEZVOUS_TIMEOUT_S` overrides)");
+    t.boolean("reshard_after_forward", &C::reshard_after_forward, "free a unit's gathered parameters after its forward")
+        .only_with(gathers_per_unit, only_with_stage_3)
+        .reference("stage 3 only: free a bucket's gathered parameters after its forward (false keeps them until its "
+                   "backward: more memory, one gather less)");
+    t.integer("prefetch", &C::prefetch, "buckets gathered ahead of the running one")
+        .between(0, 16, "must be between 0 and 16 (buckets gathered ahead)")
+        .only_with(gathers_per_unit, only_with_stage_3)
+        .reference("stage 3 only: buckets gathered ahead of the running one, in forward and in backward order");
+    t.enumeration("precision", &C::precision, kPrecisions, "compute dtype of parameters and activations: fp32|bf16|fp16")
+        .reference("compute dtype of parameters and activations (master weights and optimizer state are always "
+                   "fp32); fp16 needs a GPU");
+    t.enumeration("reduce_dtype", &C::reduce_dtype, kPrecisions, "dtype gradients are reduced in: fp32|bf16|fp16")
+        .reference("dtype gradients are accumulated and reduced in, at every stage (the full buffer at stages 0/1, "
+                   "transient buckets and the shard at 2/3)");
+    t.integer("accumulation_steps", &C::accumulation_steps, "micro-batches per optimizer step").at_least(1, "must be >= 1");
+    t.number("clip_norm", &C::clip_norm, "global gradient-norm clip; 0 = off").at_least(0, "must be >= 0 (0 = no clipping)");
+    t.number("bucket_mb", &C::bucket_mb, "small neighbouring units are fused up to this size (MiB)")
+        .above(0, "must be > 0")
+        .reference("small neighbouring units are fused into one collective up to this many MiB of gradients in the "
+                   "reduce dtype");
+    t.enumeration("activation_checkpointing", &C::activation_checkpointing, kPolicies, "none|all|every_k")
+        .reference("which units recompute their forward in backward");
+    t.integer("checkpoint_every", &C::checkpoint_every, "checkpoint every k-th unit")
+        .at_least(1, "must be >= 1")
+        .only_with([](const C& c) { return c.activation_checkpointing == CheckpointPolicy::every_k; },
+                   [](const C& c) {
+                     return std::string("is only used with activation_checkpointing = \"every_k\" (it is \"") +
+                            to_string(c.activation_checkpointing) + "\")";
+                   })
+        .reference("k for `every_k`; an error with any other policy");
+    t.integer("max_nonfinite_steps", &C::max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops")
+        .at_least(1, "must be >= 1")
+        .reference("consecutive skipped (non-finite) steps before the run stops with an error");
+    // Each intra-op thread joins every parallel region: thousands of them stall a run on any machine.
+    constexpr int kMaxThreads = 1024;
+    t.integer("threads", &C::threads, "intra-op threads per rank; 0 = cores / local ranks")
+        .between(0, kMaxThreads, [](const C&) {
+          return "must be between 0 and " + std::to_string(kMaxThreads) + " (0 = cores / local ranks; this machine has " +
+                 std::to_string(std::thread::hardware_concurrency()) +
+                 " cores, and more threads than cores only slow a step)";
+        })
+        .reference("intra-op threads per rank; 0 = cores / local ranks (more threads than cores only slow a step)");
+    t.enumeration("cuda_graphs", &C::cuda_graphs, kCudaGraphs, "auto|off: replay whole steps as CUDA graphs (auto: where capturable)")
+        .reference("replay whole training steps as CUDA graphs (engine/step_graphs.h): auto = on for CUDA, except "
+                   "with optimizer offload or a checkpointed unit seen drawing random numbers in the eager steps "
+                   "(dropout; then every step runs eagerly, said once in the log); with activation checkpointing the "
+                   "graph's private pool adds reserved memory (HY-Motion at 32: +1.8 to +3.8 GiB reserved, +0.07 GiB "
+                   "allocated, bench/RESULTS.md) for a step of the same speed, so \"off\" suits a run whose reserved "
+                   "memory is tight; up to 4 batch shapes are captured, each after 2 eager steps");
+    t.boolean("cudnn_benchmark", &C::cudnn_benchmark, "CUDA: time cuDNN's convolution algorithms per shape, keep the fastest")
+        .reference("on a GPU, time cuDNN's convolution algorithms once per shape and keep the fastest (LibTorch's "
+                   "process-wide switch, `torch.backends.cudnn.benchmark` in Python); the timing runs in the first "
+                   "steps of each shape, so a few of them are slower");
+    t.enumeration("optimizer", &C::offload_optimizer, kOffloadTargets, "none|cpu: where the master and optimizer state live")
+        .in("offload")
+        .written_when([](const C& c) { return c.offload_optimizer != OffloadTarget::none; })
+        .reference("`cpu` (ZeRO-Offload, stages 1–3): the fp32 master shard, the optimizer state and the EMA live in "
+                   "host memory and a multithreaded host AdamW/SGD updates them; the GPU keeps only parameters and "
+                   "gradients (see \"Optimizer offload\" in README.md)");
+    t.number("staging_mb", &C::offload_staging_mb, "page-locked host ring the gradients and parameters cross PCIe through")
+        .in("offload")
+        .above(0, "must be > 0 (MiB)")
+        .only_with([](const C& c) { return c.offload_optimizer != OffloadTarget::none; }, "is only used with optimizer = \"cpu\"")
+        .reference("MiB of page-locked host memory (four slots together) through which each step's gradient shard "
+                   "goes down and the updated parameters come up, piece by piece; only with `optimizer = \"cpu\"`");
+    // A loss scaler only exists for fp16; accepting its settings otherwise would silently ignore them.
+    t.nested("loss_scale", &C::loss_scale, loss_scale_fields())
+        .only_with([](const C& c) { return c.precision == Precision::fp16; }, [](const C& c) {
+          return std::string("[engine.loss_scale] is only used with precision = \"fp16\" (precision is \"") +
+                 to_string(c.precision) + "\"); remove it or set engine.precision = \"fp16\"";
+        });
+    t.nested("kernels", &C::kernels, kernels_fields());
+    // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
+    // which no one wants; DeepSpeed likewise offloads from stage 1 up.
+    t.rules([](ConfigTable& table, EngineConfig& c) {
+      if (c.offload_optimizer != OffloadTarget::none && ShardingPolicy::is_stage(c.stage) &&
+          !sharding_of(c).can_offload_optimizer())
+        table.table("offload").fail("optimizer", "offloading the optimizer needs engine.stage = 1, 2 or 3 (stage is 0)");
+    });
+    return t;
+  }();
+  return table;
+}
 
 void check_supported_here(ConfigTable& table, const EngineConfig& c) {
   if (c.device == DeviceKind::cuda && !is_cuda_available()) {
@@ -171,83 +268,8 @@ void check_supported_here(ConfigTable& table, const EngineConfig& c) {
   }
 }
 
-EngineConfig EngineConfig::from_toml(ConfigTable& table) {
-  EngineConfig c;
-  c.stage = table.get("stage", c.stage);
-  c.device = table.get_enum("device", c.device, kDevices);
-  c.collective_timeout_s = table.get("collective_timeout_s", c.collective_timeout_s);
-  c.rendezvous_timeout_s = table.get("rendezvous_timeout_s", c.rendezvous_timeout_s);
-  c.reshard_after_forward = table.get("reshard_after_forward", c.reshard_after_forward);
-  c.prefetch = table.get("prefetch", c.prefetch);
-  c.precision = table.get_enum("precision", c.precision, kPrecisions);
-  c.reduce_dtype = table.get_enum("reduce_dtype", c.reduce_dtype, kPrecisions);
-  c.accumulation_steps = table.get("accumulation_steps", c.accumulation_steps);
-  c.clip_norm = table.get("clip_norm", c.clip_norm);
-  c.bucket_mb = table.get("bucket_mb", c.bucket_mb);
-  c.activation_checkpointing = table.get_enum("activation_checkpointing", c.activation_checkpointing, kPolicies);
-  c.checkpoint_every = table.get("checkpoint_every", c.checkpoint_every);
-  c.max_nonfinite_steps = table.get("max_nonfinite_steps", c.max_nonfinite_steps);
-  c.threads = table.get("threads", c.threads);
-  c.cuda_graphs = table.get_enum("cuda_graphs", c.cuda_graphs, kCudaGraphs);
-  c.cudnn_benchmark = table.get("cudnn_benchmark", c.cudnn_benchmark);
-  ConfigTable offload = table.table("offload");
-  c.offload_optimizer = offload.get_enum("optimizer", c.offload_optimizer, kOffloadTargets);
-  c.offload_staging_mb = offload.get("staging_mb", c.offload_staging_mb);
-  offload.reject_unknown_keys(kOffloadHints);
-  check(offload, std::isfinite(c.offload_staging_mb) && c.offload_staging_mb > 0, "staging_mb", "must be > 0 (MiB)");
-  check(offload, c.offload_optimizer != OffloadTarget::none || !offload.has("staging_mb"), "staging_mb",
-        "is only used with optimizer = \"cpu\"");
-  // Stage 0 keeps the full optimizer state on every rank: offloading it is DP with a host optimizer,
-  // which no one wants; DeepSpeed likewise offloads from stage 1 up.
-  if (c.offload_optimizer != OffloadTarget::none && ShardingPolicy::is_stage(c.stage) &&
-      !sharding_of(c).can_offload_optimizer())
-    offload.fail("optimizer", "offloading the optimizer needs engine.stage = 1, 2 or 3 (stage is 0)");
-  ConfigTable loss_scale = table.table("loss_scale");
-  if (c.precision == Precision::fp16) c.loss_scale = read_loss_scale(loss_scale);
-  table.reject_unknown_keys(kEngineHints);
+EngineConfig EngineConfig::from_toml(ConfigTable& table) { return engine_fields().read(table); }
 
-  // A loss scaler only exists for fp16; accepting its settings otherwise would silently ignore them.
-  if (c.precision != Precision::fp16 && table.has("loss_scale"))
-    table.fail("loss_scale", std::string("[engine.loss_scale] is only used with precision = \"fp16\" (precision is \"") +
-                                 to_string(c.precision) + "\"); remove it or set engine.precision = \"fp16\"");
-  check_ranges(table, c);
-  return c;
-}
-
-void to_toml(const EngineConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("engine", "ZeRO engine: sharding stage, precision, accumulation, clipping");
-  t.set("stage", c.stage, "0 = DP, 1 = optimizer state sharded, 2 = + gradients sharded, 3 = + parameters sharded");
-  t.set("device", to_string(c.device), "auto|cuda|cpu; auto = CUDA when present (GPU LOCAL_RANK per rank)");
-  t.set("collective_timeout_s", c.collective_timeout_s, "a collective not done by then ends every rank, named");
-  t.set("rendezvous_timeout_s", c.rendezvous_timeout_s, "every rank must have joined the world by then");
-  if (sharding_of(c).gathers_per_unit()) {
-    t.set("reshard_after_forward", c.reshard_after_forward, "free a unit's gathered parameters after its forward");
-    t.set("prefetch", c.prefetch, "buckets gathered ahead of the running one");
-  }
-  t.set("precision", to_string(c.precision), "compute dtype of parameters and activations: fp32|bf16|fp16");
-  t.set("reduce_dtype", to_string(c.reduce_dtype), "dtype gradients are reduced in: fp32|bf16|fp16");
-  t.set("accumulation_steps", c.accumulation_steps, "micro-batches per optimizer step");
-  t.set("clip_norm", c.clip_norm, "global gradient-norm clip; 0 = off");
-  t.set("bucket_mb", c.bucket_mb, "small neighbouring units are fused up to this size (MiB)");
-  t.set("activation_checkpointing", to_string(c.activation_checkpointing), "none|all|every_k");
-  if (c.activation_checkpointing == CheckpointPolicy::every_k)  // refused with the other policies
-    t.set("checkpoint_every", c.checkpoint_every, "checkpoint every k-th unit");
-  t.set("max_nonfinite_steps", c.max_nonfinite_steps, "consecutive skipped non-finite steps before the run stops");
-  t.set("threads", c.threads, "intra-op threads per rank; 0 = cores / local ranks");
-  t.set("cuda_graphs", to_string(c.cuda_graphs), "auto|off: replay whole steps as CUDA graphs (auto: where capturable)");
-  t.set("cudnn_benchmark", c.cudnn_benchmark, "CUDA: time cuDNN's convolution algorithms per shape, keep the fastest");
-  if (c.offload_optimizer != OffloadTarget::none) {
-    ConfigWriter& off = t.table("offload", "ZeRO-Offload: master weights and optimizer state in host memory");
-    off.set("optimizer", to_string(c.offload_optimizer), "none|cpu: where the master and optimizer state live");
-    off.set("staging_mb", c.offload_staging_mb, "page-locked host ring the gradients and parameters cross PCIe through");
-  }
-  if (c.precision != Precision::fp16) return;
-  ConfigWriter& ls = t.table("loss_scale", "fp16 dynamic loss scaling");
-  ls.set("initial", c.loss_scale.initial, "starting scale (65536 = 2^16)");
-  ls.set("window", c.loss_scale.window, "clean steps before the scale doubles");
-  ls.set("hysteresis", c.loss_scale.hysteresis, "overflows tolerated before the scale halves");
-  ls.set("min", c.loss_scale.min, "floor of the scale");
-  ls.set("at_min", to_string(c.loss_scale.at_min), "overflow at the floor: warn|error");
-}
+void to_toml(const EngineConfig& c, ConfigWriter& out) { engine_fields().write(c, out); }
 
 }  // namespace zest

@@ -1,6 +1,8 @@
 // EngineConfig: the [engine] table (stage, precision, accumulation, clipping, buckets, activation
-// checkpointing) and [engine.loss_scale], with their TOML reading/validation and printing.
+// checkpointing), [engine.offload], [engine.loss_scale] and [engine.kernels], one field table (engine_fields()).
 #pragma once
+
+#include "core/kernel_switches.h"
 
 #include <torch/torch.h>
 
@@ -11,6 +13,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 enum class Precision { fp32, bf16, fp16 };
 torch::Dtype to_dtype(Precision p);
@@ -67,6 +71,7 @@ struct EngineConfig {
   CudaGraphs cuda_graphs = CudaGraphs::auto_;  // capture whole steps as CUDA graphs and replay them
   bool cudnn_benchmark = true;  // CUDA: time cuDNN's convolution algorithms once per shape, keep the fastest
   LossScaleConfig loss_scale;
+  KernelsConfig kernels;  // [engine.kernels]: the kernel switches (core/kernel_switches.h)
 
   // Reads [engine], [engine.offload] and [engine.loss_scale] strictly: wrong types, out-of-range values, unknown keys and
   // inconsistent combinations (e.g. loss_scale without fp16) are errors at the key's file:line:col.
@@ -88,5 +93,8 @@ void check_supported_here(ConfigTable& engine_table, const EngineConfig& config)
 
 // Writes every field (defaults included) with its one-line doc; [engine.loss_scale] only for fp16.
 void to_toml(const EngineConfig& config, ConfigWriter& out);
+
+// The [engine] table: its keys, [engine.offload], [engine.loss_scale] and [engine.kernels] (core/field_table.h).
+const FieldTable<EngineConfig>& engine_fields();
 
 }  // namespace zest

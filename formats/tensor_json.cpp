@@ -56,15 +56,21 @@ nlohmann::json tensor_to_json(const torch::Tensor& tensor) {
                                    static_cast<size_t>(data.numel()) * data.element_size())}};
 }
 
-torch::Tensor tensor_from_json(const nlohmann::json& value, const std::string& what) {
-  ZEST_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") && value.contains("base64"),
-             what, ": expected {dtype, shape, base64}");
-  const torch::Dtype dtype = safetensors::dtype_from_name(value["dtype"].get<std::string>(), what);
-  const auto shape = value["shape"].get<std::vector<int64_t>>();
-  const std::string bytes = base64_decode(value["base64"].get<std::string>(), what);
+torch::Tensor tensor_from_json(const JsonField& value) {
+  const std::string what = value.path().empty() ? value.file() : value.file() + ": field '" + value.path() + "'";
+  const torch::Dtype dtype = safetensors::dtype_from_name(value.at("dtype").string(), what);
+  const std::vector<int64_t> shape = value.at("shape").integers(0);
+  const std::string bytes = base64_decode(value.at("base64").string(), what);
+  // The shape must account for the data exactly; counted without overflow before anything is allocated.
+  const uint64_t item = c10::elementSize(dtype);
+  uint64_t expected = item;
+  for (const int64_t d : shape) {
+    const uint64_t dim = static_cast<uint64_t>(d);
+    expected = (dim != 0 && expected > bytes.size() / dim + 1) ? bytes.size() + 1 : expected * dim;
+  }
+  if (bytes.size() != expected)
+    value.at("base64").fail(str("holds ", bytes.size(), " bytes, not what the shape and dtype take"));
   torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-  ZEST_CHECK(bytes.size() == static_cast<size_t>(out.numel()) * out.element_size(), what, ": ", bytes.size(),
-             " bytes of data for a tensor of ", out.numel() * out.element_size());
   std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
   return out;
 }

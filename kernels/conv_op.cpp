@@ -1,7 +1,7 @@
 // conv2d and its switch (see conv_op.h); the CUDA autograd function is in conv_cuda.cpp.
 #include "kernels/conv_op.h"
 
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 #include "kernels/linear_op.h"
 
 namespace zest {
@@ -15,8 +15,8 @@ bool conv_weight_kernels_take(const torch::Tensor& weight);
 namespace {
 // Off by default: on one H200 it saved 1.1 ms of a 237 ms SD1.5 step (within the spread of two runs) for
 // 1.0 GiB more peak memory, the kept weight copies (bench/RESULTS.md, twelfth session).
-EnvSwitch& conv_switch() {
-  static EnvSwitch on("ZEST_CONV_GRAD_FUSION", /*default_on=*/false);
+KernelSwitch& conv_switch() {  // [engine.kernels] conv_grad_fusion (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("conv_grad_fusion");
   return on;
 }
 }  // namespace

@@ -4,7 +4,7 @@
 // there), and backward adds the channels-last weight gradient straight into the weight's .grad slot of the
 // engine's flat gradient buffer (float32, or the weight's dtype) and the bias gradient into the bias's —
 // where autograd would add a channels-last gradient into a contiguous slot elementwise across layouts.
-// Elsewhere (CPU, fp32, frozen weights) torch::conv2d. Off unless ZEST_CONV_GRAD_FUSION=1: measured, it did
+// Elsewhere (CPU, fp32, frozen weights) torch::conv2d. Off unless [engine.kernels] conv_grad_fusion = true (or ZEST_CONV_GRAD_FUSION=1): measured, it did
 // not pay for the memory its kept copies take (conv_op.cpp).
 #pragma once
 
@@ -18,7 +18,8 @@ torch::Tensor conv2d(const torch::Tensor& x, const torch::Tensor& weight, const 
 // Whether conv2d takes the path above for these arguments.
 bool uses_accumulating_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-// Process-wide switch (default off; ZEST_CONV_GRAD_FUSION=1 turns it on), for tests and A/B runs.
+// Process-wide switch ([engine.kernels] conv_grad_fusion, default off; ZEST_CONV_GRAD_FUSION=1 overrides), for tests
+// and A/B runs.
 bool conv_grad_fusion_enabled();
 void set_conv_grad_fusion(bool enabled);
 

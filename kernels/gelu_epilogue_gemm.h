@@ -27,7 +27,8 @@ std::optional<GeluProduct> linear_gelu(const torch::Tensor& x, const torch::Tens
 std::optional<torch::Tensor> gelu_backward_of_product(const torch::Tensor& dy, const torch::Tensor& weight,
                                                       const torch::Tensor& h);
 
-// Process-wide switch (default on; ZEST_GELU_EPILOGUE=0 turns it off), for tests and A/B runs.
+// Process-wide switch ([engine.kernels] gelu_epilogue, default on; ZEST_GELU_EPILOGUE=0 overrides), for tests and
+// A/B runs.
 bool gelu_epilogue_enabled();
 void set_gelu_epilogue(bool enabled);
 

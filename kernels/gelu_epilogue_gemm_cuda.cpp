@@ -4,7 +4,7 @@
 // once per shape and thread and reused; only the pointers change between calls.
 #include "kernels/gelu_epilogue_gemm.h"
 
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/record_function.h>
@@ -18,8 +18,8 @@
 namespace zest {
 namespace {
 
-EnvSwitch& epilogue_switch() {
-  static EnvSwitch on("ZEST_GELU_EPILOGUE", /*default_on=*/true);
+KernelSwitch& epilogue_switch() {  // [engine.kernels] gelu_epilogue (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("gelu_epilogue");
   return on;
 }
 

@@ -3,7 +3,7 @@
 #include "kernels/joined_linear_op.h"
 
 #include "core/check.h"
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 #include "kernels/concat_gelu_op.h"
 #include "kernels/linear_op.h"
 #include "kernels/recomputed_linear_op.h"
@@ -17,8 +17,8 @@ torch::Tensor joined_gelu_linear_cuda(const torch::Tensor& left, const torch::Te
 #endif
 
 namespace {
-EnvSwitch& joined_switch() {
-  static EnvSwitch on("ZEST_JOINED_LINEAR", /*default_on=*/true);
+KernelSwitch& joined_switch() {  // [engine.kernels] joined_linear (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("joined_linear");
   return on;
 }
 

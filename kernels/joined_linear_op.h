@@ -5,7 +5,7 @@
 // concatenation is never written, backward hands left and right contiguous gradients of their own, and
 // dW's column blocks and db go straight into the .grad slots. GELU(right) is kept for backward, or run
 // again there when recomputes_here(concat_gelu_tanh) (recomputed_linear_op.h). Elsewhere (and with
-// ZEST_JOINED_LINEAR=0) the composition, recomputed as linear_of_recomputed does.
+// [engine.kernels] joined_linear = false) the composition, recomputed as linear_of_recomputed does.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,7 +19,8 @@ namespace zest {
 torch::Tensor joined_gelu_linear(const torch::Tensor& left, const torch::Tensor& right, const torch::Tensor& weight,
                                  const torch::Tensor& bias, const torch::Tensor& activated = {});
 
-// Process-wide switch (default on; ZEST_JOINED_LINEAR=0 turns it off), for tests and A/B runs.
+// Process-wide switch ([engine.kernels] joined_linear, default on; ZEST_JOINED_LINEAR=0 overrides), for tests and
+// A/B runs.
 bool joined_linear_enabled();
 void set_joined_linear(bool enabled);
 

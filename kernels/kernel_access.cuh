@@ -1,6 +1,7 @@
 // What the model kernels share (nvcc only): float conversions of the activation dtypes, aligned packs of V
 // consecutive elements (one vector load or store), the dispatch over dtype and vector width, the
-// fixed-order sum of backward's per-tile column sums, and the launch check.
+// fixed-order sum of backward's per-tile column sums, one-wave grids for grid-stride kernels, and the launch
+// check.
 #pragma once
 
 #include "kernels/kernel_dtype.h"
@@ -9,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -113,6 +115,39 @@ inline void launch_sum_tile_partials(const float* partial, int64_t groups, int64
   const dim3 threads(kTileSumColumns, kTileSumSlices);
   const dim3 blocks(static_cast<unsigned>((dim + kTileSumColumns - 1) / kTileSumColumns), static_cast<unsigned>(groups));
   sum_tile_partials<float><<<blocks, threads, 0, stream>>>(partial, tiles, dim, out);
+}
+
+// The streaming multiprocessors of the current device (one per process: a rank drives one GPU).
+inline int64_t device_sm_count() {
+  static const int64_t sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return int64_t{1};
+    }
+    return static_cast<int64_t>(count);
+  }();
+  return sms;
+}
+
+// The most blocks of `threads` threads any kernel can keep resident on the device (threads per SM / threads):
+// what scratch sized per block must hold for one_wave_blocks below.
+inline int64_t max_resident_blocks(int threads) { return device_sm_count() * (2048 / threads); }
+
+// The blocks of Kernel (launched with `threads` threads, no dynamic shared memory) that the device runs at
+// once. A grid-stride kernel gets this many blocks at most: one more than a whole wave runs a second, partial
+// wave while most SMs wait — 1024 blocks of the q/k backward at 7 resident a block per SM on an H200's 132
+// made it ~2x slower than the bytes it moves.
+template <auto Kernel>
+int64_t one_wave_blocks(int threads) {
+  static const int64_t blocks = [threads] {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+      per_sm = 1;
+    }
+    return std::min(device_sm_count() * per_sm, max_resident_blocks(threads));
+  }();
+  return blocks;
 }
 
 inline void check_launch(const char* what) {

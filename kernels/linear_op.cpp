@@ -1,7 +1,7 @@
 // linear and its switch (see linear_op.h); the CUDA autograd function is in linear_cuda.cpp.
 #include "kernels/linear_op.h"
 
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 
 namespace zest {
 
@@ -11,8 +11,8 @@ LinearGradFusionCounts accumulating_linear_counts();
 #endif
 
 namespace {
-EnvSwitch& fusion_switch() {
-  static EnvSwitch on("ZEST_LINEAR_GRAD_FUSION", /*default_on=*/true);
+KernelSwitch& fusion_switch() {  // [engine.kernels] linear_grad_fusion (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("linear_grad_fusion");
   return on;
 }
 

@@ -27,7 +27,7 @@ bool accumulates_weight_grads(const torch::Tensor& weight, const torch::Tensor& 
 // any, a trainable [out] vector of the weight's dtype and device.
 bool trains_into_grad_slots(const torch::Tensor& weight, const torch::Tensor& bias);
 
-// Process-wide switch (default on; the environment variable ZEST_LINEAR_GRAD_FUSION=0 turns it off),
+// Process-wide switch ([engine.kernels] linear_grad_fusion, default on; ZEST_LINEAR_GRAD_FUSION=0 overrides),
 // so tests and benchmarks can compare against the unfused path in one process.
 bool linear_grad_fusion_enabled();
 void set_linear_grad_fusion(bool enabled);

@@ -12,7 +12,6 @@ namespace {
 using namespace kernels;
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBackwardBlocks = 1024;  // fixed for a shape: the weight gradients' partial sums
 constexpr int kMaxGroup = 32;                 // lanes of a row: the shuffles stay inside a warp
 constexpr int64_t kMinHeadDim = 8, kMaxHeadDim = 256;
 
@@ -257,9 +256,11 @@ int64_t forward_blocks(const QkvShape& s, int group) {
   return (s.rows() * group + kThreads - 1) / kThreads;
 }
 
-int64_t backward_blocks(const QkvShape& s, int group) {
+// The backward's blocks: one per kThreads / group rows, at most one wave of the kernel (`wave`, from
+// one_wave_blocks; fixed for a device, so the weight gradients' partial sums repeat bitwise).
+int64_t backward_blocks(const QkvShape& s, int group, int64_t wave) {
   const int64_t rows_per_pass = kThreads / group;
-  return std::max<int64_t>(1, std::min((s.rows() + rows_per_pass - 1) / rows_per_pass, kMaxBackwardBlocks));
+  return std::max<int64_t>(1, std::min((s.rows() + rows_per_pass - 1) / rows_per_pass, wave));
 }
 
 // Calls fn.template operator()<T, V, G>() for the head dim's lanes; the element counts are 16 bytes for
@@ -302,7 +303,9 @@ bool qk_norm_rope_covers(int64_t head_dim, int element_bytes) {
 int64_t qk_norm_rope_alignment(int element_bytes) { return 16 / element_bytes; }
 
 int64_t qk_norm_rope_scratch(const QkvShape& shape, int element_bytes) {
-  return backward_blocks(shape, row_lanes(shape.head_dim, element_bytes).group) * 2 * 2 * shape.head_dim;
+  // Room for the largest wave any kernel of kThreads can have; the launch uses at most its own.
+  return backward_blocks(shape, row_lanes(shape.head_dim, element_bytes).group, max_resident_blocks(kThreads)) * 2 * 2 *
+         shape.head_dim;
 }
 
 void launch_qk_norm_rope_forward(const QkvShape& shape, KernelDtype dtype, const float* cos, const float* sin,
@@ -322,7 +325,7 @@ void launch_qk_norm_rope_backward(const QkvShape& shape, KernelDtype dtype, cons
                                   const float* rstd_k, float* dweights, float* scratch, void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   dispatch_lanes(dtype, shape.head_dim, [&]<typename T, int V, int G>() {
-    const int64_t blocks = backward_blocks(shape, G);
+    const int64_t blocks = backward_blocks(shape, G, one_wave_blocks<backward_kernel<T, V, G>>(kThreads));
     backward_kernel<T, V, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         shape, cos, sin, static_cast<const T*>(dq), static_cast<const T*>(dk), static_cast<const T*>(dv), rstd_q,
         rstd_k, scratch);

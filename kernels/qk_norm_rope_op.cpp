@@ -2,7 +2,7 @@
 #include "kernels/qk_norm_rope_op.h"
 
 #include "core/check.h"
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 #include "kernels/fused_paths.h"
 #include "kernels/kernel_tensors.h"
 
@@ -19,14 +19,14 @@ AttentionInputs qk_norm_rope_cuda(const std::vector<QkvProjection>& streams, int
 #endif
 
 namespace {
-EnvSwitch& kernel_switch() {
-  static EnvSwitch on("ZEST_QK_NORM_ROPE", /*default_on=*/true);
+KernelSwitch& the_switch() {  // [engine.kernels] qk_norm_rope (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("qk_norm_rope");
   return on;
 }
 }  // namespace
 
-bool qk_norm_rope_enabled() { return kernel_switch().enabled(); }
-void set_qk_norm_rope(bool enabled) { kernel_switch().set(enabled); }
+bool qk_norm_rope_enabled() { return the_switch().enabled(); }
+void set_qk_norm_rope(bool enabled) { the_switch().set(enabled); }
 
 #ifdef ZEST_WITH_CUDA
 namespace {
@@ -34,7 +34,7 @@ namespace {
 // Why the kernels cannot take these inputs, or nothing when they can.
 std::string refusal(const std::vector<QkvProjection>& streams, int64_t num_heads, const torch::Tensor& cos,
                     const torch::Tensor& sin) {
-  if (!qk_norm_rope_enabled()) return "switched off (ZEST_QK_NORM_ROPE=0)";
+  if (!qk_norm_rope_enabled()) return "switched off ([engine.kernels] qk_norm_rope = false, or ZEST_QK_NORM_ROPE=0)";
   if (streams.empty() || streams.size() > 2 || num_heads <= 0) return "one or two streams of whole heads";
   const auto& first = streams.front().proj;
   if (first.dim() != 3 || first.size(-1) % (3 * num_heads) != 0) return "the projection is not [B, S, 3·H·d]";

@@ -23,7 +23,8 @@ struct AttentionInputs {
 // Whether the kernels take these inputs: a CUDA build; one or two projections in one kernel dtype on
 // one device, head dim 64 or 128, rows and pointers 16-byte aligned, weights of the projection's dtype,
 // float32 tables of at most ΣS_i rows.
-// On by default; ZEST_QK_NORM_ROPE=0 switches them off (the op chain runs instead); the setter is for tests.
+// On by default; [engine.kernels] qk_norm_rope = false (or ZEST_QK_NORM_ROPE=0) switches them off (the op chain
+// runs instead); the setter is for tests.
 bool qk_norm_rope_enabled();
 void set_qk_norm_rope(bool enabled);
 

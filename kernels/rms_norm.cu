@@ -11,7 +11,6 @@ using namespace kernels;
 
 constexpr int kWarps = 8;  // rows per block at a time
 constexpr int kThreads = 32 * kWarps;
-constexpr int64_t kMaxBackwardBlocks = 1024;  // fixed for a shape: the weight gradient's partial sums
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -109,7 +108,9 @@ __global__ void finalize_weight_kernel(const float* partial, int64_t blocks, int
 }
 
 int64_t forward_blocks(const RmsRows& r) { return (r.rows() + kWarps - 1) / kWarps; }
-int64_t backward_blocks(const RmsRows& r) { return std::min(forward_blocks(r), kMaxBackwardBlocks); }
+// At most one wave of the backward kernel (kernel_access.cuh; fixed for a device, so the weight gradient's
+// partial sums repeat bitwise).
+int64_t backward_blocks(const RmsRows& r, int64_t wave) { return std::max<int64_t>(1, std::min(forward_blocks(r), wave)); }
 
 constexpr int64_t kMaxHeadDim = 32 * 8;
 
@@ -137,7 +138,9 @@ void dispatch_rows(KernelDtype dtype, int64_t head_dim, Fn&& fn) {
 
 bool rms_norm_covers(int64_t head_dim) { return head_dim >= 1 && head_dim <= kMaxHeadDim; }
 
-int64_t rms_norm_backward_scratch(const RmsRows& rows) { return backward_blocks(rows) * rows.head_dim; }
+int64_t rms_norm_backward_scratch(const RmsRows& rows) {
+  return backward_blocks(rows, max_resident_blocks(kThreads)) * rows.head_dim;  // room for any kernel's wave
+}
 
 void launch_rms_norm_forward(const RmsRows& rows, KernelDtype dtype, const void* x, const void* weight, double eps,
                              void* y, float* rstd, void* cuda_stream) {
@@ -154,8 +157,8 @@ void launch_rms_norm_backward(const RmsRows& rows, KernelDtype dtype, const void
                               const void* weight, const float* rstd, void* dx, float* dweight, float* scratch,
                               void* cuda_stream) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
-  const int64_t blocks = backward_blocks(rows);
   dispatch_rows(dtype, rows.head_dim, [&]<typename T, int K>() {
+    const int64_t blocks = backward_blocks(rows, one_wave_blocks<backward_kernel<T, K>>(kThreads));
     backward_kernel<T, K><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         rows, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(weight), rstd,
         static_cast<T*>(dx), scratch);

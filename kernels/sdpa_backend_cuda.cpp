@@ -1,20 +1,16 @@
-// ZEST_SDPA_BACKEND = cudnn | efficient | flash | math: the one fused attention LibTorch may choose, for
-// benchmarks and diagnosis (`zest bench`); unset, LibTorch chooses as it always does.
-#include "core/check.h"
+// [engine.kernels] sdpa_backend = auto | cudnn | efficient | flash | math (ZEST_SDPA_BACKEND overrides): the one
+// fused attention LibTorch may choose, for benchmarks and diagnosis; auto leaves LibTorch's choice as it is.
+#include "core/kernel_switches.h"
 
 #include <ATen/Context.h>
 
-#include <cstdlib>
 #include <string>
 
 namespace zest {
 
-void apply_sdpa_backend_from_env() {
-  const char* value = std::getenv("ZEST_SDPA_BACKEND");
-  if (value == nullptr || *value == '\0') return;
-  const std::string backend = value;
-  ZEST_CHECK(backend == "cudnn" || backend == "efficient" || backend == "flash" || backend == "math",
-             "ZEST_SDPA_BACKEND must be cudnn, efficient, flash or math, got '", backend, "'");
+void apply_sdpa_backend() {
+  const std::string backend = kernel_switch("sdpa_backend").value();  // one of the switch's choices
+  if (backend == "auto") return;
   auto& context = at::globalContext();
   context.setSDPUseCuDNN(backend == "cudnn");
   context.setSDPUseMemEfficient(backend == "efficient");

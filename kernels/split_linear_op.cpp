@@ -3,7 +3,7 @@
 #include "kernels/split_linear_op.h"
 
 #include "core/check.h"
-#include "core/env_switch.h"
+#include "core/kernel_switches.h"
 #include "kernels/linear_op.h"
 
 #include <numeric>
@@ -17,8 +17,8 @@ std::vector<torch::Tensor> split_linear_cuda(const torch::Tensor& x, const torch
 #endif
 
 namespace {
-EnvSwitch& split_switch() {
-  static EnvSwitch on("ZEST_SPLIT_LINEAR", /*default_on=*/true);
+KernelSwitch& split_switch() {  // [engine.kernels] split_linear (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("split_linear");
   return on;
 }
 }  // namespace

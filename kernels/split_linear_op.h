@@ -3,7 +3,7 @@
 // (linear_op.h), each part is its own product over the rows of W and b it owns, so each part is a
 // contiguous tensor and backward needs no cat of the parts' gradients: dX = Σ dYᵢ·Wᵢ accumulates in one
 // buffer (cuBLAS, beta = 1), and dWᵢ, dbᵢ go into row ranges of the .grad slots. Elsewhere (and with
-// ZEST_SPLIT_LINEAR=0) the composition.
+// [engine.kernels] split_linear = false) the composition.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,7 +22,8 @@ std::vector<torch::Tensor> split_linear(const torch::Tensor& x, const torch::Ten
 std::vector<torch::Tensor> split_linear_with_gelu_of_last(const torch::Tensor& x, const torch::Tensor& weight,
                                                           const torch::Tensor& bias, const std::vector<int64_t>& sizes);
 
-// Process-wide switch (default on; ZEST_SPLIT_LINEAR=0 turns it off), for tests and A/B runs.
+// Process-wide switch ([engine.kernels] split_linear, default on; ZEST_SPLIT_LINEAR=0 overrides), for tests and
+// A/B runs.
 bool split_linear_enabled();
 void set_split_linear(bool enabled);
 

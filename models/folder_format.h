@@ -4,6 +4,8 @@
 
 #include "checkpoint/merge.h"
 
+#include "formats/json_field.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -39,7 +41,7 @@ struct FolderConfig {
 struct FolderExport {
   const std::string& dir;                   // the checkpoint's step folder (named in messages)
   const checkpoint::Manifest& manifest;
-  const nlohmann::json& source;             // the checkpoint's model_source record
+  const JsonField& source;                  // the checkpoint's model_source record (checked: pretrained_source.h)
   const std::filesystem::path& out;         // the folder to write (created by export_weights)
   const checkpoint::MergeOptions& options;
 };

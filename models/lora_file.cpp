@@ -4,6 +4,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/manifest.h"
 #include "core/check.h"
+#include "formats/json_field.h"
 #include "formats/json_text.h"
 #include "formats/safetensors.h"
 #include "models/pretrained_load.h"
@@ -28,14 +29,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-nlohmann::json extra_of(const checkpoint::Manifest& manifest) {
-  return nlohmann::json::parse(manifest.extra_json, nullptr, /*allow_exceptions=*/false);
+// The checkpoint's own record (manifest "extra"): errors name step_dir/manifest.json and the field.
+JsonDocument extra_of(const checkpoint::Manifest& manifest, const std::string& step_dir) {
+  return checkpoint::extra_record(manifest.extra_json, (fs::path(step_dir) / checkpoint::kManifestName).string());
 }
 
 std::string family_of_checkpoint(const checkpoint::Manifest& manifest, const std::string& step_dir) {
-  const nlohmann::json extra = extra_of(manifest);
-  if (extra.is_object() && extra.contains("model_source") && extra["model_source"].is_object())
-    return extra["model_source"].value("family", std::string());
+  const JsonDocument extra = extra_of(manifest, step_dir);
+  const JsonField source = extra.root().null_as_absent().at("model_source");
+  if (source.exists()) {
+    check_model_source_record(source);
+    return source.at("family").string();
+  }
   for (const BuiltinModelConfig& builtin : builtin_model_configs())
     if (builtin.name == manifest.model_name) return builtin.family;
   throw Error(str(step_dir, ": cannot tell the model family of '", manifest.model_name, "'"));
@@ -83,13 +88,14 @@ FileConfig file_config(const safetensors::Metadata& metadata, const std::string&
   const auto it = metadata.find(kMetadataKey);
   if (it == metadata.end()) return config;
   const nlohmann::json json = parse_json(it->second, path + ": metadata " + kMetadataKey);
-  if (!json.is_object()) throw Error(str(path, ": metadata ", kMetadataKey, " is not a JSON object"));
-  for (const auto& [key, value] : json.items()) {
+  const JsonField root(json, path + ": metadata " + kMetadataKey);
+  // peft writes more fields than these; other files' values of other types are passed over.
+  for (const auto& [key, value] : root.object().members()) {
     const std::string field = key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
-    if (field == "lora_alpha" && value.is_number()) config.alpha = value.get<double>();
+    if (field == "lora_alpha" && value.is_number()) config.alpha = value.number();
     if (field == "alpha_pattern" && value.is_object()) {
-      for (const auto& [pattern, alpha] : value.items())
-        if (alpha.is_number()) config.alpha_pattern[pattern] = alpha.get<double>();
+      for (const auto& [pattern, alpha] : value.members())
+        if (alpha.is_number()) config.alpha_pattern[pattern] = alpha.number();
     }
   }
   return config;
@@ -190,15 +196,14 @@ std::map<std::string, std::string> lora_file_metadata(const std::string& family,
 }
 
 bool is_lora_checkpoint(const std::string& step_dir) {
-  const nlohmann::json extra = extra_of(checkpoint::read_manifest(step_dir));
-  return extra.is_object() && extra.contains("lora");
+  return extra_of(checkpoint::read_manifest(step_dir), step_dir).root().has("lora");
 }
 
 LoraRecord lora_record_of_checkpoint(const std::string& step_dir) {
-  const nlohmann::json extra = extra_of(checkpoint::read_manifest(step_dir));
-  if (!(extra.is_object() && extra.contains("lora"))) throw Error(str(step_dir, ": not a checkpoint of a LoRA run (its run had "
+  const JsonDocument extra = extra_of(checkpoint::read_manifest(step_dir), step_dir);
+  if (!extra.root().has("lora")) throw Error(str(step_dir, ": not a checkpoint of a LoRA run (its run had "
              "no [lora] table): it holds the whole model, not adapters"));
-  return LoraRecord::from_json(extra["lora"], step_dir + "/manifest.json");
+  return LoraRecord::from_json(extra.root().at("lora"));
 }
 
 LoadedLora load_lora(torch::nn::Module& model, const std::string& family, const std::string& path, double multiplier) {

@@ -13,20 +13,16 @@ nlohmann::json LoraRecord::to_json() const {
           {"pretrained", pretrained}, {"seed", seed}};
 }
 
-LoraRecord LoraRecord::from_json(const nlohmann::json& record, const std::string& source) {
-  try {
-    LoraRecord r;
-    r.rank = record.at("rank").get<int64_t>();
-    r.alpha = record.at("alpha").get<double>();
-    r.dropout = record.value("dropout", 0.0);
-    r.layers = record.at("layers").get<std::vector<std::string>>();
-    r.pretrained = record.value("pretrained", std::string());
-    r.seed = record.value("seed", int64_t{0});
-    if (!(r.rank >= 1 && r.alpha > 0.0 && !r.layers.empty())) throw Error("rank, alpha or layers out of range");
-    return r;
-  } catch (const std::exception& e) {
-    throw Error(source + ": the LoRA record (extra.lora) is unreadable: " + e.what());
-  }
+LoraRecord LoraRecord::from_json(const JsonField& record) {
+  LoraRecord r;
+  r.rank = record.at("rank").integer(1);
+  r.alpha = record.at("alpha").number(NumberRange::positive());
+  r.dropout = record.at("dropout").number_or(0.0, NumberRange{0.0, 1.0, false, true});  // [0, 1)
+  r.layers = record.at("layers").strings();
+  if (r.layers.empty()) record.at("layers").fail("is empty; a LoRA run adapts at least one layer");
+  r.pretrained = record.at("pretrained").string_or("");
+  r.seed = record.at("seed").integer_or(0);
+  return r;
 }
 
 std::vector<std::string> lora_targets(const LoraConfig& config, const ModelFamily& family) {
@@ -57,10 +53,10 @@ LoraRecord prepare_lora_model(torch::nn::Module& model, const LoraConfig& config
   if (comm.rank() == 0) {
     int64_t trainable = 0, frozen = 0;
     for (const auto& p : model.parameters()) (p.requires_grad() ? trainable : frozen) += p.numel();
-    std::printf("lora: rank %lld, alpha %g on %zu layers: %lld trainable parameters, %lld frozen\n",
-                static_cast<long long>(config.rank), config.effective_alpha(), record.layers.size(),
-                static_cast<long long>(trainable), static_cast<long long>(frozen));
-    std::fflush(stdout);
+    // On stderr: `zest bench`'s stdout is its one JSON line.
+    std::fprintf(stderr, "lora: rank %lld, alpha %g on %zu layers: %lld trainable parameters, %lld frozen\n",
+                 static_cast<long long>(config.rank), config.effective_alpha(), record.layers.size(),
+                 static_cast<long long>(trainable), static_cast<long long>(frozen));
   }
   return record;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "formats/json_field.h"
 #include "models/common/lora.h"
 #include "models/model_resolve.h"
 
@@ -26,8 +27,8 @@ struct LoraRecord {
   int64_t seed = 0;                 // train.seed: the base's initialisation when no pretrained weights
 
   nlohmann::json to_json() const;
-  // `source` names the checkpoint in errors.
-  static LoraRecord from_json(const nlohmann::json& record, const std::string& source);
+  // The record read back (extra.lora of a checkpoint's manifest); errors name the manifest and the field.
+  static LoraRecord from_json(const JsonField& record);
 };
 
 // The target entries of a run: [lora] target_modules, or the family's defaults when empty.

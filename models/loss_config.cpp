@@ -3,6 +3,7 @@
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 
 #include <cmath>
 
@@ -23,40 +24,61 @@ std::string LossConfig::key(const std::string& name) const {
   return (source.empty() ? "" : source + ": ") + "loss." + name;
 }
 
-LossConfig LossConfig::from_toml(ConfigTable& table) {
-  LossConfig c;
-  c.source = table.file();
-  c.prediction = table.get_choice("prediction", c.prediction, {"auto", "epsilon", "v_prediction", "sample"});
-  c.snr_gamma = table.get("snr_gamma", c.snr_gamma);
-  c.noise_offset = table.get("noise_offset", c.noise_offset);
-  c.rescale_betas_zero_snr = table.get_optional<bool>("rescale_betas_zero_snr");
-  c.min_timestep = table.get("min_timestep", c.min_timestep);
-  c.max_timestep = table.get_optional<int64_t>("max_timestep");
-  c.min_time = table.get("min_time", c.min_time);
-  c.max_time = table.get("max_time", c.max_time);
-  table.reject_unknown_keys(kLossHints);
-
-  if (!std::isfinite(c.snr_gamma) || c.snr_gamma < 0) table.fail("snr_gamma", "must be >= 0 (0: off; the paper uses 5)");
-  if (!std::isfinite(c.noise_offset) || c.noise_offset < 0) table.fail("noise_offset", "must be >= 0 (0: off; 0.05 to 0.1 is usual)");
-  if (c.min_timestep < 0) table.fail("min_timestep", "must be >= 0");
-  if (c.max_timestep && *c.max_timestep <= c.min_timestep)
-    table.fail("max_timestep", "must be > min_timestep (" + std::to_string(c.min_timestep) + "): timesteps are drawn from [min_timestep, max_timestep)");
-  if (!(c.min_time >= 0 && c.min_time < 1)) table.fail("min_time", "must be in [0, 1)");
-  if (!(c.max_time > c.min_time && c.max_time <= 1)) table.fail("max_time", "must be in (min_time, 1]");
-  return c;
+const FieldTable<LossConfig>& loss_fields() {
+  static const FieldTable<LossConfig> table = [] {
+    using C = LossConfig;
+    FieldTable<C> t("loss", "the training objective", kLossHints);
+    t.choice("prediction", &C::prediction, {"auto", "epsilon", "v_prediction", "sample"},
+             "auto (the pipeline's scheduler prediction_type, else epsilon)|epsilon|v_prediction|sample")
+        .reference("what the UNet is trained to predict: the noise, the velocity v = √ᾱ·ε − √(1−ᾱ)·x₀ (SD 2.x 768-v "
+                   "models) or the clean latents; auto = the pipeline's `scheduler/scheduler_config.json` "
+                   "`prediction_type` (epsilon without one). UNets only (see \"The training objective\" below)");
+    t.number("snr_gamma", &C::snr_gamma, "min-SNR-gamma loss weighting (0: off)")
+        .at_least(0, "must be >= 0 (0: off; the paper uses 5)")
+        .reference("min-SNR-γ loss weighting (diffusers' `--snr_gamma`, kohya's `--min_snr_gamma`; 5 is the paper's): "
+                   "per-sample weights min(SNR, γ)/SNR (epsilon), min(SNR, γ)/(SNR + 1) (v_prediction), min(SNR, γ) "
+                   "(sample); 0 = off. UNets only");
+    t.number("noise_offset", &C::noise_offset, "offset noise strength (0: off)")
+        .at_least(0, "must be >= 0 (0: off; 0.05 to 0.1 is usual)")
+        .reference("offset noise (diffusers' `--noise_offset`): ε += noise_offset · N(0, 1) of shape [B, C, 1, 1]; 0 "
+                   "= off. UNets only");
+    t.optional("rescale_betas_zero_snr", &C::rescale_betas_zero_snr,
+               "zero terminal SNR (absent: the pipeline's scheduler config)")
+        .default_text("the pipeline's scheduler config (false without one)")
+        .reference("rescale the betas to zero terminal SNR (diffusers' `rescale_zero_terminal_snr`); meant for "
+                   "v_prediction; sampling then needs the pipeline's scheduler config to say the same (below). UNets "
+                   "only");
+    t.integer("min_timestep", &C::min_timestep, "diffusion timesteps drawn from [min_timestep, max_timestep)")
+        .at_least(0, "must be >= 0")
+        .reference("training timesteps are drawn uniformly from [min_timestep, max_timestep) (kohya's "
+                   "`--min_timestep`). UNets only");
+    t.optional("max_timestep", &C::max_timestep, "absent: the schedule's num_train_timesteps")
+        .check([](const C& c) { return !c.max_timestep || *c.max_timestep > c.min_timestep; },
+               [](const C& c) {
+                 return "must be > min_timestep (" + std::to_string(c.min_timestep) +
+                        "): timesteps are drawn from [min_timestep, max_timestep)";
+               })
+        .type("int > min_timestep")
+        .default_text("num_train_timesteps")
+        .reference("end of that range, exclusive, at most the schedule's num_train_timesteps (kohya's "
+                   "`--max_timestep`). UNets only");
+    t.number("min_time", &C::min_time, "HY-Motion: flow times drawn from [min_time, max_time)")
+        .check_value([](double v) { return v >= 0 && v < 1; }, "must be in [0, 1)")
+        .type("float in [0, 1)")
+        .reference("HY-Motion only: flow times t (0 = noise, 1 = data) are drawn from [min_time, max_time)");
+    t.number("max_time", &C::max_time, "HY-Motion: end of the flow-time range")
+        .check([](const C& c) { return c.max_time > c.min_time && c.max_time <= 1; }, "must be in (min_time, 1]")
+        .type("float in (min_time, 1]")
+        .reference("HY-Motion only: end of that range");
+    // Not a key: the run file, for the families' messages.
+    t.rules([](ConfigTable& table, C& c) { c.source = table.file(); });
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const LossConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("loss", "the training objective");
-  t.set("prediction", c.prediction, "auto (the pipeline's scheduler prediction_type, else epsilon)|epsilon|v_prediction|sample");
-  t.set("snr_gamma", c.snr_gamma, "min-SNR-gamma loss weighting (0: off)");
-  t.set("noise_offset", c.noise_offset, "offset noise strength (0: off)");
-  if (c.rescale_betas_zero_snr)
-    t.set("rescale_betas_zero_snr", *c.rescale_betas_zero_snr, "zero terminal SNR (absent: the pipeline's scheduler config)");
-  t.set("min_timestep", c.min_timestep, "diffusion timesteps drawn from [min_timestep, max_timestep)");
-  if (c.max_timestep) t.set("max_timestep", *c.max_timestep, "absent: the schedule's num_train_timesteps");
-  t.set("min_time", c.min_time, "HY-Motion: flow times drawn from [min_time, max_time)");
-  t.set("max_time", c.max_time, "HY-Motion: end of the flow-time range");
-}
+LossConfig LossConfig::from_toml(ConfigTable& table) { return loss_fields().read(table); }
+
+void to_toml(const LossConfig& c, ConfigWriter& out) { loss_fields().write(c, out); }
 
 }  // namespace zest

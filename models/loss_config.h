@@ -12,6 +12,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 struct LossConfig {
   std::string source;  // the run file, for the families' messages ("" when built in code)
@@ -32,5 +34,6 @@ struct LossConfig {
 };
 
 void to_toml(const LossConfig& config, ConfigWriter& out);
+const FieldTable<LossConfig>& loss_fields();  // the [loss] table (core/field_table.h)
 
 }  // namespace zest

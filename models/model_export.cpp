@@ -8,9 +8,11 @@
 #include "checkpoint/output_path.h"
 #include "core/check.h"
 #include "formats/config_json.h"
+#include "formats/json_field.h"
 #include "formats/safetensors.h"
 #include "models/common/lora.h"
 #include "models/lora_file.h"
+#include "models/pretrained_source.h"
 #include "models/registry.h"
 
 #include <nlohmann/json.hpp>
@@ -26,16 +28,21 @@ using checkpoint::Manifest;
 using checkpoint::MergeOptions;
 using checkpoint::MergeResult;
 
-// The checkpoint's model_source record (saved by `zest train`); a checkpoint without one names a
-// built-in configuration or a <family>_*.toml file, which gives the family.
-nlohmann::json model_source_of(const Manifest& m, const std::string& dir) {
-  const nlohmann::json extra = nlohmann::json::parse(m.extra_json, nullptr, /*allow_exceptions=*/false);
-  if (extra.is_object() && extra.contains("model_source") && extra["model_source"].is_object())
-    return extra["model_source"];
+// The checkpoint's model_source record (saved by `zest train`, checked as pretrained_source.h says); a
+// checkpoint without one names a built-in configuration or a <family>_*.toml file, which gives the family.
+JsonDocument model_source_of(const Manifest& m, const std::string& dir) {
+  const std::string manifest_path = (fs::path(dir) / checkpoint::kManifestName).string();
+  const JsonDocument extra = checkpoint::extra_record(m.extra_json, manifest_path);
+  const JsonField record = extra.root().null_as_absent().at("model_source");
+  if (record.exists()) {
+    check_model_source_record(record);
+    return JsonDocument(extra.value().at("model_source"), manifest_path, record.path());
+  }
   for (const BuiltinModelConfig& builtin : builtin_model_configs())
-    if (builtin.name == m.model_name) return {{"family", builtin.family}, {"format", "zest"}};
+    if (builtin.name == m.model_name) return JsonDocument({{"family", builtin.family}, {"format", "zest"}}, manifest_path);
   for (const ModelFamily& family : model_families())
-    if (m.model_name.rfind(family.name + "_", 0) == 0) return {{"family", family.name}, {"format", "zest"}};
+    if (m.model_name.rfind(family.name + "_", 0) == 0)
+      return JsonDocument({{"family", family.name}, {"format", "zest"}}, manifest_path);
   ZEST_FAIL(dir, ": cannot tell the model family of '", m.model_name, "' (the checkpoint has no model_source record)");
 }
 
@@ -47,9 +54,9 @@ std::string export_format_of_family(const std::string& family_name) {
   return kSafetensorsFormat;
 }
 
-void check_family(const nlohmann::json& source, const std::string& family, const std::string& format,
+void check_family(const JsonField& source, const std::string& family, const std::string& format,
                   const std::string& dir) {
-  const std::string held = source.value("family", std::string("?"));
+  const std::string held = source.at("family").string();
   ZEST_CHECK(held == family, dir, ": --format ", format, " exports ", family, " models; this checkpoint holds a ",
              held, " model (use --format ", export_format_of_family(held), ")");
 }
@@ -65,8 +72,8 @@ void write_text_file(const fs::path& path, const std::string& text) {
 MergeResult export_folder(const FolderExport& request, const OwnedFolderFormat& owned) {
   const FolderFormat& format = *owned.format;
   check_family(request.source, owned.family->name, format.name, request.dir);
-  const std::string config = request.source.value("format", "") == format.name
-                                 ? request.source.at("config_text").get<std::string>()
+  const std::string config = request.source.at("format").string() == format.name
+                                 ? request.source.at("config_text").string()
                                  : format.write_config(toml_to_json(request.manifest.model_config, request.dir));
   MergeResult result = format.export_weights(request);
   write_text_file(request.out / format.config_name, config);
@@ -82,7 +89,8 @@ MergeResult export_folded_lora(const std::string& dir, const Manifest& manifest,
   if (!(format == kSafetensorsFormat || !owned.format->weights_name.empty())) throw Error(str(dir, ": a LoRA run's checkpoint ",
              "exports its adapters (--format lora) or its folded model as safetensors or diffusers; --format ", format,
              " is not one of them"));
-  const nlohmann::json source = model_source_of(manifest, dir);
+  const JsonDocument record = model_source_of(manifest, dir);
+  const JsonField source = record.root();
   if (owned.format) check_family(source, owned.family->name, format, dir);
   if (options.shard_size_bytes != 0) throw Error("a folded LoRA model is written as one file; leave out --shard-size");
   checkpoint::check_output_outside(out, fs::path(dir).parent_path().string());
@@ -104,8 +112,8 @@ MergeResult export_folded_lora(const std::string& dir, const Manifest& manifest,
   const fs::path folder(out);
   fs::create_directories(folder);
   const std::string weights = (folder / owned.format->weights_name).string();
-  const std::string config = source.value("format", "") == format
-                                 ? source.at("config_text").get<std::string>()
+  const std::string config = source.at("format").string() == format
+                                 ? source.at("config_text").string()
                                  : owned.format->write_config(toml_to_json(manifest.model_config, dir));
   safetensors::save_file(weights, tensors, metadata);
   write_text_file(folder / owned.format->config_name, config);
@@ -130,7 +138,8 @@ MergeResult export_checkpoint(const std::string& ckpt, const std::string& out, c
   const Manifest manifest = checkpoint::read_manifest(dir);
   if (is_lora_checkpoint(dir)) return export_folded_lora(dir, manifest, out, options, format);
   if (format == kSafetensorsFormat) return checkpoint::merge_offline(ckpt, out, options);
-  const nlohmann::json source = model_source_of(manifest, dir);
+  const JsonDocument record = model_source_of(manifest, dir);
+  const JsonField source = record.root();
   checkpoint::merged_kind(manifest, options, dir);  // --ema without a saved EMA: refused before any output
   ZEST_CHECK(!fs::exists(out) || fs::is_directory(out), out, ": --format ", format, " writes a folder; this is a file");
   const fs::path out_folder(out);

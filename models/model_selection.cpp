@@ -4,6 +4,7 @@
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "models/registry.h"
 
 #include <algorithm>
@@ -43,59 +44,78 @@ void check_pretrained(ConfigTable& table, const ModelSelection& c) {
 
 }  // namespace
 
-ModelSelection ModelSelection::from_toml(ConfigTable& table) {
-  ModelSelection c;
-  c.name = table.get("name", c.name);
-  c.config_path = table.get_path("config", c.config_path);
-  c.family = table.get("family", c.family);
-  c.pretrained = table.get_path("pretrained", c.pretrained);
-  c.strict = table.get("strict", c.strict);
-  table.reject_unknown_keys({{"path", "zest calls it config"},
-                             {"pretrained_model_name_or_path", "zest calls it pretrained (a local folder)"},
-                             {"weights", "zest calls it pretrained"}});
-  check_pretrained(table, c);
-  if (c.has_pretrained_folder()) return c;
-  if (table.has("family") && table.has("name"))
-    table.fail("family", "model.family goes with model.config; a built-in configuration knows its family");
-  if (table.has("family")) {
-    std::vector<std::string> families;
-    for (const ModelFamily& f : model_families()) families.push_back(f.name);
-    if (std::find(families.begin(), families.end(), c.family) == families.end())
-      table.fail("family", "unknown model family \"" + c.family + "\" (known: hymotion, unet)");
-  }
+const FieldTable<ModelSelection>& model_fields() {
+  static const FieldTable<ModelSelection> table = [] {
+    using C = ModelSelection;
+    FieldTable<C> t("model", "the model to train",
+                    {{"path", "zest calls it config"},
+                     {"pretrained_model_name_or_path", "zest calls it pretrained (a local folder)"},
+                     {"weights", "zest calls it pretrained"}});
+    const auto has_file = [](const C& c) { return !c.is_builtin() && !c.config_path.empty(); };
+    const auto has_pretrained = [](const C& c) { return !c.pretrained.empty(); };
+    t.text("name", &C::name, "built-in configuration (zest models list)")
+        .written_when([](const C& c) { return c.is_builtin(); })
+        .default_text("—")
+        .reference("built-in model configuration (`configs/models/<name>.toml`, e.g. `hymotion_tiny`, `unet_sd15`); "
+                   "exactly one of name / config");
+    t.path("config", &C::config_path, "model configuration file")
+        .written_when(has_file)
+        .default_text("—")
+        .reference("model configuration file (keys are the reference model's constructor arguments)");
+    t.text("family", &C::family, "model family of the file")
+        .written_when([has_file](const C& c) { return has_file(c) && !c.family.empty(); })
+        .type("hymotion | unet")
+        .default_text("from the file name (`<family>_*.toml`)")
+        .reference("model family of `model.config`; only with `config` (a built-in configuration knows its family)");
+    t.path("pretrained", &C::pretrained, "released weights to start from (a folder's config gives the architecture)")
+        .written_when(has_pretrained)
+        .default_text("—")
+        .reference("released weights to start from (below); a folder's own config gives the architecture, so it "
+                   "takes neither name nor config");
+    t.boolean("strict", &C::strict, "every tensor must match the model")
+        .written_when(has_pretrained)
+        .reference("every model tensor must be in the weights with its shape and the weights hold nothing else; "
+                   "false: load the matching tensors, report the rest (only with pretrained)");
+    // Exactly one of name / config / a pretrained folder; the name must be a built-in configuration and the
+    // files must exist.
+    t.rules([](ConfigTable& table, C& c) {
+      check_pretrained(table, c);
+      if (c.has_pretrained_folder()) return;
+      if (table.has("family") && table.has("name"))
+        table.fail("family", "model.family goes with model.config; a built-in configuration knows its family");
+      if (table.has("family")) {
+        std::vector<std::string> families;
+        for (const ModelFamily& f : model_families()) families.push_back(f.name);
+        if (std::find(families.begin(), families.end(), c.family) == families.end())
+          table.fail("family", "unknown model family \"" + c.family + "\" (known: hymotion, unet)");
+      }
 
-  if (table.has("name") && table.has("config"))
-    table.fail("config", "give either model.name (a built-in configuration) or model.config (a file), not both");
-  if (!table.has("name") && !table.has("config"))
-    table.fail_table("needs name = \"<built-in configuration>\" (e.g. \"hymotion_tiny\"), config = \"<file.toml>\" "
-                     "or pretrained = \"<released model folder>\"");
-  if (c.is_builtin()) {
-    std::vector<std::string> names;
-    for (const BuiltinModelConfig& builtin : builtin_model_configs()) names.push_back(builtin.name);
-    if (std::find(names.begin(), names.end(), c.name) == names.end()) {
-      const std::string guess = closest_match(c.name, names);
-      std::string list;
-      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-      table.fail("name", "unknown built-in model configuration \"" + c.name + "\"" +
-                             (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)") + "; built-ins: " + list);
-    }
-  } else if (!std::filesystem::is_regular_file(c.config_path)) {
-    table.fail("config", "model configuration file not found: " + c.config_path);
-  }
-  return c;
+      if (table.has("name") && table.has("config"))
+        table.fail("config", "give either model.name (a built-in configuration) or model.config (a file), not both");
+      if (!table.has("name") && !table.has("config"))
+        table.fail_table("needs name = \"<built-in configuration>\" (e.g. \"hymotion_tiny\"), config = \"<file.toml>\" "
+                         "or pretrained = \"<released model folder>\"");
+      if (c.is_builtin()) {
+        std::vector<std::string> names;
+        for (const BuiltinModelConfig& builtin : builtin_model_configs()) names.push_back(builtin.name);
+        if (std::find(names.begin(), names.end(), c.name) == names.end()) {
+          const std::string guess = closest_match(c.name, names);
+          std::string list;
+          for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+          table.fail("name", "unknown built-in model configuration \"" + c.name + "\"" +
+                                 (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)") + "; built-ins: " + list);
+        }
+      } else if (!std::filesystem::is_regular_file(c.config_path)) {
+        table.fail("config", "model configuration file not found: " + c.config_path);
+      }
+    });
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const ModelSelection& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("model", "the model to train");
-  if (c.is_builtin()) {
-    t.set("name", c.name, "built-in configuration (zest models list)");
-  } else if (!c.config_path.empty()) {
-    t.set("config", c.config_path, "model configuration file");
-    if (!c.family.empty()) t.set("family", c.family, "model family of the file");
-  }
-  if (c.pretrained.empty()) return;
-  t.set("pretrained", c.pretrained, "released weights to start from (a folder's config gives the architecture)");
-  t.set("strict", c.strict, "every tensor must match the model");
-}
+ModelSelection ModelSelection::from_toml(ConfigTable& table) { return model_fields().read(table); }
+
+void to_toml(const ModelSelection& c, ConfigWriter& out) { model_fields().write(c, out); }
 
 }  // namespace zest

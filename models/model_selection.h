@@ -8,6 +8,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 struct ModelSelection {
   std::string name;         // built-in configuration (configs/models/<name>.toml), e.g. "hymotion_tiny"
@@ -29,5 +31,6 @@ struct ModelSelection {
 };
 
 void to_toml(const ModelSelection& config, ConfigWriter& out);
+const FieldTable<ModelSelection>& model_fields();  // the [model] table (core/field_table.h)
 
 }  // namespace zest

@@ -2,12 +2,16 @@
 // (see pretrained_load.h).
 #include "models/pretrained_load.h"
 
+#include "checkpoint/directory.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/rank_agreement.h"
+#include "formats/json_field.h"
 #include "formats/safetensors.h"
+#include "models/pretrained_source.h"
 #include "core/check.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -50,8 +54,12 @@ std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn
 // The model_source record a checkpoint was saved with (null for one saved before zest kept it).
 nlohmann::json saved_model_source(const std::string& step_dir) {
   const checkpoint::Manifest manifest = checkpoint::read_manifest(step_dir);
-  const nlohmann::json extra = nlohmann::json::parse(manifest.extra_json, nullptr, /*allow_exceptions=*/false);
-  return extra.is_object() && extra.contains("model_source") ? extra["model_source"] : nlohmann::json();
+  const JsonDocument extra =
+      checkpoint::extra_record(manifest.extra_json, (std::filesystem::path(step_dir) / checkpoint::kManifestName).string());
+  const JsonField record = extra.root().null_as_absent().at("model_source");
+  if (!record.exists()) return nlohmann::json();
+  check_model_source_record(record);
+  return extra.value().at("model_source");
 }
 
 void say(const Communicator& comm, const std::string& line) {

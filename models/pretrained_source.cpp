@@ -85,4 +85,10 @@ nlohmann::json model_source_record(const ResolvedModel& model) {
   return record;
 }
 
+void check_model_source_record(const JsonField& record) {
+  record.object();
+  record.at("family").string();
+  if (record.at("format").string() != "zest") record.at("config_text").string();
+}
+
 }  // namespace zest

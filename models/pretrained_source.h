@@ -3,6 +3,7 @@
 // and the record a checkpoint keeps so that an export can write the original folder format again.
 #pragma once
 
+#include "formats/json_field.h"
 #include "models/folder_format.h"
 #include "models/model_resolve.h"
 
@@ -23,5 +24,9 @@ ResolvedModel resolve_pretrained_folder(const std::string& path);
 // "format": "zest" | a folder format's name} plus, for a pretrained folder, "config_text" (its config
 // file, verbatim) and what the format adds (a HY-Motion release's pipeline "tensors", tensor_json.h).
 nlohmann::json model_source_record(const ResolvedModel& model);
+// The record read back from a checkpoint (extra.model_source), checked as its readers take it: an object
+// whose "family" and "format" are strings, with "config_text" a string unless the format is "zest".
+// Errors name the manifest and the field (formats/json_field.h).
+void check_model_source_record(const JsonField& record);
 
 }  // namespace zest

@@ -5,6 +5,7 @@
 #include "formats/safetensors.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_field.h"
 #include "formats/json_text.h"
 #include "models/registry.h"
 
@@ -51,14 +52,7 @@ class SafetensorsWeights final : public PretrainedWeights {
  private:
   static std::map<std::string, std::string> read_weight_map(const std::string& path) {
     const nlohmann::json index = parse_json(read_text_file(path, "safetensors index"), path);
-    ZEST_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), path,
-               ": an index needs a \"weight_map\" object (tensor name → shard file)");
-    std::map<std::string, std::string> map;
-    for (const auto& [tensor, file] : index["weight_map"].items()) {
-      ZEST_CHECK(file.is_string(), path, ": weight_map[\"", printable(tensor), "\"] is not a file name");
-      map[tensor] = file.get<std::string>();
-    }
-    return map;
+    return JsonField(index, path).at("weight_map").string_map();  // tensor name → shard file
   }
 
   void add_file(const std::string& file) {

@@ -5,31 +5,70 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace zest {
 
+const FieldTable<EmaConfig>& ema_fields() {
+  static const FieldTable<EmaConfig> table = [] {
+    using C = EmaConfig;
+    FieldTable<C> t("ema", "exponential moving average of the weights (sharded like the master)",
+                    {{"update_after_step", "zest calls it start_step"},
+                     {"max_value", "zest calls it decay"},
+                     {"min_value", "zest calls it min_decay"},
+                     {"use_ema", "an [ema] table turns the EMA on (enabled = false turns it off)"}});
+    const auto enabled = [](const C& c) { return c.enabled; };  // the other keys mean nothing without it
+    const auto warmup = [](const C& c) { return c.use_ema_warmup; };
+    const std::string warmup_only = "is only used with use_ema_warmup = true (the warm-up form of the decay)";
+    t.boolean("enabled", &C::enabled, "keep an fp32 EMA of the master weights")
+        .default_text("true when the table is present")
+        .reference("keep an fp32 EMA of the master weights, sharded like the master (4P/N bytes per rank; 4P at stage "
+                   "0); saved in checkpoints and written at the end (see \"The EMA\" below)");
+    t.number("decay", &C::decay, "decay of the average (diffusers' EMAModel decay)")
+        .written_when(enabled)
+        .type("float in [0, 1]")
+        .reference("decay of the average (diffusers' `EMAModel` decay)");
+    t.number("min_decay", &C::min_decay, "floor of the decay once averaging has started")
+        .written_when(enabled)
+        .type("float in [0, decay]");
+    t.integer("update_every", &C::update_every, "optimizer steps between EMA updates")
+        .written_when(enabled)
+        .type("int ≥ 1")
+        .reference("only optimizer steps that are multiples of this update the EMA");
+    t.integer("start_step", &C::start_step, "copy the weights up to step start_step + 1, then average")
+        .written_when(enabled)
+        .type("int ≥ 0")
+        .reference("the EMA copies the weights up to step start_step + 1, then averages (diffusers' `update_after_step`)");
+    t.boolean("use_ema_warmup", &C::use_ema_warmup, "decay = 1 - (1 + x/inv_gamma)^-power, at most decay")
+        .written_when(enabled)
+        .reference("diffusers' warm-up form of the decay (inv_gamma, power)");
+    t.number("inv_gamma", &C::inv_gamma, "warm-up: inverse multiplicative factor")
+        .written_when(enabled)
+        .only_with(warmup, warmup_only)
+        .type("float > 0")
+        .reference("warm-up only: inverse multiplicative factor");
+    t.number("power", &C::power, "warm-up: exponent")
+        .written_when(enabled)
+        .only_with(warmup, warmup_only)
+        .type("float > 0")
+        .default_text("2/3")
+        .reference("warm-up only: exponent (2/3 reaches 0.999 at ~31.6K steps, 3/4 at ~10K)");
+    // The ranges are stated once (range_problems), for the run file, the engine and checkpoint manifests.
+    t.rules([](ConfigTable& table, C& c) {
+      for (const EmaConfig::RangeProblem& p : c.range_problems()) table.fail(p.key, "must be " + p.expected);
+    });
+    return t;
+  }();
+  return table;
+}
+
 EmaConfig EmaConfig::from_toml(ConfigTable& table, bool present) {
   EmaConfig c;
-  c.enabled = table.get("enabled", present);
-  c.decay = table.get("decay", c.decay);
-  c.min_decay = table.get("min_decay", c.min_decay);
-  c.update_every = table.get("update_every", c.update_every);
-  c.start_step = table.get("start_step", c.start_step);
-  c.use_ema_warmup = table.get("use_ema_warmup", c.use_ema_warmup);
-  c.inv_gamma = table.get("inv_gamma", c.inv_gamma);
-  c.power = table.get("power", c.power);
-  table.reject_unknown_keys({{"update_after_step", "zest calls it start_step"},
-                             {"max_value", "zest calls it decay"},
-                             {"min_value", "zest calls it min_decay"},
-                             {"use_ema", "an [ema] table turns the EMA on (enabled = false turns it off)"}});
-  for (const char* key : {"inv_gamma", "power"}) {
-    if (table.has(key) && !c.use_ema_warmup)
-      table.fail(key, "is only used with use_ema_warmup = true (the warm-up form of the decay)");
-  }
-  for (const RangeProblem& p : c.range_problems()) table.fail(p.key, "must be " + p.expected);
+  c.enabled = present;
+  ema_fields().read(table, c);
   return c;
 }
 
@@ -54,19 +93,7 @@ void EmaConfig::validate() const {
     ZEST_FAIL("ema.", problems[0].key, " must be ", problems[0].expected, ", got ", problems[0].value);
 }
 
-void to_toml(const EmaConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("ema", "exponential moving average of the weights (sharded like the master)");
-  t.set("enabled", c.enabled, "keep an fp32 EMA of the master weights");
-  if (!c.enabled) return;  // the other keys mean nothing without it
-  t.set("decay", c.decay, "decay of the average (diffusers' EMAModel decay)");
-  t.set("min_decay", c.min_decay, "floor of the decay once averaging has started");
-  t.set("update_every", c.update_every, "optimizer steps between EMA updates");
-  t.set("start_step", c.start_step, "copy the weights up to step start_step + 1, then average");
-  t.set("use_ema_warmup", c.use_ema_warmup, "decay = 1 - (1 + x/inv_gamma)^-power, at most decay");
-  if (!c.use_ema_warmup) return;
-  t.set("inv_gamma", c.inv_gamma, "warm-up: inverse multiplicative factor");
-  t.set("power", c.power, "warm-up: exponent");
-}
+void to_toml(const EmaConfig& c, ConfigWriter& out) { ema_fields().write(c, out); }
 
 double ema_decay_at(const EmaConfig& c, int64_t step) {
   const double x = static_cast<double>(step - c.start_step - 1);

@@ -13,6 +13,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 // The decay used by the EMA update at optimizer step `step` (updates applied so far, this one
 // included), the rule of diffusers' EMAModel.get_decay with optimization_step = step and
@@ -51,6 +53,8 @@ struct EmaConfig {
 };
 
 void to_toml(const EmaConfig& config, ConfigWriter& out);
+// The [ema] table (core/field_table.h); read into a config whose `enabled` says whether the table is present.
+const FieldTable<EmaConfig>& ema_fields();
 
 // The decay of the update at optimizer step `step`, computed on the host (the rule above); for tests,
 // docs and logs. ShardedEma computes the same thing with tensor ops on the device.

@@ -4,8 +4,10 @@
 
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "optim/optimizer_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -54,103 +56,136 @@ const std::map<std::string, std::string> kSchedulerHints = {
     {"total_num_steps", "zest counts decay_steps after warm-up"},
 };
 
-void check(ConfigTable& table, bool ok, const std::string& key, const std::string& message) {
-  if (!ok) table.fail(key, message);
+// The optimizers reading `key` (their rules' kKeys): "\"adamw\" or \"lion\"".
+std::string readers_of(const std::string& key) {
+  std::vector<std::string> names;
+  for (const OptimizerSpec& spec : optimizer_specs())
+    if (spec.reads(key)) names.push_back(spec.name);
+  std::string who = "\"" + names.at(0) + "\"";
+  for (size_t i = 1; i < names.size(); ++i) who += (i + 1 == names.size() ? " or \"" : ", \"") + names[i] + "\"";
+  return who;
 }
 
-// Keys only other optimizers read are refused: silently ignoring them hides a mistake.
-void reject_foreign_keys(ConfigTable& table, OptimizerKind name) {
-  const OptimizerSpec& chosen = optimizer_spec(name);
-  std::map<std::string, std::vector<std::string>> owners;  // key -> the optimizers reading it
+// The key's doc from the rules that read it: "adamw: Adam moment decay rates ...; lion: ...".
+std::string key_doc(const std::string& key) {
+  std::vector<std::string> docs;
   for (const OptimizerSpec& spec : optimizer_specs())
-    for (const HyperKey& key : spec.keys) owners[key.key].push_back(spec.name);
-  for (const auto& [key, names] : owners) {
-    if (chosen.reads(key)) continue;
-    std::string who = "\"" + names[0] + "\"";
-    for (size_t i = 1; i < names.size(); ++i) who += (i + 1 == names.size() ? " or \"" : ", \"") + names[i] + "\"";
-    check(table, !table.has(key), key,
-          "is only used by optimizer " + who + " (name is \"" + chosen.name + "\")");
-  }
+    for (const HyperKey& k : spec.keys)
+      if (key == k.key) docs.push_back(spec.name + ": " + k.doc);
+  if (docs.size() == 1) return docs[0].substr(docs[0].find(": ") + 2);
+  std::string out;
+  for (const std::string& d : docs) out += (out.empty() ? "" : "; ") + d;
+  return out;
+}
+
+// A key only some optimizers read: written for those, refused (naming them) for the others, since silently
+// ignoring it hides a mistake.
+template <typename Builder>
+void only_for_readers(Builder&& builder, const std::string& key) {
+  builder.only_with([key](const OptimConfig& c) { return optimizer_spec(c.name).reads(key); },
+                    [key](const OptimConfig& c) {
+                      return "is only used by optimizer " + readers_of(key) + " (name is \"" + to_string(c.name) + "\")";
+                    });
 }
 
 }  // namespace
 
-OptimConfig OptimConfig::from_toml(ConfigTable& table) {
-  OptimConfig c;
-  c.name = table.get_enum("name", c.name, kOptimizerKinds);
-  const OptimizerSpec& spec = optimizer_spec(c.name);
-  c.beta1 = spec.default_beta1;
-  c.beta2 = spec.default_beta2;
-  c.lr = table.get("lr", c.lr);
-  const std::vector<double> betas = table.get("betas", std::vector<double>{c.beta1, c.beta2});
-  c.eps = table.get("eps", c.eps);
-  c.weight_decay = table.get("weight_decay", c.weight_decay);
-  c.momentum = table.get("momentum", c.momentum);
-  c.nesterov = table.get("nesterov", c.nesterov);
-  c.no_decay = table.get("no_decay", c.no_decay);
-  table.reject_unknown_keys(kOptimizerHints);
-
-  reject_foreign_keys(table, c.name);
-  check(table, std::isfinite(c.lr) && c.lr > 0, "lr", "must be > 0");
-  check(table, betas.size() == 2, "betas",
-        "must have exactly 2 values [beta1, beta2] (got " + std::to_string(betas.size()) + ")");
-  for (const double beta : betas)
-    check(table, beta >= 0 && beta < 1, "betas", "each beta must be in [0, 1) (got " + toml_float(beta) + ")");
-  c.beta1 = betas[0];
-  c.beta2 = betas[1];
-  check(table, std::isfinite(c.eps) && c.eps > 0, "eps", "must be > 0");
-  check(table, std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay", "must be >= 0");
-  check(table, c.momentum >= 0 && c.momentum < 1, "momentum", "must be in [0, 1)");
-  check(table, !c.nesterov || c.momentum > 0, "nesterov", "needs momentum > 0");
-  for (const std::string& pattern : c.no_decay)
-    check(table, !pattern.empty(), "no_decay", "patterns must not be empty (an empty one would match nothing)");
-  return c;
+const FieldTable<OptimConfig>& optim_fields() {
+  static const FieldTable<OptimConfig> table = [] {
+    using C = OptimConfig;
+    FieldTable<C> t("optimizer", "optimizer of the fp32 master shards", kOptimizerHints);
+    std::string names;
+    for (const OptimizerSpec& spec : optimizer_specs()) names += (names.empty() ? "" : "|") + spec.name;
+    // Another optimizer brings its own default betas (optim/lion.h).
+    t.enumeration<OptimizerKind>(
+         "name", [](const C& c) { return c.name; },
+         [](C& c, OptimizerKind name) {
+           c.name = name;
+           c.beta1 = optimizer_spec(name).default_beta1;
+           c.beta2 = optimizer_spec(name).default_beta2;
+         },
+         kOptimizerKinds, names)
+        .reference("optimizer of the fp32 master shards; `lion` is Lion (Chen et al. 2023): p ← p·(1 − lr·wd) − "
+                   "lr·sign(β1·m + (1−β1)·g), then m ← β2·m + (1−β2)·g, one fp32 state tensor (`exp_avg`), so 4 bytes "
+                   "per parameter instead of AdamW's 8; it typically wants a 3–10× smaller lr than AdamW");
+    t.number("lr", &C::lr, "peak learning rate").above(0, "must be > 0");
+    auto betas = t.value<std::vector<double>>(
+        "betas", [](const C& c) { return std::vector<double>{c.beta1, c.beta2}; },
+        [](C& c, std::vector<double> v) {
+          if (v.size() != 2)
+            throw FieldValueError{"must have exactly 2 values [beta1, beta2] (got " + std::to_string(v.size()) + ")"};
+          c.beta1 = v[0];
+          c.beta2 = v[1];
+        },
+        key_doc("betas"));
+    betas.check([](const C& c) { return c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1; },
+               [](const C& c) {
+                 const double bad = c.beta1 >= 0 && c.beta1 < 1 ? c.beta2 : c.beta1;
+                 return "each beta must be in [0, 1) (got " + toml_float(bad) + ")";
+               })
+        .type("[float, float], each in [0, 1)")
+        .default_text("[0.9, 0.999]; lion [0.9, 0.99]")
+        .reference("adamw: moment decay rates; lion: β1 of the update's interpolation, β2 of the momentum (adamw and "
+                   "lion only)");
+    only_for_readers(betas, "betas");
+    auto eps = t.number("eps", &C::eps, key_doc("eps"));
+    eps.above(0, "must be > 0").reference("Adam denominator epsilon (adamw only)");
+    only_for_readers(eps, "eps");
+    t.number("weight_decay", &C::weight_decay, "decoupled weight decay (AdamW, Lion) / L2 (SGD)")
+        .at_least(0, "must be >= 0")
+        .reference("decoupled weight decay (AdamW, Lion), L2 term (SGD)");
+    auto momentum = t.number("momentum", &C::momentum, key_doc("momentum"));
+    momentum.check_value([](double m) { return m >= 0 && m < 1; }, "must be in [0, 1)")
+        .type("float in [0, 1)")
+        .reference("SGD momentum (sgd only)");
+    only_for_readers(momentum, "momentum");
+    auto nesterov = t.boolean("nesterov", &C::nesterov, key_doc("nesterov"));
+    nesterov.check([](const C& c) { return !c.nesterov || c.momentum > 0; }, "needs momentum > 0")
+        .reference("Nesterov momentum (sgd only; needs momentum > 0)");
+    only_for_readers(nesterov, "nesterov");
+    t.list("no_decay", &C::no_decay, "name patterns excluded from weight decay")
+        .check_value([](const std::vector<std::string>& patterns) {
+          return std::none_of(patterns.begin(), patterns.end(), [](const std::string& p) { return p.empty(); });
+        }, "patterns must not be empty (an empty one would match nothing)")
+        .reference("a parameter gets no weight decay when a pattern is a substring of one of its dot-separated name "
+                   "components (`norm` matches `norm1.weight`, `q_norm.weight`)");
+    return t;
+  }();
+  return table;
 }
 
-SchedulerConfig SchedulerConfig::from_toml(ConfigTable& table) {
-  SchedulerConfig c;
-  c.name = table.get_enum("name", c.name, kSchedules);
-  c.warmup_steps = table.get("warmup_steps", c.warmup_steps);
-  c.decay_steps = table.get("decay_steps", c.decay_steps);
-  c.min_lr = table.get("min_lr", c.min_lr);
-  table.reject_unknown_keys(kSchedulerHints);
-
-  check(table, c.warmup_steps >= 0, "warmup_steps", "must be >= 0");
-  check(table, c.decay_steps >= 0, "decay_steps", "must be >= 0");
-  check(table, std::isfinite(c.min_lr) && c.min_lr >= 0, "min_lr", "must be >= 0");
-  for (const char* key : {"decay_steps", "min_lr"})
-    check(table, c.name != ScheduleKind::constant || !table.has(key), key,
-          "is only used by the cosine and linear schedules (name is \"constant\")");
-  return c;
+const FieldTable<SchedulerConfig>& scheduler_fields() {
+  static const FieldTable<SchedulerConfig> table = [] {
+    using C = SchedulerConfig;
+    FieldTable<C> t("scheduler", "learning-rate schedule", kSchedulerHints);
+    const auto decays = [](const C& c) { return c.name != ScheduleKind::constant; };
+    const std::string constant = "is only used by the cosine and linear schedules (name is \"constant\")";
+    t.enumeration("name", &C::name, kSchedules, "constant|cosine|linear").reference("learning-rate schedule after warm-up");
+    t.integer("warmup_steps", &C::warmup_steps, "linear warm-up steps: update t (from 0) uses lr*(t+1)/warmup_steps")
+        .at_least(0, "must be >= 0")
+        .type("int ≥ 0, ≤ train.max_steps")
+        .reference("linear warm-up: update t (0-based) uses lr·(t+1)/warmup_steps");
+    t.integer("decay_steps", &C::decay_steps, "steps of decay after warm-up")
+        .at_least(0, "must be >= 0")
+        .only_with(decays, constant)
+        .default_text("0 → max_steps − warmup_steps")
+        .reference("steps of cosine/linear decay after warm-up (cosine/linear only)");
+    t.number("min_lr", &C::min_lr, "learning rate at the end of decay")
+        .at_least(0, "must be >= 0")
+        .only_with(decays, constant)
+        .type("float ≥ 0, ≤ optimizer.lr")
+        .reference("learning rate at the end of decay (cosine/linear only)");
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const OptimConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("optimizer", "optimizer of the fp32 master shards");
-  std::string names;
-  for (const OptimizerSpec& spec : optimizer_specs()) names += (names.empty() ? "" : "|") + spec.name;
-  t.set("name", to_string(c.name), names);
-  t.set("lr", c.lr, "peak learning rate");
-  // The optimizer's own keys (its rule's kKeys), with the rule's docs.
-  const OptimizerSpec& spec = optimizer_spec(c.name);
-  auto set_if_read = [&](const char* key, const auto& value) {
-    for (const HyperKey& k : spec.keys)
-      if (std::string(k.key) == key) t.set(key, value, k.doc);
-  };
-  set_if_read("betas", std::vector<double>{c.beta1, c.beta2});
-  set_if_read("eps", c.eps);
-  t.set("weight_decay", c.weight_decay, "decoupled weight decay (AdamW, Lion) / L2 (SGD)");
-  set_if_read("momentum", c.momentum);
-  set_if_read("nesterov", c.nesterov);
-  t.set("no_decay", c.no_decay, "name patterns excluded from weight decay");
-}
+OptimConfig OptimConfig::from_toml(ConfigTable& table) { return optim_fields().read(table); }
 
-void to_toml(const SchedulerConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("scheduler", "learning-rate schedule");
-  t.set("name", to_string(c.name), "constant|cosine|linear");
-  t.set("warmup_steps", c.warmup_steps, "linear warm-up steps: update t (from 0) uses lr*(t+1)/warmup_steps");
-  if (c.name == ScheduleKind::constant) return;
-  t.set("decay_steps", c.decay_steps, "steps of decay after warm-up");
-  t.set("min_lr", c.min_lr, "learning rate at the end of decay");
-}
+SchedulerConfig SchedulerConfig::from_toml(ConfigTable& table) { return scheduler_fields().read(table); }
+
+void to_toml(const OptimConfig& c, ConfigWriter& out) { optim_fields().write(c, out); }
+
+void to_toml(const SchedulerConfig& c, ConfigWriter& out) { scheduler_fields().write(c, out); }
 
 }  // namespace zest

@@ -11,6 +11,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 enum class ScheduleKind { constant, cosine, linear };
 const char* to_string(OptimizerKind k);
@@ -48,6 +50,10 @@ struct SchedulerConfig {
 // Write every field (defaults included) with its one-line doc as the [optimizer] / [scheduler] table.
 void to_toml(const OptimConfig& config, ConfigWriter& out);
 void to_toml(const SchedulerConfig& config, ConfigWriter& out);
+
+// The [optimizer] and [scheduler] tables (core/field_table.h).
+const FieldTable<OptimConfig>& optim_fields();
+const FieldTable<SchedulerConfig>& scheduler_fields();
 
 // True when a parameter named `param_name` is excluded from weight decay by `patterns`.
 bool no_decay_matches(const std::vector<std::string>& patterns, const std::string& param_name);

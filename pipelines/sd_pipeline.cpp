@@ -40,11 +40,8 @@ bool read_force_zeros(const fs::path& path, bool fallback) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return fallback;
   const nlohmann::ordered_json index = read_json_file(path.string(), "pipeline index (model_index.json)");
-  const JsonField root(index, printable(path.string()));
-  root.object();
-  return root.has("force_zeros_for_empty_prompt") && !index["force_zeros_for_empty_prompt"].is_null()
-             ? root.at("force_zeros_for_empty_prompt").boolean()
-             : fallback;
+  const JsonField root = JsonField(index, printable(path.string())).null_as_absent();  // null: the default
+  return root.object().at("force_zeros_for_empty_prompt").boolean_or(fallback);
 }
 
 // The UNet's architecture from unet/config.json, its values from the chosen source.

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "profiling/kernel_profile.h"
 
 #include <ATen/record_function.h>
@@ -33,27 +34,36 @@ int64_t trace_thread_id() { return static_cast<int64_t>(at::RecordFunction::curr
 
 }  // namespace
 
-ProfileConfig ProfileConfig::from_toml(ConfigTable& t) {
-  ProfileConfig c;
-  c.steps = t.get("steps", c.steps);
-  t.reject_unknown_keys({{"schedule", "zest records the steps of [profile] steps = [first, last]"},
-                         {"wait", "zest records the steps of [profile] steps = [first, last]"},
-                         {"warmup", "zest records the steps of [profile] steps = [first, last]"},
-                         {"active", "zest records the steps of [profile] steps = [first, last]"},
-                         {"dir", "traces go to train.run_dir/tensorboard, where TensorBoard finds them"}});
-  if (c.steps.empty()) return c;
-  if (c.steps.size() != 2) t.fail("steps", "expected [first, last] (two optimizer steps, counted from 1), or []");
-  if (c.steps[0] < 1) t.fail("steps", "the first step must be >= 1 (steps count from 1)");
-  if (c.steps[1] < c.steps[0]) t.fail("steps", "expected [first, last] with first <= last");
-  if (c.steps[1] - c.steps[0] + 1 > kMaxProfiledSteps)
-    t.fail("steps", "at most " + std::to_string(kMaxProfiledSteps) + " steps in one trace (a few show the timeline)");
-  return c;
+const FieldTable<ProfileConfig>& profile_fields() {
+  static const FieldTable<ProfileConfig> table = [] {
+    using C = ProfileConfig;
+    const std::string steps_hint = "zest records the steps of [profile] steps = [first, last]";
+    FieldTable<C> t("profile", "step traces (Chrome-trace JSON per rank in RUN_DIR/tensorboard)",
+                    {{"schedule", steps_hint},
+                     {"wait", steps_hint},
+                     {"warmup", steps_hint},
+                     {"active", steps_hint},
+                     {"dir", "traces go to train.run_dir/tensorboard, where TensorBoard finds them"}});
+    t.list("steps", &C::steps, "[first, last] optimizer steps to record ([]: none)")
+        .check([](const C& c) { return c.steps.empty() || c.steps.size() == 2; },
+               "expected [first, last] (two optimizer steps, counted from 1), or []")
+        .check([](const C& c) { return c.steps.empty() || c.steps[0] >= 1; }, "the first step must be >= 1 (steps count from 1)")
+        .check([](const C& c) { return c.steps.empty() || c.steps[1] >= c.steps[0]; },
+               "expected [first, last] with first <= last")
+        .check([](const C& c) { return c.steps.empty() || c.steps[1] - c.steps[0] + 1 <= kMaxProfiledSteps; },
+               "at most " + std::to_string(kMaxProfiledSteps) + " steps in one trace (a few show the timeline)")
+        .type("[int, int] or []")
+        .reference("`[first, last]`: every rank records optimizer steps first..last (counted from 1, at most 100) as "
+                   "a Chrome trace in `<run_dir>/tensorboard/`, for TensorBoard's profile tab and Perfetto; `first` "
+                   "must not pass `train.max_steps`");
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const ProfileConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("profile", "step traces (Chrome-trace JSON per rank in RUN_DIR/tensorboard)");
-  t.set("steps", c.steps, "[first, last] optimizer steps to record ([]: none)");
-}
+ProfileConfig ProfileConfig::from_toml(ConfigTable& t) { return profile_fields().read(t); }
+
+void to_toml(const ProfileConfig& c, ConfigWriter& out) { profile_fields().write(c, out); }
 
 std::string trace_file_name(int64_t epoch_ms) {
   return host_name() + "_" + std::to_string(::getpid()) + "." + std::to_string(epoch_ms) + ".pt.trace.json";

@@ -33,6 +33,9 @@ struct ProfileConfig {
 };
 
 void to_toml(const ProfileConfig& config, ConfigWriter& out);
+template <typename C>
+class FieldTable;
+const FieldTable<ProfileConfig>& profile_fields();  // the [profile] table (core/field_table.h)
 
 // torch.profiler.tensorboard_trace_handler's file name: "<host>_<pid>.<epoch_ms>.pt.trace.json".
 std::string trace_file_name(int64_t epoch_ms);

@@ -5,6 +5,8 @@
 #include "comm/exposure.h"
 #include "comm/world.h"
 #include "core/check.h"
+#include "core/field_table.h"
+#include "core/kernel_switches.h"
 #include "engine/device_placement.h"
 #include "engine/engine.h"
 #include "engine/preflight.h"
@@ -27,10 +29,6 @@
 #include <thread>
 
 namespace zest {
-
-#ifdef ZEST_WITH_CUDA
-void apply_sdpa_backend_from_env();  // kernels/sdpa_backend_cuda.cpp
-#endif
 
 namespace {
 
@@ -84,9 +82,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     at::set_num_threads(std::max(1, cores / std::max(1, comm->local_size())));
   }
   torch::manual_seed(config.train.seed);
-#ifdef ZEST_WITH_CUDA
-  apply_sdpa_backend_from_env();
-#endif
+  const KernelsConfig kernels_in_force = apply_run_kernels(config, comm->rank() == 0);  // [engine.kernels]
   const ResolvedModel resolved = resolve_model(config.model);
   check_fits(run_preflight_inputs(config, resolved, comm->size(), /*ema=*/false), place_engine(config.engine, *comm),
              comm->local_size());  // before building a model that cannot fit
@@ -259,6 +255,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"loss_last", loss_last},
           {"kernel_launches_per_step", launches},
           {"fused_paths", fused_paths},
+          {"kernels", nlohmann::json::parse(record_json(kernels_fields().values(kernels_in_force)).dump())},
           {"cuda_graphs", graphs.is_enabled() ? std::string("on") : "off: " + graphs.disabled_reason()},
           {"graph_captures", graphs.captures()},
           {"graph_replays", graphs.replays()},

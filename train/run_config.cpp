@@ -4,11 +4,13 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "models/model_memory.h"
 
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <iostream>
 #include <map>
 
 namespace zest {
@@ -70,65 +72,55 @@ void check_across_tables(ConfigTable& root, RunConfig& c) {
 
 }  // namespace
 
-TrainConfig TrainConfig::from_toml(ConfigTable& table) {
-  TrainConfig c;
-  c.max_steps = table.get("max_steps", c.max_steps);
-  c.seed = table.get("seed", c.seed);
-  c.log_every = table.get("log_every", c.log_every);
-  c.run_dir = table.get("run_dir", c.run_dir);
-  table.reject_unknown_keys({{"steps", "zest calls it max_steps"}, {"output_dir", "zest calls it run_dir"}});
-
-  if (c.max_steps < 1) table.fail("max_steps", "must be >= 1");
-  if (c.seed < 0) table.fail("seed", "must be >= 0");
-  if (c.log_every < 1) table.fail("log_every", "must be >= 1");
-  if (c.run_dir.empty()) table.fail("run_dir", "must not be empty");
-  return c;
+const FieldTable<TrainConfig>& train_fields() {
+  static const FieldTable<TrainConfig> table = [] {
+    using C = TrainConfig;
+    FieldTable<C> t("train", "the training loop", {{"steps", "zest calls it max_steps"}, {"output_dir", "zest calls it run_dir"}});
+    t.integer("max_steps", &C::max_steps, "optimizer steps").at_least(1, "must be >= 1");
+    t.integer("seed", &C::seed, "seed of initialisation, data order and dropout").at_least(0, "must be >= 0");
+    t.integer("log_every", &C::log_every, "optimizer steps between log lines")
+        .at_least(1, "must be >= 1")
+        .reference("optimizer steps between log lines (see \"Progress and metrics.jsonl\" below)");
+    t.text("run_dir", &C::run_dir, "logs, resolved config, default checkpoint folder")
+        .check_value([](const std::string& dir) { return !dir.empty(); }, "must not be empty")
+        .reference("logs, the resolved config, and the default checkpoint folder");
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const TrainConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("train", "the training loop");
-  t.set("max_steps", c.max_steps, "optimizer steps");
-  t.set("seed", c.seed, "seed of initialisation, data order and dropout");
-  t.set("log_every", c.log_every, "optimizer steps between log lines");
-  t.set("run_dir", c.run_dir, "logs, resolved config, default checkpoint folder");
+TrainConfig TrainConfig::from_toml(ConfigTable& table) { return train_fields().read(table); }
+
+void to_toml(const TrainConfig& c, ConfigWriter& out) { train_fields().write(c, out); }
+
+const FieldTable<RunConfig>& run_fields() {
+  static const FieldTable<RunConfig> table = [] {
+    using C = RunConfig;
+    // Table order = the order errors are found in: model and data first, as a run is about them.
+    FieldTable<C> t("", "", kTopLevelHints);
+    t.nested("model", &C::model, model_fields());
+    t.nested("data", &C::data, data_fields());
+    t.nested("engine", &C::engine, engine_fields()).after_read(check_supported_here);
+    t.nested("optimizer", &C::optimizer, optim_fields());
+    t.nested("scheduler", &C::scheduler, scheduler_fields());
+    t.nested("ema", &C::ema, ema_fields()).enabled_by_presence(&EmaConfig::enabled);
+    t.nested("train", &C::train, train_fields());
+    t.nested("checkpoint", &C::checkpoint, checkpoint_fields());
+    t.nested("sample", &C::sample, sample_fields());
+    t.nested("log", &C::log, log_fields());
+    t.nested("profile", &C::profile, profile_fields());
+    t.nested("loss", &C::loss, loss_fields());
+    t.nested("lora", &C::lora, lora_fields()).enabled_by_presence(&LoraConfig::enabled);
+    t.rules(check_across_tables);
+    return t;
+  }();
+  return table;
 }
 
 RunConfig run_config_from_toml(ConfigTable& root) {
   RunConfig c;
   c.source = root.file();
-  // Table order = the order errors are found in: model and data first, as a run is about them.
-  ConfigTable model = root.table("model");
-  ConfigTable data = root.table("data");
-  ConfigTable engine = root.table("engine");
-  ConfigTable optimizer = root.table("optimizer");
-  ConfigTable scheduler = root.table("scheduler");
-  const bool has_ema = root.has("ema");
-  ConfigTable ema = root.table("ema");
-  ConfigTable train = root.table("train");
-  ConfigTable checkpoint = root.table("checkpoint");
-  ConfigTable sample = root.table("sample");
-  ConfigTable log = root.table("log");
-  ConfigTable profile = root.table("profile");
-  ConfigTable loss = root.table("loss");
-  const bool has_lora = root.has("lora");
-  ConfigTable lora = root.table("lora");
-  root.reject_unknown_keys(kTopLevelHints);  // a misspelled section first: its keys would look missing
-
-  c.model = ModelSelection::from_toml(model);
-  c.data = DataConfig::from_toml(data);
-  c.engine = EngineConfig::from_toml(engine);
-  check_supported_here(engine, c.engine);
-  c.optimizer = OptimConfig::from_toml(optimizer);
-  c.scheduler = SchedulerConfig::from_toml(scheduler);
-  c.ema = EmaConfig::from_toml(ema, has_ema);
-  c.train = TrainConfig::from_toml(train);
-  c.checkpoint = CheckpointConfig::from_toml(checkpoint);
-  c.sample = SampleConfig::from_toml(sample);
-  c.log = LogConfig::from_toml(log);
-  c.profile = ProfileConfig::from_toml(profile);
-  c.loss = LossConfig::from_toml(loss);
-  c.lora = LoraConfig::from_toml(lora, has_lora);
-  check_across_tables(root, c);
+  run_fields().read(root, c);
   return c;
 }
 
@@ -161,21 +153,36 @@ void check_run_model(const RunConfig& config) {
   check_model_fits_host(*model.family, counted);
 }
 
+#ifdef ZEST_WITH_CUDA
+void apply_sdpa_backend();  // kernels/sdpa_backend_cuda.cpp
+#endif
+
+KernelsConfig apply_run_kernels(const RunConfig& config, bool print) {
+  std::vector<std::string> overrides;
+  const KernelsConfig in_force = KernelSwitches::process().apply(config.engine.kernels, &overrides);
+  if (print)
+    for (const std::string& line : overrides) std::cerr << "zest: " << line << "\n";
+#ifdef ZEST_WITH_CUDA
+  apply_sdpa_backend();
+#endif
+  return in_force;
+}
+
+std::string config_reference_markdown() { return reference_markdown(run_fields().rows("")); }
+
+std::string with_config_reference(const std::string& docs) {
+  const size_t begin = docs.find(kReferenceBegin);
+  const size_t end = docs.find(kReferenceEnd);
+  if (begin == std::string::npos || end == std::string::npos || end < begin)
+    throw Error(std::string("the docs lack the lines '") + kReferenceBegin + "' and '" + kReferenceEnd +
+                "' around the generated key table");
+  const size_t after_begin = begin + std::string(kReferenceBegin).size();
+  return docs.substr(0, after_begin) + "\n" + config_reference_markdown() + docs.substr(end);
+}
+
 std::string to_toml(const RunConfig& c) {
   ConfigWriter out;
-  to_toml(c.model, out);
-  to_toml(c.data, out);
-  to_toml(c.engine, out);
-  to_toml(c.optimizer, out);
-  to_toml(c.scheduler, out);
-  to_toml(c.ema, out);
-  to_toml(c.train, out);
-  to_toml(c.checkpoint, out);
-  to_toml(c.sample, out);
-  to_toml(c.log, out);
-  to_toml(c.profile, out);
-  to_toml(c.loss, out);
-  to_toml(c.lora, out);
+  run_fields().write_into(c, out);
   std::string header = "# zest run configuration, resolved (every default written out)";
   if (!c.source.empty()) header += "\n# from " + c.source;
   return header + "\n\n" + out.str();

@@ -23,6 +23,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 // The [train] table: how long, which seed, how often to log, where the run's outputs go.
 struct TrainConfig {
@@ -35,6 +37,7 @@ struct TrainConfig {
 };
 
 void to_toml(const TrainConfig& config, ConfigWriter& out);
+const FieldTable<TrainConfig>& train_fields();  // the [train] table (core/field_table.h)
 
 struct RunConfig {
   std::string source;  // the run file it was read from ("" when built in code)
@@ -71,5 +74,22 @@ void check_run_model(const RunConfig& config);
 
 // The resolved config as TOML, every default written out, each key with its one-line doc.
 std::string to_toml(const RunConfig& config);
+
+// Sets the process's kernel switches from [engine.kernels] (core/kernel_switches.h), once, at the start of
+// `zest train` and `zest bench`: a set environment variable still wins, and `print` (rank 0) says so in one
+// line each on stderr. With CUDA also the attention backend. Returns the values in force.
+KernelsConfig apply_run_kernels(const RunConfig& config, bool print);
+
+// The run file: every table above, nested in run-file order (core/field_table.h). From it come reading,
+// to_toml, `zest config diff`, and the key tables of docs/config_reference.md (config_reference_markdown).
+const FieldTable<RunConfig>& run_fields();
+
+// The key table of docs/config_reference.md, between its kReferenceBegin and kReferenceEnd lines.
+std::string config_reference_markdown();
+inline constexpr const char* kReferenceBegin = "<!-- keys: generated from the field tables by `zest config reference`; edit the tables, not this -->";
+inline constexpr const char* kReferenceEnd = "<!-- end of generated keys -->";
+// `docs`' text with the part between those lines replaced by config_reference_markdown(); refused when the
+// lines are missing.
+std::string with_config_reference(const std::string& docs);
 
 }  // namespace zest

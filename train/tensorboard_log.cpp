@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "core/fd_write.h"
 #include "data/gif_write.h"
 #include "formats/tensorboard_event.h"
@@ -92,18 +93,23 @@ uint32_t little_endian_u16(const std::string& b, size_t at) {
 
 }  // namespace
 
-LogConfig LogConfig::from_toml(ConfigTable& table) {
-  LogConfig c;
-  c.tensorboard = table.get("tensorboard", c.tensorboard);
-  table.reject_unknown_keys({{"report_to", "zest writes TensorBoard files with tensorboard = true"},
+const FieldTable<LogConfig>& log_fields() {
+  static const FieldTable<LogConfig> table = [] {
+    FieldTable<LogConfig> t("log", "what the run logs besides metrics.jsonl",
+                            {{"report_to", "zest writes TensorBoard files with tensorboard = true"},
                              {"logging_dir", "the files go to train.run_dir/tensorboard"}});
-  return c;
+    t.boolean("tensorboard", &LogConfig::tensorboard, "TensorBoard event files in RUN_DIR/tensorboard (scalars, samples, config)")
+        .reference("rank 0 writes TensorBoard event files into `<run_dir>/tensorboard/`: every metrics.jsonl record's "
+                   "scalars, the validation pictures, the resolved config as text (see \"TensorBoard and step traces\" "
+                   "below)");
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const LogConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("log", "what the run logs besides metrics.jsonl");
-  t.set("tensorboard", c.tensorboard, "TensorBoard event files in RUN_DIR/tensorboard (scalars, samples, config)");
-}
+LogConfig LogConfig::from_toml(ConfigTable& table) { return log_fields().read(table); }
+
+void to_toml(const LogConfig& c, ConfigWriter& out) { log_fields().write(c, out); }
 
 std::string tensorboard_dir(const std::string& run_dir) { return (fs::path(run_dir) / "tensorboard").string(); }
 

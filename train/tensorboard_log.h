@@ -27,6 +27,9 @@ struct LogConfig {
 };
 
 void to_toml(const LogConfig& config, ConfigWriter& out);
+template <typename C>
+class FieldTable;
+const FieldTable<LogConfig>& log_fields();  // the [log] table (core/field_table.h)
 
 // RUN_DIR/tensorboard: the event files, and the step traces beside them (profiling/step_trace.h), so that one
 // TensorBoard run shows both.

@@ -4,9 +4,12 @@
 #include "data/loader.h"
 #include "data/model_features.h"
 #include "core/check.h"
+#include "core/untrusted_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 namespace zest {
 
@@ -111,31 +114,28 @@ nlohmann::json TrainData::state() const {
           {"dataset_fingerprint", impl_->fingerprint}};
 }
 
-void TrainData::load_state(const nlohmann::json& state, int saved_world_size) {
+void TrainData::load_state(const JsonField& state, int saved_world_size) {
   GlobalPosition position;
   const int64_t size = impl_->dataset->size();
-  try {
-    position.epoch = state.at("epoch").get<int64_t>();
-    if (state.contains("consumed")) {
-      position.consumed = state.at("consumed").get<int64_t>();
-      const int64_t saved_size = state.at("dataset_size").get<int64_t>();
-      if (saved_size != size)
-        throw Error(str("the checkpoint was trained on a dataset of ", saved_size, " samples, data.dir '",
-                        impl_->dataset->dir(), "' has ", size, ": its data position means nothing here (start a "
-                        "new run, or point data.dir at the run's dataset)"));
-      // Checkpoints from before the fingerprint have none: their dataset is taken on trust.
-      const std::string saved = state.value("dataset_fingerprint", std::string());
-      if (!saved.empty() && saved != impl_->fingerprint)
-        throw Error(str("the checkpoint was trained on another dataset than data.dir '", impl_->dataset->dir(),
-                        "' holds: both have ", size, " samples, but the contents differ (dataset fingerprint ", saved,
-                        " in the checkpoint, ", impl_->fingerprint, " now), so its data position means nothing "
-                        "here. Point data.dir at the run's dataset, or start a new run (--no-resume)"));
-    } else {
-      // The form before global positions: this rank's index in its own list; every rank was at the same one.
-      position.consumed = state.at("index").get<int64_t>() * saved_world_size;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("the checkpoint's data position (extra.data in manifest.json) is unreadable: ") + e.what());
+  position.epoch = state.at("epoch").integer(0);
+  if (state.has("consumed")) {
+    position.consumed = state.at("consumed").integer(0);
+    const int64_t saved_size = state.at("dataset_size").integer(0);
+    if (saved_size != size)
+      throw Error(str("the checkpoint was trained on a dataset of ", saved_size, " samples, data.dir '",
+                      impl_->dataset->dir(), "' has ", size, ": its data position means nothing here (start a "
+                      "new run, or point data.dir at the run's dataset)"));
+    // Checkpoints from before the fingerprint have none: their dataset is taken on trust.
+    const std::string saved = state.at("dataset_fingerprint").string_or("");
+    if (!saved.empty() && saved != impl_->fingerprint)
+      throw Error(str("the checkpoint was trained on another dataset than data.dir '", impl_->dataset->dir(),
+                      "' holds: both have ", size, " samples, but the contents differ (dataset fingerprint ",
+                      printable(saved, 40), " in the checkpoint, ", impl_->fingerprint, " now), so its data position "
+                      "means nothing here. Point data.dir at the run's dataset, or start a new run (--no-resume)"));
+  } else {
+    // The form before global positions: this rank's index in its own list; every rank was at the same one.
+    const int64_t index = state.at("index").integer(0, std::numeric_limits<int64_t>::max() / std::max(1, saved_world_size));
+    position.consumed = index * saved_world_size;
   }
   if (position.epoch < 0 || position.consumed < 0 || position.consumed >= impl_->loader->global_epoch_size())
     throw Error(str("the checkpoint's data position {epoch ", position.epoch, ", ", position.consumed,

@@ -7,6 +7,7 @@
 #include "comm/communicator.h"
 #include "data/dataset.h"
 #include "data/device_prefetch.h"
+#include "formats/json_field.h"
 #include "models/model_resolve.h"
 #include "train/memory_budget.h"
 #include "train/run_config.h"
@@ -40,8 +41,12 @@ class TrainData {
   // global order are read, of the dataset whose Dataset::fingerprint() is F (compared on resume when present).
   nlohmann::json state() const;
   // Reads state() as saved by any world size, and the older per-rank form {"epoch", "index"} (then
-  // `saved_world_size` re-splits it). Errors name the checkpoint's "extra.data" and what is wrong.
-  void load_state(const nlohmann::json& state, int saved_world_size);
+  // `saved_world_size` re-splits it). Errors name the checkpoint's manifest, the field ("extra.data.epoch")
+  // and what is wrong (formats/json_field.h).
+  void load_state(const JsonField& state, int saved_world_size);
+  void load_state(const nlohmann::json& state, int saved_world_size) {
+    load_state(JsonField(state, "the data position"), saved_world_size);
+  }
 
   // Throughput unit: "frames" (motion) or "latent px" (images), and how many a batch holds.
   std::string items_name() const;

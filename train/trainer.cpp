@@ -5,6 +5,7 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/load.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/merge.h"
 #include "checkpoint/save.h"
 #include "comm/collective_timeout.h"
@@ -14,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/preflight.h"
 #include "engine/step_graphs.h"
+#include "formats/json_field.h"
 #include "kernels/fused_paths.h"
 #include "models/lora_file.h"
 #include "models/lora_run.h"
@@ -145,14 +147,10 @@ torch::Generator noise_generator(const torch::Device& device) {
   return at::detail::createCPUGenerator(0);
 }
 
-// The checkpoint's caller object: {"data": <TrainData::state()>, "seed": S}. Errors say what is wrong.
-nlohmann::json saved_data_state(const checkpoint::LoadedState& loaded) {
-  try {
-    return nlohmann::json::parse(loaded.extra_json).at("data");
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(loaded.path + "/manifest.json: the saved data position (extra.data) is missing or unreadable: " +
-                e.what());
-  }
+// The checkpoint's caller object: {"data": <TrainData::state()>, "seed": S, "model_source": ..., "lora": ...};
+// errors name the manifest and the field ("extra.data.epoch").
+JsonDocument saved_extra(const checkpoint::LoadedState& loaded) {
+  return checkpoint::extra_record(loaded.extra_json, (fs::path(loaded.path) / checkpoint::kManifestName).string());
 }
 
 // One `zest train` run, assembled by the constructor; `phase` always says what it is doing, for errors.
@@ -202,6 +200,9 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
     : config_(config), phase_(phase), step_context_(step_context), comm_(world_communicator()) {
   phase_ = "preparing the run folders";
   set_threads(config.engine, *comm_);
+  // [engine.kernels], once for the run; the engine (and so each checkpoint's manifest) records what is in force.
+  EngineConfig engine_config = config.engine;
+  engine_config.kernels = apply_run_kernels(config, comm_->rank() == 0);
   run_lock_ = prepare_run_folders(config, options.resume, *comm_);
   own_checkpoint_folder_ = check_checkpoint_folder(config, *comm_);
   resume_from_ = agreed_resume_point(config, options.resume, *comm_);  // decided once, on rank 0
@@ -226,7 +227,7 @@ TrainRun::TrainRun(const RunConfig& config, const TrainOptions& options, std::st
     lora_ = prepare_lora_model(*model_, config.lora, resolved_, config.train.seed, *comm_);
   }
   phase_ = "creating the engine";
-  engine_ = std::make_unique<Engine>(model_, config.engine, config.optimizer, config.scheduler, comm_);
+  engine_ = std::make_unique<Engine>(model_, engine_config, config.optimizer, config.scheduler, comm_);
   if (config.ema.enabled) engine_->enable_ema(config.ema);  // a copy of the starting weights
   for (int micro = 0; micro < config.engine.accumulation_steps; ++micro)
     generators_.push_back(noise_generator(engine_->device()));
@@ -271,7 +272,8 @@ void TrainRun::start_watching() {
 void TrainRun::resume() {
   phase_ = "resuming";
   const auto loaded = checkpoint::load(*engine_, {resume_from_, request_.model_name, request_.model_config, true});
-  data_->load_state(saved_data_state(loaded), loaded.saved_world_size);
+  const JsonDocument extra = saved_extra(loaded);
+  data_->load_state(extra.root().at("data"), loaded.saved_world_size);
   last_saved_ = loaded.step;
   already_finished_ = loaded.step >= config_.train.max_steps;
   progress_->message("resumed from " + loaded.path + " at step " + std::to_string(loaded.step) +

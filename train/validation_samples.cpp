@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "data/png_write.h"
 #include "engine/engine.h"
 #include "models/lora_file.h"
@@ -35,65 +36,83 @@ std::string grid_name(int64_t step, size_t prompt) {
 
 }  // namespace
 
-SampleConfig SampleConfig::from_toml(ConfigTable& t) {
-  SampleConfig c;
-  c.every_steps = t.get("every_steps", c.every_steps);
-  c.prompts = t.get("prompts", c.prompts);
-  c.negative_prompt = t.get("negative_prompt", c.negative_prompt);
-  c.pretrained = t.get_path("pretrained", c.pretrained);
-  c.steps_given = t.has("steps");
-  c.guidance_given = t.has("guidance");
-  c.steps = t.get("steps", c.steps);
-  c.guidance = t.get("guidance", c.guidance);
-  c.text_encoders = t.get_path("text_encoders", c.text_encoders);
-  c.frames = t.get("frames", c.frames);
-  c.seed = t.get("seed", c.seed);
-  c.size = t.get("size", c.size);
-  c.num_images = t.get("num_images", c.num_images);
-  c.scheduler = t.get("scheduler", c.scheduler);
-  t.reject_unknown_keys({{"validation_prompt", "zest calls it prompts (a list)"},
-                         {"validation_steps", "zest calls it every_steps"},
-                         {"num_validation_images", "zest calls it num_images"},
-                         {"guidance_scale", "zest calls it guidance"},
-                         {"num_inference_steps", "zest calls it steps"}});
-  if (c.every_steps < 0) t.fail("every_steps", "must be >= 0 (0: no validation samples)");
-  if (c.every_steps > 0 && c.prompts.empty()) t.fail("prompts", "needs at least one prompt when every_steps > 0");
-  for (const auto& p : c.prompts) {
-    if (p.empty()) t.fail("prompts", "an empty prompt; give the text to draw");
-  }
-  if (c.steps < 1 || c.steps > 1000) t.fail("steps", "must be in [1, 1000]");
-  if (c.frames < 1 || c.frames > 100000) t.fail("frames", "must be in [1, 100000] (motion frames at 30 fps)");
-  if (!(c.guidance >= 1.0)) t.fail("guidance", "must be >= 1 (1: no classifier-free guidance)");
-  if (c.seed < 0) t.fail("seed", "must be >= 0");
-  if (c.num_images < 1 || c.num_images > 64) t.fail("num_images", "must be in [1, 64]");
-  try {
-    parse_image_size(c.size);
-  } catch (const Error&) {
-    t.fail("size", "'" + c.size + "': expected WIDTHxHEIGHT in pixels, e.g. \"512x512\"");
-  }
-  if (!c.scheduler.empty() && c.scheduler != "ddim" && c.scheduler != "euler" && c.scheduler != "dpmpp") {
-    t.fail("scheduler", "'" + c.scheduler + "': expected \"ddim\", \"euler\" or \"dpmpp\" (or leave it out: the pipeline's own)");
-  }
-  return c;
+const FieldTable<SampleConfig>& sample_fields() {
+  static const FieldTable<SampleConfig> table = [] {
+    using C = SampleConfig;
+    FieldTable<C> t("sample", "validation samples during training (PNG grids in RUN_DIR/samples/)",
+                    {{"validation_prompt", "zest calls it prompts (a list)"},
+                     {"validation_steps", "zest calls it every_steps"},
+                     {"num_validation_images", "zest calls it num_images"},
+                     {"guidance_scale", "zest calls it guidance"},
+                     {"num_inference_steps", "zest calls it steps"}});
+    t.integer("every_steps", &C::every_steps, "optimizer steps between samples (0: none)")
+        .at_least(0, "must be >= 0 (0: no validation samples)");
+    t.list("prompts", &C::prompts, "one grid per prompt")
+        .check([](const C& c) { return c.every_steps == 0 || !c.prompts.empty(); },
+               "needs at least one prompt when every_steps > 0")
+        .check_value([](const std::vector<std::string>& prompts) {
+          return std::none_of(prompts.begin(), prompts.end(), [](const std::string& p) { return p.empty(); });
+        }, "an empty prompt; give the text to draw")
+        .reference("the texts to draw (a list; at least one when `every_steps > 0`)");
+    t.text("negative_prompt", &C::negative_prompt, "classifier-free guidance's unconditional prompt")
+        .reference("classifier-free guidance's unconditional text (\"\" for SD1.5; SDXL then uses zeros, as its pipeline)");
+    // Left out when unset: an empty path is not a valid value (the model's pretrained folder is then used).
+    t.path("pretrained", &C::pretrained, "pipeline folder (default: the model's pretrained one)")
+        .written_when([](const C& c) { return !c.pretrained.empty(); })
+        .default_text("\"\"")
+        .reference("the pipeline folder (`vae/ text_encoder/ tokenizer/`, SDXL also `text_encoder_2/ tokenizer_2/`); "
+                   "\"\" = `model.pretrained`'s folder, or the pipeline above when it names a `unet/`");
+    t.integer("steps", &C::steps, "denoising steps").between(1, 1000, "must be in [1, 1000]");
+    t.number("guidance", &C::guidance, "classifier-free guidance scale")
+        .check_value([](double g) { return g >= 1.0; }, "must be >= 1 (1: no classifier-free guidance)")
+        .type("float ≥ 1")
+        .reference("classifier-free guidance scale (1: off)");
+    t.integer("seed", &C::seed, "seed of the starting noise (the same every time: grids compare across steps)")
+        .at_least(0, "must be >= 0");
+    t.text("size", &C::size, "WIDTHxHEIGHT in pixels")
+        .check(
+            [](const C& c) {
+              try {
+                parse_image_size(c.size);
+                return true;
+              } catch (const Error&) {
+                return false;
+              }
+            },
+            [](const C& c) { return "'" + c.size + "': expected WIDTHxHEIGHT in pixels, e.g. \"512x512\""; })
+        .reference("WIDTHxHEIGHT in pixels (multiples of the pipeline's factor, 64 for SD1.5/SDXL)");
+    t.integer("num_images", &C::num_images, "pictures per prompt")
+        .between(1, 64, "must be in [1, 64]")
+        .reference("pictures per prompt (one grid)");
+    t.text("scheduler", &C::scheduler, "ddim | euler | dpmpp (\"\": the pipeline's own)")
+        .check([](const C& c) { return c.scheduler.empty() || c.scheduler == "ddim" || c.scheduler == "euler" ||
+                                       c.scheduler == "dpmpp"; },
+               [](const C& c) {
+                 return "'" + c.scheduler + "': expected \"ddim\", \"euler\" or \"dpmpp\" (or leave it out: the pipeline's own)";
+               })
+        .type("\"\" | ddim | euler | dpmpp")
+        .reference("`ddim`, `euler` or `dpmpp`; \"\" = the pipeline's scheduler class when it is one of these, else DDIM");
+    t.path("text_encoders", &C::text_encoders, "HY-Motion: the folder holding Qwen3-8B/ and clip-vit-large-patch14/")
+        .written_when([](const C& c) { return !c.text_encoders.empty(); })
+        .default_text("\"\"")
+        .reference("HY-Motion runs: the folder holding `Qwen3-8B/` and `clip-vit-large-patch14/`; \"\" = the release's "
+                   "`ckpts/` layout around the release folder");
+    t.integer("frames", &C::frames, "HY-Motion: motion length in frames (30 fps)")
+        .between(1, 100000, "must be in [1, 100000] (motion frames at 30 fps)")
+        .reference("HY-Motion runs: motion length in frames (30 fps)");
+    // Left out, HY-Motion's steps and guidance are the release's.
+    t.rules([](ConfigTable& table, C& c) {
+      c.steps_given = table.has("steps");
+      c.guidance_given = table.has("guidance");
+    });
+    return t;
+  }();
+  return table;
 }
 
-void to_toml(const SampleConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("sample", "validation samples during training (PNG grids in RUN_DIR/samples/)");
-  t.set("every_steps", c.every_steps, "optimizer steps between samples (0: none)");
-  t.set("prompts", c.prompts, "one grid per prompt");
-  t.set("negative_prompt", c.negative_prompt, "classifier-free guidance's unconditional prompt");
-  // Left out when unset: an empty path is not a valid value (the model's pretrained folder is then used).
-  if (!c.pretrained.empty()) t.set("pretrained", c.pretrained, "pipeline folder (default: the model's pretrained one)");
-  t.set("steps", c.steps, "denoising steps");
-  t.set("guidance", c.guidance, "classifier-free guidance scale");
-  t.set("seed", c.seed, "seed of the starting noise (the same every time: grids compare across steps)");
-  t.set("size", c.size, "WIDTHxHEIGHT in pixels");
-  t.set("num_images", c.num_images, "pictures per prompt");
-  t.set("scheduler", c.scheduler, "ddim | euler | dpmpp (\"\": the pipeline's own)");
-  if (!c.text_encoders.empty())
-    t.set("text_encoders", c.text_encoders, "HY-Motion: the folder holding Qwen3-8B/ and clip-vit-large-patch14/");
-  t.set("frames", c.frames, "HY-Motion: motion length in frames (30 fps)");
-}
+SampleConfig SampleConfig::from_toml(ConfigTable& t) { return sample_fields().read(t); }
+
+void to_toml(const SampleConfig& c, ConfigWriter& out) { sample_fields().write(c, out); }
 
 std::string sample_pipeline_folder(const SampleConfig& config, const ModelSelection& model) {
   if (!config.pretrained.empty()) return config.pretrained;

@@ -49,6 +49,9 @@ struct SampleConfig {
 };
 
 void to_toml(const SampleConfig& config, ConfigWriter& out);
+template <typename C>
+class FieldTable;
+const FieldTable<SampleConfig>& sample_fields();  // the [sample] table (core/field_table.h)
 
 // The pipeline folder validation samples use: `sample.pretrained`, else the model's pretrained folder
 // (a pipeline folder, or the pipeline above a unet/ folder). "" when neither names one.

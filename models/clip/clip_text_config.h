@@ -2,7 +2,7 @@
 // fields that shape CLIPTextModel / CLIPTextModelWithProjection, with transformers' defaults.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include "formats/json_field.h"
 
 #include <cstdint>
 #include <string>
@@ -27,9 +27,13 @@ struct CLIPTextConfig {
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
-  // Reads a config.json object; a field of the wrong type or value is an error naming `path` and the
-  // field. Bookkeeping fields (architectures, torch_dtype, dropout, ...) are ignored, as transformers does.
-  static CLIPTextConfig from_json(const nlohmann::json& config, const std::string& path);
+  // Reads a config.json object; a field of the wrong type or value is an error naming the file and the
+  // field (formats/json_field.h). Bookkeeping fields (architectures, torch_dtype, dropout, ...) are
+  // ignored, as transformers does.
+  static CLIPTextConfig from_json(const JsonField& config);
+  static CLIPTextConfig from_json(const nlohmann::json& config, const std::string& path) {
+    return from_json(JsonField(config, path));
+  }
 };
 
 const char* to_string(HiddenAct act);

@@ -194,15 +194,15 @@ namespace {
 // A whole CLIPModel's folder (openai/clip-vit-large-patch14, which HY-Motion reads as CLIPTextModel does):
 // "text_config" (with the older "text_config_dict" over it, as transformers merges them) and only the
 // text_model.* tensors of its weights; the vision tower and projections are passed over.
-CLIPTextModel load_text_of_clip_model(const fs::path& folder, const nlohmann::json& config, const std::string& config_path,
+CLIPTextModel load_text_of_clip_model(const fs::path& folder, const JsonField& config, const nlohmann::ordered_json& document,
                                       const torch::TensorOptions& options) {
-  ZEST_CHECK(config.contains("text_config") && config["text_config"].is_object(), config_path,
-             ": a CLIPModel's config.json needs a \"text_config\" object");
-  nlohmann::json text = config["text_config"];
-  if (config.contains("text_config_dict") && config["text_config_dict"].is_object())
-    for (const auto& [key, value] : config["text_config_dict"].items()) text[key] = value;
+  config.at("text_config").object();
+  nlohmann::ordered_json text = document.at("text_config");
+  if (config.at("text_config_dict").is_object())
+    for (const auto& [key, value] : document.at("text_config_dict").items()) text[key] = value;
   text.erase("model_type");
-  const CLIPTextConfig text_config = CLIPTextConfig::from_json(text, config_path + " (text_config)");
+  const CLIPTextConfig text_config = CLIPTextConfig::from_json(JsonField(text, config.file(), "text_config"));
+  const std::string config_path = config.file();
   const fs::path weights_path = folder / "model.safetensors";
   ZEST_CHECK(fs::exists(weights_path), weights_path.string(), ": not found; zest reads CLIP weights from model.safetensors");
   CLIPTextModel model(text_config, /*with_projection=*/false, options);
@@ -227,21 +227,19 @@ CLIPTextModel load_text_of_clip_model(const fs::path& folder, const nlohmann::js
 CLIPTextModel load_clip_text_model(const fs::path& folder, const torch::TensorOptions& options) {
   const fs::path config_path = folder / "config.json";
   const std::string source = printable(config_path.string());
-  const nlohmann::json config = read_json_file(config_path.string(), "text encoder config (config.json)");
-  const auto model_type = config.is_object() ? config.find("model_type") : config.end();
-  if (model_type != config.end() && model_type->is_string() && *model_type == "clip")
-    return load_text_of_clip_model(folder, config, source, options);
-  const CLIPTextConfig text_config = CLIPTextConfig::from_json(config, source);
+  const nlohmann::ordered_json document = read_json_file(config_path.string(), "text encoder config (config.json)");
+  const JsonField config(document, source);
+  config.object();
+  if (config.at("model_type").is_string() && config.at("model_type").string() == "clip")
+    return load_text_of_clip_model(folder, config, document, options);
+  const CLIPTextConfig text_config = CLIPTextConfig::from_json(config);
   bool with_projection = false;
-  if (config.contains("architectures")) {
-    const nlohmann::json& architectures = config["architectures"];
-    const bool known = architectures.is_array() && architectures.size() == 1 &&
-                       (architectures[0] == "CLIPTextModel" || architectures[0] == "CLIPTextModelWithProjection");
-    if (!known) {
-      ZEST_FAIL(source, ": \"architectures\" is ", json_excerpt(architectures),
-                "; expected [\"CLIPTextModel\"] or [\"CLIPTextModelWithProjection\"]");
-    }
-    with_projection = architectures[0] == "CLIPTextModelWithProjection";
+  if (config.has("architectures")) {
+    const JsonField architectures = config.at("architectures");
+    const char* known = "[\"CLIPTextModel\"] or [\"CLIPTextModelWithProjection\"]";
+    if (!architectures.is_array() || architectures.size() != 1) architectures.expected(known);
+    with_projection = architectures.items()[0].one_of({"CLIPTextModel", "CLIPTextModelWithProjection"}) ==
+                      "CLIPTextModelWithProjection";
   }
   check_module_fits_host(
       source,

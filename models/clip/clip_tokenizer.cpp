@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/untrusted_file.h"
+#include "formats/json_field.h"
 #include "formats/json_text.h"
 #include "models/clip/unicode_text.h"
 
@@ -179,24 +180,17 @@ nlohmann::json read_json(const fs::path& path, uint64_t max_bytes = kMaxConfigJs
 }
 
 // vocab.json, or tokenizer.json's "model"."vocab": token → id.
-std::unordered_map<std::string, int64_t> vocab_of(const nlohmann::json& vocab, const fs::path& path) {
-  if (!vocab.is_object() || vocab.empty()) {
-    ZEST_FAIL(path.string(), ": expected a JSON object mapping each token to its id");
-  }
+std::unordered_map<std::string, int64_t> vocab_of(const JsonField& vocab) {
+  if (!vocab.is_object() || vocab.size() == 0) vocab.expected("an object mapping each token to its id");
   std::unordered_map<std::string, int64_t> out;
   out.reserve(vocab.size());
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      ZEST_FAIL(printable(path.string()), ": token \"", printable(token, 60), "\" has id ", json_excerpt(id),
-                "; expected a non-negative integer");
-    }
-    out.emplace(token, id.get<int64_t>());
-  }
+  for (const auto& [token, id] : vocab.members()) out.emplace(token, id.integer(0));
   return out;
 }
 
 std::unordered_map<std::string, int64_t> read_vocab(const fs::path& path) {
-  return vocab_of(read_json(path, kMaxVocabBytes), path);
+  const nlohmann::json document = read_json(path, kMaxVocabBytes);
+  return vocab_of(JsonField(document, printable(path.string())));
 }
 
 // A merge written "first second": exactly two words, else nullopt.
@@ -232,30 +226,22 @@ struct TokenizerFiles {
 // tokenizer.json of a byte-level BPE: "model": {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or
 // [["a", "b"], ...]}.
 TokenizerFiles read_tokenizer_json(const fs::path& path) {
-  const nlohmann::json file = read_json(path, kMaxVocabBytes);
-  if (!file.is_object() || !file.contains("model") || !file["model"].is_object()) {
-    ZEST_FAIL(path.string(), ": expected a JSON object with a \"model\" object (a tokenizers library file)");
-  }
-  const nlohmann::json& model = file["model"];
-  const nlohmann::json type = model.value("type", nlohmann::json());
-  if (!type.is_string() || type.get<std::string>() != "BPE") {
-    ZEST_FAIL(path.string(), ": \"model\".\"type\" is ", json_excerpt(type), "; expected \"BPE\" (a CLIP tokenizer)");
-  }
-  TokenizerFiles files{vocab_of(model.value("vocab", nlohmann::json()), path), {}};
-  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : nlohmann::json();
-  if (!merges.is_array() || merges.empty()) ZEST_FAIL(path.string(), ": \"model\".\"merges\" is not a non-empty list");
+  const nlohmann::json document = read_json(path, kMaxVocabBytes);
+  const JsonField model = JsonField(document, printable(path.string())).at("model");
+  model.at("type").one_of({"BPE"});  // a CLIP tokenizer's
+  TokenizerFiles files{vocab_of(model.at("vocab")), {}};
+  const JsonField merges = model.at("merges");
+  if (!merges.is_array() || merges.size() == 0) merges.expected("a non-empty array of merges");
   files.merges.reserve(merges.size());
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const nlohmann::json& merge = merges[i];
+  for (const JsonField& merge : merges.items()) {
     std::optional<std::pair<std::string, std::string>> pair;
-    if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      pair.emplace(merge[0].get<std::string>(), merge[1].get<std::string>());
+    const std::vector<JsonField> words = merge.is_array() ? merge.items() : std::vector<JsonField>();
+    if (words.size() == 2 && words[0].is_string() && words[1].is_string()) {
+      pair.emplace(words[0].string(), words[1].string());
     } else if (merge.is_string()) {
-      pair = merge_of(merge.get<std::string>());
+      pair = merge_of(merge.string());
     }
-    if (!pair) {
-      ZEST_FAIL(path.string(), ": merge ", i, " is ", json_excerpt(merge), "; expected \"first second\" or [first, second]");
-    }
+    if (!pair) merge.expected("a merge \"first second\" or [first, second]");
     files.merges.push_back(std::move(*pair));
   }
   return files;
@@ -263,18 +249,30 @@ TokenizerFiles read_tokenizer_json(const fs::path& path) {
 
 // A special token of tokenizer_config.json / special_tokens_map.json: a string (not normalized) or an
 // AddedToken object (normalized as its "normalized" says; absent: not, the tokenizers library's default
-// for special tokens).
-void read_special(const nlohmann::json& config, const char* key, const fs::path& path, SpecialToken& out) {
-  if (!config.contains(key) || config[key].is_null()) return;
-  const nlohmann::json& value = config[key];
+// for special tokens). Null or absent: the default token.
+void read_special(const JsonField& config, const char* key, SpecialToken& out) {
+  const JsonField value = config.at(key);
+  if (!value.exists()) return;
   if (value.is_string()) {
-    out = {value.get<std::string>(), false};
-  } else if (value.is_object() && value.contains("content") && value["content"].is_string()) {
-    const bool normalized = value.contains("normalized") && value["normalized"].is_boolean() && value["normalized"].get<bool>();
-    out = {value["content"].get<std::string>(), normalized};
+    out = {value.string(), false};
+  } else if (value.is_object()) {
+    out = {value.at("content").string(), value.at("normalized").boolean_or(false)};
   } else {
-    ZEST_FAIL(printable(path.string()), ": \"", key, "\" is ", json_excerpt(value), "; expected a string or {\"content\": ...}");
+    value.expected("a string or {\"content\": ...}");
   }
+}
+
+// tokenizer_config.json or special_tokens_map.json: an object; nulls are Python's None (the default).
+void read_special_tokens(const nlohmann::json& document, const fs::path& path, SpecialTokens& special,
+                         int64_t* max_length) {
+  const JsonField config = JsonField(document, printable(path.string())).null_as_absent();
+  config.object();
+  for (const auto& [key, target] : {std::pair{"bos_token", &special.bos}, {"eos_token", &special.eos},
+                                    {"unk_token", &special.unk}, {"pad_token", &special.pad}}) {
+    read_special(config, key, *target);
+  }
+  // The text encoder's sequence length (77 for CLIP).
+  if (max_length != nullptr) *max_length = config.at("model_max_length").integer_or(*max_length, 2, 1'000'000);
 }
 
 }  // namespace
@@ -312,32 +310,10 @@ CLIPTokenizer CLIPTokenizer::from_folder(const fs::path& folder, TextCleaning cl
   SpecialTokens special;
   int64_t max_length = 77;
   const fs::path config_path = folder / "tokenizer_config.json";
-  if (fs::exists(config_path)) {
-    const nlohmann::json config = read_json(config_path);
-    if (!config.is_object()) ZEST_FAIL(config_path.string(), ": expected a JSON object");
-    for (const auto& [key, target] : {std::pair{"bos_token", &special.bos}, {"eos_token", &special.eos},
-                                      {"unk_token", &special.unk}, {"pad_token", &special.pad}}) {
-      read_special(config, key, config_path, *target);
-    }
-    if (config.contains("model_max_length")) {
-      const nlohmann::json& value = config["model_max_length"];
-      if (!value.is_number_integer() || value.get<int64_t>() < 2 || value.get<int64_t>() > 1'000'000) {
-        ZEST_FAIL(printable(config_path.string()), ": \"model_max_length\" is ", json_excerpt(value),
-                  "; expected the text encoder's sequence length (77 for CLIP)");
-      }
-      max_length = value.get<int64_t>();
-    }
-  }
+  if (fs::exists(config_path)) read_special_tokens(read_json(config_path), config_path, special, &max_length);
   // As transformers does, special_tokens_map.json overrides what tokenizer_config.json says.
   const fs::path map_path = folder / "special_tokens_map.json";
-  if (fs::exists(map_path)) {
-    const nlohmann::json map = read_json(map_path);
-    if (!map.is_object()) ZEST_FAIL(map_path.string(), ": expected a JSON object");
-    for (const auto& [key, target] : {std::pair{"bos_token", &special.bos}, {"eos_token", &special.eos},
-                                      {"unk_token", &special.unk}, {"pad_token", &special.pad}}) {
-      read_special(map, key, map_path, *target);
-    }
-  }
+  if (fs::exists(map_path)) read_special_tokens(read_json(map_path), map_path, special, nullptr);
   // Released folders (and transformers 4) hold vocab.json + merges.txt; transformers 5's save_pretrained
   // writes tokenizer.json alone, with the same vocabulary and merges under "model".
   const bool from_tokenizer_json = !fs::exists(folder / "vocab.json") && fs::exists(folder / "tokenizer.json");

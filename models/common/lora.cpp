@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/config_reader.h"
 #include "core/config_writer.h"
+#include "core/field_table.h"
 #include "models/common/conv_layer.h"
 #include "models/common/linear_layer.h"
 
@@ -13,34 +14,60 @@
 
 namespace zest {
 
+const FieldTable<LoraConfig>& lora_fields() {
+  static const FieldTable<LoraConfig> table = [] {
+    using C = LoraConfig;
+    FieldTable<C> t("lora", "low-rank adapters on a frozen base (peft's LoRA)",
+                    {{"r", "zest calls it rank"},
+                     {"lora_alpha", "zest calls it alpha"},
+                     {"lora_dropout", "zest calls it dropout"},
+                     {"targets", "zest calls it target_modules"}});
+    const auto enabled = [](const C& c) { return c.enabled; };  // the other keys mean nothing without it
+    t.boolean("enabled", &C::enabled, "train LoRA adapters instead of the whole model")
+        .default_text("true when the table is present")
+        .reference("train low-rank adapters on a frozen base instead of the whole model (see \"LoRA\" below)");
+    t.integer("rank", &C::rank, "the adapters' inner width r")
+        .at_least(1, "must be >= 1 (the adapters' inner width)")
+        .written_when(enabled)
+        .reference("the adapters' inner width r, at most each chosen layer's smaller width");
+    t.number("alpha", &C::alpha, "scale = alpha / rank (0: alpha = rank)")
+        .at_least(0, "must be >= 0 (0: equal to rank)")
+        .written_when(enabled)
+        .default_text("0.0 (= rank)")
+        .reference("the adapters' output is scaled by alpha / rank; 0 takes alpha = rank (scale 1, what the diffusers "
+                   "scripts set)");
+    t.number("dropout", &C::dropout, "dropout on the adapters' inputs")
+        .check_value([](double d) { return d >= 0.0 && d < 1.0; }, "must be in [0, 1)")
+        .written_when(enabled)
+        .type("float in [0, 1)")
+        .reference("dropout on the adapters' inputs in training");
+    t.list("target_modules", &C::target_modules, "layer names or globs to adapt ([]: the model family's defaults)")
+        .check_value([](const std::vector<std::string>& targets) {
+          return std::none_of(targets.begin(), targets.end(), [](const std::string& x) { return x.empty(); });
+        }, "holds an empty name")
+        .written_when(enabled)
+        .default_text("[] (the family's defaults)")
+        .reference("the layers to adapt, over the model's own state-dict names without `.weight`: a name matches a "
+                   "layer named so or ending in `.` + name (peft's rule: `\"to_q\"`, `\"ff.net.2\"`, `\"conv1\"`); an "
+                   "entry with `*`, `?` or `[` is a glob over the whole name (`\"down_blocks.*.to_k\"`). `[]`: the "
+                   "family's defaults: UNet `to_q`, `to_k`, `to_v`, `to_out.0` (the attention projections, as the "
+                   "diffusers script); HY-Motion `motion_qkv`, `text_qkv`, `motion_out_proj`, `text_out_proj` (double "
+                   "blocks), `linear1`, `linear2` (single blocks), `self_attn_qkv`, `self_attn_proj` (text refiner). "
+                   "Feed-forward layers (`ff.net.0.proj`, `ff.net.2`; HY-Motion `fc1`, `fc2`) and convolutions "
+                   "(`conv1`, `conv2`, `conv_shortcut`, `proj_in`, `proj_out`, ...) can be added");
+    return t;
+  }();
+  return table;
+}
+
 LoraConfig LoraConfig::from_toml(ConfigTable& table, bool present) {
   LoraConfig c;
-  c.enabled = table.get("enabled", present);
-  c.rank = table.get("rank", c.rank);
-  c.alpha = table.get("alpha", c.alpha);
-  c.dropout = table.get("dropout", c.dropout);
-  c.target_modules = table.get("target_modules", c.target_modules);
-  table.reject_unknown_keys({{"r", "zest calls it rank"},
-                             {"lora_alpha", "zest calls it alpha"},
-                             {"lora_dropout", "zest calls it dropout"},
-                             {"targets", "zest calls it target_modules"}});
-  if (c.rank < 1) table.fail("rank", "must be >= 1 (the adapters' inner width)");
-  if (c.alpha < 0.0) table.fail("alpha", "must be >= 0 (0: equal to rank)");
-  if (!(c.dropout >= 0.0 && c.dropout < 1.0)) table.fail("dropout", "must be in [0, 1)");
-  for (const std::string& target : c.target_modules)
-    if (target.empty()) table.fail("target_modules", "holds an empty name");
+  c.enabled = present;
+  lora_fields().read(table, c);
   return c;
 }
 
-void to_toml(const LoraConfig& c, ConfigWriter& out) {
-  ConfigWriter& t = out.table("lora", "low-rank adapters on a frozen base (peft's LoRA)");
-  t.set("enabled", c.enabled, "train LoRA adapters instead of the whole model");
-  if (!c.enabled) return;  // the other keys mean nothing without it
-  t.set("rank", c.rank, "the adapters' inner width r");
-  t.set("alpha", c.alpha, "scale = alpha / rank (0: alpha = rank)");
-  t.set("dropout", c.dropout, "dropout on the adapters' inputs");
-  t.set("target_modules", c.target_modules, "layer names or globs to adapt ([]: the model family's defaults)");
-}
+void to_toml(const LoraConfig& c, ConfigWriter& out) { lora_fields().write(c, out); }
 
 LowRankAdapter* AdaptableLayer::adapter() const {
   return is_conv ? static_cast<ConvLayer*>(module)->adapter() : static_cast<LinearLayer*>(module)->adapter();

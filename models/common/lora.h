@@ -15,6 +15,8 @@ namespace zest {
 
 class ConfigTable;   // core/config_reader.h
 class ConfigWriter;  // core/config_writer.h
+template <typename C>
+class FieldTable;  // core/field_table.h
 
 // The [lora] table. Defaults as diffusers' text-to-image LoRA script (rank 4, alpha = rank, no dropout,
 // the attention projections).
@@ -34,6 +36,8 @@ struct LoraConfig {
 };
 
 void to_toml(const LoraConfig& config, ConfigWriter& out);
+// The [lora] table (core/field_table.h); read into a config whose `enabled` says whether the table is present.
+const FieldTable<LoraConfig>& lora_fields();
 
 // A layer that can carry an adapter: a LinearLayer or a ConvLayer, found by its module name.
 struct AdaptableLayer {

@@ -103,10 +103,9 @@ MergeResult export_release_weights(const FolderExport& request) {
   }
   // A release's own pipeline tensors, as they came (HY-Motion loads with strict=False and keeps its own
   // initialisation for any that are absent).
-  const nlohmann::json tensors = request.source.value("tensors", nlohmann::json::object());
+  const JsonField tensors = request.source.at("tensors");
   for (const std::string& name : release_pipeline_tensor_names()) {
-    if (tensors.contains(name))
-      add(name, tensor_from_json(tensors[name], request.dir + ": model_source tensor " + name));
+    if (tensors.exists() && tensors.object().has(name)) add(name, tensor_from_json(tensors.at(name)));
   }
   writer.finish(kReleaseStateDictKey);
   result.files = {weights.string()};

@@ -21,27 +21,23 @@ constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxPositions = int64_t{1} << 24;
 
+// Absent or null (transformers' None): the default.
 void read_int(const JsonField& config, const char* key, int64_t min, int64_t max, int64_t& out) {
-  if (config.has(key) && !config.at(key).json().is_null()) out = config.at(key).integer(min, max);
+  out = config.at(key).null_as_absent().integer_or(out, min, max);
 }
 
 void read_bool(const JsonField& config, const char* key, bool& out) {
-  if (config.has(key) && !config.at(key).json().is_null()) out = config.at(key).boolean();
+  out = config.at(key).null_as_absent().boolean_or(out);
 }
 
-double positive_number(const JsonField& field, double max) {
-  const double value = field.number();
-  if (!(value > 0 && value <= max)) field.fail(str("must be a number in (0, ", max, "], got ", value));
-  return value;
-}
+double positive_number(const JsonField& field, double max) { return field.number(NumberRange::above_up_to(0, max)); }
 
 // RoPE: plain rotary embeddings only. transformers 4 writes rope_theta + rope_scaling (null), 5 writes
 // rope_parameters {"rope_type": "default", "rope_theta": ...}.
 void read_rope(const JsonField& config, Qwen3Config& out) {
-  if (config.has("rope_theta") && !config.at("rope_theta").json().is_null())
-    out.rope_theta = positive_number(config.at("rope_theta"), 1e12);
+  if (config.at("rope_theta").null_as_absent().exists()) out.rope_theta = positive_number(config.at("rope_theta"), 1e12);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    if (!config.has(key) || config.at(key).json().is_null()) continue;
+    if (!config.at(key).null_as_absent().exists()) continue;
     const JsonField rope = config.at(key);
     rope.object();
     for (const char* type_key : {"rope_type", "type"}) {
@@ -104,9 +100,8 @@ Qwen3Config Qwen3Config::from_json_text(const std::string& text, const std::stri
     config.at("num_key_value_heads")
         .fail(str("is ", out.num_key_value_heads, "; it must divide num_attention_heads (", out.num_attention_heads, ")"));
   }
-  if (out.head_dim % 2 != 0) {
-    ZEST_FAIL(path, ": head_dim ", out.head_dim, " must be even (rotary embeddings turn pairs of features)");
-  }
+  if (out.head_dim % 2 != 0)
+    config.at("head_dim").fail(str("is ", out.head_dim, "; it must be even (rotary embeddings turn pairs of features)"));
   return out;
 }
 

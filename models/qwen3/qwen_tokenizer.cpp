@@ -16,113 +16,86 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using JsonValue = nlohmann::json;  // std::map objects: the vocabulary has 151,643 entries (ordered_json's lookups are linear)
+// tokenizer.json is parsed by the one JSON reader (formats/json_text.h) into a nlohmann::json, whose
+// objects are std::maps: the vocabulary has 151,643 entries, and ordered_json's objects are vectors whose
+// every insert and lookup is a linear search. Its fields are read through JsonField like every other file's;
+// a null is the tokenizers library's None (absent).
 
-// One field of tokenizer.json, for messages: the file and the field's path.
-struct Field {
-  const JsonValue& value;
-  std::string file, path;
+// A component's "type" ("" when it has none).
+std::string type_of(const JsonField& component) { return component.at("type").string_or(""); }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    if (path.empty()) ZEST_FAIL(file, ": ", what);
-    ZEST_FAIL(file, ": field '", path, "' ", what);
-  }
-  bool has(const char* key) const { return value.is_object() && value.contains(key) && !value[key].is_null(); }
-  Field at(const char* key) const {
-    if (!has(key)) fail(str("has no \"", key, "\""));
-    return {value[key], file, path.empty() ? std::string(key) : path + "." + key};
-  }
-  std::string string() const {
-    if (!value.is_string()) fail("must be a string");
-    return value.get<std::string>();
-  }
-  bool boolean() const {
-    if (!value.is_boolean()) fail("must be true or false");
-    return value.get<bool>();
-  }
-  bool flag(const char* key) const { return has(key) && at(key).boolean(); }
-  std::string type() const { return has("type") ? at("type").string() : std::string(); }
-  const JsonValue& array() const {
-    if (!value.is_array()) fail("must be a list");
-    return value;
-  }
-};
-
-void require_qwen_pipeline(const Field& root) {
-  if (root.has("normalizer") && root.at("normalizer").type() != "NFC")
-    root.at("normalizer").fail("must be {\"type\": \"NFC\"} (Qwen's) or null");
-  const Field pre = root.at("pre_tokenizer");
-  if (pre.type() != "Sequence") pre.fail("must be Qwen's Sequence of a Split and a ByteLevel pre-tokenizer");
-  const Field list = pre.at("pretokenizers");
-  const JsonValue& steps = list.array();
-  const Field split{steps.size() == 2 ? steps[0] : steps, list.file, list.path + "[0]"};
-  const Field byte_level{steps.size() == 2 ? steps[1] : steps, list.file, list.path + "[1]"};
-  if (steps.size() != 2 || split.type() != "Split" || byte_level.type() != "ByteLevel")
+void require_qwen_pipeline(const JsonField& root) {
+  const JsonField normalizer = root.at("normalizer");
+  if (normalizer.exists() && type_of(normalizer) != "NFC") normalizer.fail("must be {\"type\": \"NFC\"} (Qwen's) or null");
+  const JsonField pre = root.at("pre_tokenizer");
+  if (type_of(pre) != "Sequence") pre.fail("must be Qwen's Sequence of a Split and a ByteLevel pre-tokenizer");
+  const JsonField list = pre.at("pretokenizers");
+  const std::vector<JsonField> steps = list.items();
+  if (steps.size() != 2 || type_of(steps[0]) != "Split" || type_of(steps[1]) != "ByteLevel")
     list.fail("must be [Split, ByteLevel] (Qwen's pre-tokenizer)");
-  const Field pattern = split.at("pattern").at("Regex");
+  const JsonField& split = steps[0];
+  const JsonField& byte_level = steps[1];
+  const JsonField pattern = split.at("pattern").at("Regex");
   if (pattern.string() != kQwenSplitPattern) pattern.fail(str("must be Qwen's split rule ", kQwenSplitPattern));
-  if (split.at("behavior").string() != "Isolated" || split.flag("invert"))
+  if (split.at("behavior").string() != "Isolated" || split.at("invert").boolean_or(false))
     split.fail("must split with behavior \"Isolated\", not inverted");
-  if (byte_level.flag("use_regex")) byte_level.at("use_regex").fail("must be false (the Split before it is the split rule)");
-  if (byte_level.flag("add_prefix_space")) byte_level.at("add_prefix_space").fail("must be false (Qwen's)");
+  if (byte_level.at("use_regex").boolean_or(false))
+    byte_level.at("use_regex").fail("must be false (the Split before it is the split rule)");
+  if (byte_level.at("add_prefix_space").boolean_or(false)) byte_level.at("add_prefix_space").fail("must be false (Qwen's)");
 }
 
-std::vector<std::pair<std::string, std::string>> read_merges(const Field& merges) {
+std::vector<std::pair<std::string, std::string>> read_merges(const JsonField& merges) {
   std::vector<std::pair<std::string, std::string>> out;
-  const JsonValue& list = merges.array();
+  const std::vector<JsonField> list = merges.items();
   out.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Field merge{list[i], merges.file, str(merges.path, "[", i, "]")};
-    if (list[i].is_string()) {  // "a b", as older tokenizers wrote them
+  for (const JsonField& merge : list) {
+    if (merge.is_string()) {  // "a b", as older tokenizers wrote them
       const std::string text = merge.string();
       const size_t space = text.find(' ');
       if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos)
         merge.fail("must be two tokens separated by one space");
       out.emplace_back(text.substr(0, space), text.substr(space + 1));
     } else {  // ["a", "b"], as tokenizers 0.20 on write them
-      if (!list[i].is_array() || list[i].size() != 2 || !list[i][0].is_string() || !list[i][1].is_string())
-        merge.fail("must be a pair of tokens");
-      out.emplace_back(list[i][0].get<std::string>(), list[i][1].get<std::string>());
+      const std::vector<JsonField> pair = merge.is_array() ? merge.items() : std::vector<JsonField>();
+      if (pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string())
+        merge.expected("a pair of tokens or \"first second\"");
+      out.emplace_back(pair[0].string(), pair[1].string());
     }
   }
   return out;
 }
 
-ByteLevelBpe read_bpe(const Field& model) {
-  if (model.type() != "BPE") model.fail("must be a BPE model (Qwen's byte-level BPE)");
+constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
+
+ByteLevelBpe read_bpe(const JsonField& model) {
+  if (type_of(model) != "BPE") model.fail("must be a BPE model (Qwen's byte-level BPE)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.has(key) && !model.at(key).string().empty())
+    if (!model.at(key).string_or("").empty())
       model.at(key).fail("must be null or empty (byte-level BPE marks no word boundaries)");
   }
   if (model.has("dropout")) model.at("dropout").fail("must be null");
-  if (model.flag("byte_fallback")) model.at("byte_fallback").fail("must be false");
-  const Field vocab_field = model.at("vocab");
-  if (!vocab_field.value.is_object()) vocab_field.fail("must be an object of token → id");
+  if (model.at("byte_fallback").boolean_or(false)) model.at("byte_fallback").fail("must be false");
+  const JsonField vocab_field = model.at("vocab");
+  if (!vocab_field.is_object()) vocab_field.expected("an object of token → id");
   std::unordered_map<std::string, int64_t> vocab;
-  vocab.reserve(vocab_field.value.size());
-  for (const auto& [token, id] : vocab_field.value.items()) {
-    if (!id.is_number_integer()) vocab_field.fail(str("[\"", printable(token, 40), "\"] is not an integer id"));
-    vocab.emplace(token, id.get<int64_t>());
-  }
-  return ByteLevelBpe(std::move(vocab), read_merges(model.at("merges")), model.flag("ignore_merges"), model.file);
+  vocab.reserve(vocab_field.size());
+  for (const auto& [token, id] : vocab_field.members()) vocab.emplace(token, id.integer(0, kMaxTokenId));
+  return ByteLevelBpe(std::move(vocab), read_merges(model.at("merges")), model.at("ignore_merges").boolean_or(false),
+                      model.file());
 }
 
-std::vector<AddedToken> read_added(const Field& root) {
+std::vector<AddedToken> read_added(const JsonField& root) {
   std::vector<AddedToken> added;
   if (!root.has("added_tokens")) return added;
-  const Field list = root.at("added_tokens");
-  for (size_t i = 0; i < list.array().size(); ++i) {
-    const Field token{list.value[i], list.file, str(list.path, "[", i, "]")};
+  for (const JsonField& token : root.at("added_tokens").items()) {
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (token.flag(key)) token.at(key).fail("is true; zest's Qwen tokenizer matches added tokens exactly (Qwen's are all false)");
+      if (token.at(key).boolean_or(false))
+        token.at(key).fail("is true; zest's Qwen tokenizer matches added tokens exactly (Qwen's are all false)");
     }
     AddedToken t;
     t.content = token.at("content").string();
-    const JsonValue& id = token.at("id").value;
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 31))
-      token.at("id").fail("must be an integer id in 0 .. 2^31");
-    t.id = id.get<int64_t>();
-    t.special = token.flag("special");
+    t.id = token.at("id").integer(0, kMaxTokenId);
+    t.special = token.at("special").boolean_or(false);
     if (t.content.empty()) token.at("content").fail("must not be empty");
     added.push_back(std::move(t));
   }
@@ -135,10 +108,9 @@ std::string read_pad_token(const fs::path& folder) {
   if (!fs::exists(path)) return "<|endoftext|>";
   const std::string file = path.string();
   const Json document = parse_ordered_json(read_text_file(file, "tokenizer configuration", 16 << 20), file);
-  const JsonField config(document, file);
-  if (!config.has("pad_token") || config.at("pad_token").json().is_null()) return "<|endoftext|>";
-  const JsonField pad = config.at("pad_token");
-  return pad.json().is_string() ? pad.string() : pad.at("content").string();
+  const JsonField pad = JsonField(document, file).null_as_absent().at("pad_token");
+  if (!pad.exists()) return "<|endoftext|>";
+  return pad.is_string() ? pad.string() : pad.at("content").string();
 }
 
 }  // namespace
@@ -157,9 +129,9 @@ QwenTokenizer QwenTokenizer::from_folder(const fs::path& folder) {
   ZEST_CHECK(fs::exists(path), printable(folder.string()), ": no tokenizer.json (a Qwen3 folder as the hub ships it "
              "holds tokenizer.json and tokenizer_config.json beside the weights)");
   const std::string file = path.string();
-  const JsonValue document = parse_json(read_text_file(file, "Qwen tokenizer", 256 << 20), file);
-  const Field root{document, file, ""};
-  if (!document.is_object()) ZEST_FAIL(file, ": ","must be a JSON object (a tokenizers library tokenizer.json)");
+  const nlohmann::json document = parse_json(read_text_file(file, "Qwen tokenizer", 256 << 20), file);
+  const JsonField root = JsonField(document, file).null_as_absent();
+  if (!root.is_object()) root.expected("an object (a tokenizers library tokenizer.json)");
   require_qwen_pipeline(root);
   QwenTokenizer tokenizer(read_bpe(root.at("model")), read_added(root), file);
   const std::string pad = read_pad_token(folder);

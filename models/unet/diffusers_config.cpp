@@ -2,6 +2,7 @@
 #include "models/unet/diffusers_config.h"
 
 #include "core/check.h"
+#include "formats/json_field.h"
 
 #include <algorithm>
 
@@ -36,24 +37,21 @@ bool contains(const std::vector<std::string>& list, const std::string& key) {
 }  // namespace
 
 DiffusersConfig read_diffusers_config(const nlohmann::ordered_json& config, const std::string& path) {
-  ZEST_CHECK(config.is_object(), path, ": expected a JSON object of UNet2DConditionModel fields");
-  if (config.contains("_class_name")) {
-    const auto& name = config["_class_name"];
-    ZEST_CHECK(name.is_string() && name.get<std::string>() == kDiffusersClassName, path, ": _class_name is ",
-               name.dump(), "; zest fine-tunes diffusers' ", kDiffusersClassName);
-  }
+  const JsonField root(config, path);
+  root.object();
+  if (root.has("_class_name")) root.at("_class_name").one_of({kDiffusersClassName});  // what zest fine-tunes
   DiffusersConfig out;
-  for (const auto& [key, value] : config.items()) {
+  // The values go on as the model configuration's fields, whose types and ranges its reader checks.
+  for (const auto& [key, value] : root.members()) {
     if (key.rfind('_', 0) == 0) continue;  // bookkeeping (_class_name, _diffusers_version, _name_or_path, ...)
     if (contains(kNullMeansDefault, key)) {
-      if (!value.is_null()) out.architecture[key] = value;
+      if (!value.is_null()) out.architecture[key] = config.at(key);
     } else if (contains(kNeedsValue, key)) {
-      ZEST_CHECK(!value.is_null(), path, ": field '", key, "' is null; diffusers' default for it is not None, ",
-                 "so give its value");
-      out.architecture[key] = value;
+      if (value.is_null()) value.fail("is null; diffusers' default for it is not None, so give its value");
+      out.architecture[key] = config.at(key);
     } else {
-      out.notes.push_back(path + ": field '" + key + "' is not an argument of diffusers' " + kDiffusersClassName +
-                          "; ignored, as diffusers ignores it (kept in an exported config.json)");
+      out.notes.push_back(path + ": field '" + value.path() + "' is not an argument of diffusers' " +
+                          kDiffusersClassName + "; ignored, as diffusers ignores it (kept in an exported config.json)");
     }
   }
   return out;

@@ -6,7 +6,7 @@
 #include "models/unet/ddpm.h"
 #include "models/unet/prediction.h"
 
-#include <nlohmann/json.hpp>
+#include "formats/json_field.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -45,7 +45,12 @@ struct SchedulerConfig {
   // Reads a scheduler_config.json object. Options that would change the arithmetic beyond what zest
   // implements (Karras sigmas, thresholding, trained betas, ...) are errors naming `path`
   // and the field; bookkeeping and other classes' fields are ignored, as from_config ignores them.
-  static SchedulerConfig from_json(const nlohmann::json& config, const std::string& path, Use use = Use::sampling);
+  // A null field is Python's None: the class's default. Errors name the file and the field
+  // (formats/json_field.h).
+  static SchedulerConfig from_json(const JsonField& config, Use use = Use::sampling);
+  static SchedulerConfig from_json(const nlohmann::json& config, const std::string& path, Use use = Use::sampling) {
+    return from_json(JsonField(config, path), use);
+  }
   static SchedulerConfig from_file(const std::filesystem::path& path, Use use = Use::sampling);
 
   // β and ᾱ of the training schedule (float32, as diffusers builds them), rescaled to zero terminal SNR

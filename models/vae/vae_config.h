@@ -2,7 +2,7 @@
 // shape the network (DownEncoderBlock2D / UpDecoderBlock2D stacks) and the latent scaling.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include "formats/json_field.h"
 
 #include <cstdint>
 #include <string>
@@ -24,9 +24,15 @@ struct VaeConfig {
   bool use_post_quant_conv = true;
   bool mid_block_add_attention = true;
 
-  // Reads a config.json object; errors name `path` and the field. Only the block types, activation and
-  // options SD1.5 and SDXL use are accepted (others would build another network).
-  static VaeConfig from_json(const nlohmann::json& config, const std::string& path);
+  // Reads a config.json object; errors name the file and the field (formats/json_field.h). Only the block
+  // types, activation and options SD1.5 and SDXL use are accepted (others would build another network).
+  static VaeConfig from_json(const JsonField& config);
+  static VaeConfig from_json(const nlohmann::json& config, const std::string& path) {
+    return from_json(JsonField(config, path));
+  }
+  static VaeConfig from_json(const nlohmann::ordered_json& config, const std::string& path) {
+    return from_json(JsonField(config, path));
+  }
 };
 
 }  // namespace zest::vae

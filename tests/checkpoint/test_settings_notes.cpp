@@ -5,6 +5,7 @@
 #include "thread_world.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace zest::testing {
 namespace {
@@ -38,6 +39,26 @@ TEST(CheckpointSettings, EveryChangedSettingIsANote) {
     const auto other = checkpoint::check_compatibility(m, state, toy_load_request("unused"));
     ASSERT_EQ(other.errors.size(), 1u) << joined(other.errors);
     EXPECT_EQ(other.errors[0], "optimizer: sgd in the checkpoint, adamw now (its state cannot be converted)");
+  });
+}
+
+// The manifest records the engine's settings as its field table writes them, the kernel switches included
+// ("config": {"engine": {..., "kernels": {...}}}), and a manifest read back keeps the record.
+TEST(CheckpointSettings, ManifestRecordsTheEngineConfigAndItsKernels) {
+  run_ranks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    ToyRun run = make_toy_run(comm, {});
+    const EngineState state = run.engine->state();
+    checkpoint::Manifest m = checkpoint::describe_state(state, toy_save_request("unused"));
+    const auto config = nlohmann::json::parse(m.config_json);
+    const auto& engine = config.at("engine");
+    EXPECT_EQ(engine.at("stage"), 2) << m.config_json;
+    EXPECT_EQ(engine.at("precision"), "fp32") << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("qk_norm_rope"), true) << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("conv_grad_fusion"), false) << m.config_json;
+    EXPECT_EQ(engine.at("kernels").at("sdpa_backend"), "auto") << m.config_json;
+    m.files = {{"rank_00000.safetensors", 8, 0}};
+    const checkpoint::Manifest back = checkpoint::parse_manifest(checkpoint::to_json_text(m), "manifest.json");
+    EXPECT_EQ(nlohmann::json::parse(back.config_json), config);
   });
 }
 

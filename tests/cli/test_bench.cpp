@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -43,6 +44,29 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   // The engine's model state is the formula's plus padding only.
   const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
   EXPECT_NEAR(ratio, 1.0, 1e-3);
+}
+
+// [engine.kernels] reaches the JSON ("kernels": the switches in force), and a set environment variable wins
+// over the run file with one line on stderr saying what it changed.
+TEST(Bench, KernelSwitchesAreInTheJson) {
+  const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
+  ::setenv("ZEST_QK_NORM_ROPE", "0", 1);  // inherited by the child only for this run
+  const CliResult r = run_cli({zest_binary(), "bench", config, "--steps", "1", "--warmup", "0", "--set",
+                               "engine.kernels.split_linear=false"},
+                              {120.0});
+  ::unsetenv("ZEST_QK_NORM_ROPE");
+  ASSERT_TRUE(r.exited() && r.code() == 0) << r.describe();
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("kernels")) << r.out;
+  const auto& kernels = j["kernels"];
+  EXPECT_EQ(kernels["split_linear"], false) << r.out;
+  EXPECT_EQ(kernels["qk_norm_rope"], false) << r.out;
+  EXPECT_EQ(kernels["linear_grad_fusion"], true) << r.out;
+  EXPECT_EQ(kernels["conv_grad_fusion"], false) << r.out;
+  EXPECT_EQ(kernels["sdpa_backend"], "auto") << r.out;
+  EXPECT_NE(r.err.find("zest: ZEST_QK_NORM_ROPE=0 overrides [engine.kernels] qk_norm_rope = true"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("split_linear"), std::string::npos) << "no variable overrides it:\n" << r.err;
 }
 
 // [lora] in a bench run file trains only the adapters, as `zest train` does: the engine holds the adapters,

@@ -196,6 +196,25 @@ TEST_F(RunConfigTest, ZestConfigCheckBinary) {
   EXPECT_NE(set_out.find("engine.stgae: unknown key (did you mean 'stage'?)"), std::string::npos) << set_out;
 }
 
+// `zest config diff A B`: the keys whose resolved values differ, from the field tables (defaults written out,
+// a key that applies on one side only shown absent on the other); `zest config reference` prints the docs'
+// key table.
+TEST_F(RunConfigTest, ZestConfigDiffAndReference) {
+  const std::string zest = std::string(ZEST_BINARY_DIR) + "/zest";
+  const std::string a = write("a.toml", kMinimal);
+  const std::string b = write("b.toml", kMinimal + "[engine]\nstage = 3\n[engine.kernels]\nsplit_linear = false\n");
+  const auto [status, out] = run_command(zest + " config diff " + a + " " + b);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(out, "engine.stage: 2 → 3\nengine.kernels.split_linear: true → false\n"
+                 "engine.reshard_after_forward: (absent) → true\nengine.prefetch: (absent) → 1\n");
+  const auto [same_status, same_out] = run_command(zest + " config diff " + a + " " + a + " --set train.seed=3");
+  EXPECT_EQ(same_status, 0) << same_out;
+  EXPECT_EQ(same_out, "no differences\n");
+  const auto [ref_status, ref_out] = run_command(zest + " config reference");
+  EXPECT_EQ(ref_status, 0) << ref_out;
+  EXPECT_EQ(ref_out, config_reference_markdown());
+}
+
 // `zest config check` refuses what `zest train` refuses about the model before building it: a model
 // configuration file that does not parse, a pretrained folder whose config.json holds an absurd field,
 // and a NUL in a string (which would cut a path short).

@@ -202,28 +202,30 @@ TEST_F(DataPosition, SavedAsAGlobalPositionAndReadBackInBothForms) {
   EXPECT_EQ(resumed.state(), saved);
   // The form before: {"epoch", "index"} per rank; 2 ranks at index 3 had read 6 positions together.
   TrainData old(config_, model_, comm_);
-  old.load_state({{"epoch", 1}, {"index", 3}}, /*saved_world_size=*/2);
+  old.load_state(nlohmann::json{{"epoch", 1}, {"index", 3}}, /*saved_world_size=*/2);
   EXPECT_EQ(old.state(), (nlohmann::json{{"epoch", 1}, {"consumed", 6}, {"dataset_size", 16}, {"dataset_fingerprint", fingerprint}}));
   // A checkpoint written before the fingerprint (no dataset_fingerprint) still resumes.
   TrainData before(config_, model_, comm_);
-  before.load_state({{"epoch", 0}, {"consumed", 9}, {"dataset_size", 16}}, 1);
+  before.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 9}, {"dataset_size", 16}}, 1);
   EXPECT_EQ(before.state(), saved);
 }
 
 TEST_F(DataPosition, PositionsThatCannotBeHonouredAreClearErrors) {
   TrainData data(config_, model_, comm_);
-  expect_error([&] { data.load_state({{"epoch", 0}, {"consumed", 3}, {"dataset_size", 20}}, 1); },
+  expect_error([&] { data.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 3}, {"dataset_size", 20}}, 1); },
                {"trained on a dataset of 20 samples", "has 16"});
-  expect_error([&] { data.load_state({{"epoch", 0}, {"consumed", 16}, {"dataset_size", 16}}, 1); },
+  expect_error([&] { data.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 16}, {"dataset_size", 16}}, 1); },
                {"outside an epoch of 16 samples"});
   // Another dataset of the same size (its fingerprint differs): refused, naming both fingerprints.
   expect_error([&] {
-    data.load_state({{"epoch", 0}, {"consumed", 3}, {"dataset_size", 16}, {"dataset_fingerprint", "0123456789abcdef"}}, 1);
+    data.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 3}, {"dataset_size", 16}, {"dataset_fingerprint", "0123456789abcdef"}}, 1);
   }, {"trained on another dataset than data.dir", "both have 16 samples", "0123456789abcdef"});
-  expect_error([&] { data.load_state({{"epoch", 0}, {"index", 9}}, 2); }, {"outside an epoch of 16 samples"});
-  expect_error([&] { data.load_state({{"epoch", "zero"}, {"index", 1}}, 1); },
-               {"data position (extra.data in manifest.json) is unreadable"});
-  expect_error([&] { data.load_state(nlohmann::json::object(), 1); }, {"is unreadable"});
+  expect_error([&] { data.load_state(nlohmann::json{{"epoch", 0}, {"index", 9}}, 2); }, {"outside an epoch of 16 samples"});
+  expect_error([&] { data.load_state(nlohmann::json{{"epoch", "zero"}, {"index", 1}}, 1); },
+               {"the data position: field 'epoch' must be an integer >= 0, got a string (\"zero\")"});
+  expect_error([&] { data.load_state(nlohmann::json::object(), 1); }, {"field 'epoch' is missing (expected an integer >= 0)"});
+  expect_error([&] { data.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 3}, {"dataset_size", 16}, {"dataset_fingerprint", 7}}, 1); },
+               {"field 'dataset_fingerprint' must be a string, got an integer (7)"});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // library's, SDXL's path, the reference pipelines' pixels (golden, made by
 // scripts/golden/make_sd_pipeline_golden.py; skipped while absent), and bad input as one clear message.
 #include "cli_test_util.h"
+#include "common/pixel_difference.h"
 #include "sd_pipeline_test_util.h"
 #include "tensorboard/event_file_reader.h"
 
@@ -265,8 +266,8 @@ TEST(ValidationSamples, NegativePromptIsUsedAndTheSeedDoesNotMoveWithTheStep) {
   const torch::Tensor without_negative = image_grid(generate_images(sd, r));
   r.negative_prompt = "blurry, dark";
   const torch::Tensor with_negative = image_grid(generate_images(sd, r));
-  EXPECT_FALSE(torch::equal(with_negative, without_negative));
-  EXPECT_TRUE(torch::equal(first, with_negative)) << "[sample] negative_prompt was not used";
+  EXPECT_GT(largest_pixel_step(with_negative, without_negative), 8 * kPixelRounding);
+  EXPECT_LE(largest_pixel_step(first, with_negative), kPixelRounding) << "[sample] negative_prompt was not used";
 }
 
 // `zest sample --negative-prompt` reaches the pipeline: the CLI's pixels are the library's with it.

@@ -175,7 +175,7 @@ TEST(DataErrors, ManifestProblemsNameDatasetJson) {
     doc["format"] = "zest.motion.v1";
     doc["features"].erase("text_dim");
   });
-  expect_error([&] { read_manifest(dir.path()); }, {dir / "dataset.json", "features.text_dim is missing"});
+  expect_error([&] { read_manifest(dir.path()); }, {dir / "dataset.json", "field 'features.text_dim' is missing (zest.motion.v1 needs it)"});
 }
 
 TEST(MotionStats, RecomputedStatsMatchTheSynthesisedOnes) {

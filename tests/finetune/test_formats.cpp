@@ -216,7 +216,7 @@ TEST(DiffusersConfig, ConstructorFieldsNullsAndUnknownFields) {
                 .find("c.json: field 'norm_num_groups' is null"),
             std::string::npos);
   EXPECT_NE(exception_text([] { unet::read_diffusers_config(Json::parse(R"({"_class_name": "UNet2DModel"})"), "c.json"); })
-                .find("zest fine-tunes diffusers' UNet2DConditionModel"),
+                .find("c.json: field '_class_name' must be \"UNet2DConditionModel\", got a string (\"UNet2DModel\")"),
             std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli/cli_test_util.h"
 #include "tests/finetune/finetune_test_util.h"
+#include "tensorboard/event_file_reader.h"
 
 #include "data/dataset.h"
 #include "formats/npy.h"
@@ -24,6 +25,7 @@ using zest::testing::CliResult;
 using zest::testing::one_clear_error_line;
 using zest::testing::run_cli;
 using zest::testing::write_hymotion_release;
+namespace tb = zest::testing::tb;
 
 fs::path words_scratch(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) / "zest_motion_words" / name;
@@ -111,6 +113,22 @@ TEST(MotionFromWords, PrepareTrainAndSampleFromAPrompt) {
   const torch::Tensor validation = npy::read((w / "run" / "samples" / "step_00000002_prompt_0.npy").string());
   EXPECT_EQ(validation.sizes(), (std::vector<int64_t>{1, 6, kMotionFeatures}));
   EXPECT_TRUE(fs::exists(w / "run" / "samples" / "step_00000002_prompt_0.gif"));
+  // TensorBoard shows the skeleton GIF under its prompt at its step, the file's own bytes.
+  std::vector<tb::Event> pictures;
+  for (const auto& entry : fs::directory_iterator(w / "run" / "tensorboard")) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    for (const tb::Event& e : tb::read_events(entry.path().string()))
+      if (e.kind == tb::Event::kImage) pictures.push_back(e);
+  }
+  ASSERT_EQ(pictures.size(), 1u);
+  EXPECT_EQ(pictures[0].tag, "samples/a person jumps");
+  EXPECT_EQ(pictures[0].step, 2);
+  std::ifstream gif_file(w / "run" / "samples" / "step_00000002_prompt_0.gif", std::ios::binary);
+  const std::string gif{std::istreambuf_iterator<char>(gif_file), {}};
+  EXPECT_EQ(pictures[0].encoded.substr(0, 6), "GIF89a");
+  EXPECT_EQ(pictures[0].encoded, gif);
+  EXPECT_GT(pictures[0].width, 0);
+  EXPECT_GT(pictures[0].height, 0);
 
   // The text folders found from the release's own layout: ckpts/Qwen3-8B beside ckpts/tencent/HY-Motion-1.0.
   fs::create_directories(w / "ckpts" / "tencent");

@@ -91,7 +91,7 @@ TEST(Qwen3Config, EveryArchitectureFieldIsChecked) {
   EXPECT_NE(with("hidden_size", 1 << 20).find("'hidden_size'"), std::string::npos);
   EXPECT_NE(with("num_hidden_layers", "two").find("'num_hidden_layers'"), std::string::npos);
   EXPECT_NE(with("num_key_value_heads", 3).find("it must divide num_attention_heads (4)"), std::string::npos);
-  EXPECT_NE(with("head_dim", 7).find("head_dim 7 must be even"), std::string::npos);
+  EXPECT_NE(with("head_dim", 7).find("field 'head_dim' is 7; it must be even"), std::string::npos);
   EXPECT_NE(with("hidden_act", "gelu").find("SwiGLU"), std::string::npos);
   EXPECT_NE(with("use_sliding_window", true).find("no sliding window"), std::string::npos);
   EXPECT_NE(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}).find("plain rotary embeddings"), std::string::npos);

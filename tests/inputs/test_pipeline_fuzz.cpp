@@ -322,25 +322,25 @@ TEST(PipelineFuzz, AbsurdArchitectureFieldsAreRefusedByKey) {
     std::string expected;
   };
   const std::vector<Field> fields = {
-      {"text_encoder/config.json", "num_hidden_layers", 1000000000, text_encoder, "the largest value zest accepts is 256"},
-      {"text_encoder/config.json", "hidden_size", int64_t{1} << 40, text_encoder, "the largest value zest accepts"},
-      {"text_encoder/config.json", "vocab_size", 1e12, text_encoder, "expected a positive integer"},
-      {"text_encoder/config.json", "intermediate_size", uint64_t{18446744073709551615u}, text_encoder, "largest value"},
-      {"text_encoder/config.json", "max_position_embeddings", -1, text_encoder, "expected a positive integer"},
-      {"text_encoder/config.json", "layer_norm_eps", "1e-5", text_encoder, "expected a positive number"},
-      {"vae/config.json", "layers_per_block", 1000000, vae_reader, "the largest value zest accepts is 64"},
-      {"vae/config.json", "block_out_channels", {8, int64_t{1} << 31}, vae_reader, "the largest value zest accepts"},
-      {"vae/config.json", "latent_channels", 0, vae_reader, "expected a positive integer"},
-      {"vae/config.json", "scaling_factor", "big", vae_reader, "expected a finite number"},
-      {"scheduler/scheduler_config.json", "num_train_timesteps", int64_t{1} << 40, scheduler, "largest value zest accepts is 100000"},
-      {"scheduler/scheduler_config.json", "beta_end", 5, scheduler, "noise variance in (0, 1)"},
-      {"scheduler/scheduler_config.json", "steps_offset", 5000, scheduler, "less than \"num_train_timesteps\""},
-      {"scheduler/scheduler_config.json", "beta_start", -1, scheduler, "expected a positive, finite number"},
+      {"text_encoder/config.json", "num_hidden_layers", 1000000000, text_encoder, "must be an integer in [1, 256]"},
+      {"text_encoder/config.json", "hidden_size", int64_t{1} << 40, text_encoder, "must be an integer in [1, 16384]"},
+      {"text_encoder/config.json", "vocab_size", 1e12, text_encoder, "must be an integer in [1, 1048576], got a number with a fraction"},
+      {"text_encoder/config.json", "intermediate_size", uint64_t{18446744073709551615u}, text_encoder, "must be an integer in [1, 65536]"},
+      {"text_encoder/config.json", "max_position_embeddings", -1, text_encoder, "must be an integer in [1, 16384]"},
+      {"text_encoder/config.json", "layer_norm_eps", "1e-5", text_encoder, "must be a finite number in (0, 1)"},
+      {"vae/config.json", "layers_per_block", 1000000, vae_reader, "must be an integer in [1, 64]"},
+      {"vae/config.json", "block_out_channels", {8, int64_t{1} << 31}, vae_reader, "must be an integer in [1, 16384]"},
+      {"vae/config.json", "latent_channels", 0, vae_reader, "must be an integer in [1, 16384]"},
+      {"vae/config.json", "scaling_factor", "big", vae_reader, "must be a finite number > 0"},
+      {"scheduler/scheduler_config.json", "num_train_timesteps", int64_t{1} << 40, scheduler, "must be an integer in [2, 100000]"},
+      {"scheduler/scheduler_config.json", "beta_end", 5, scheduler, "must be a finite number in (0, 1)"},
+      {"scheduler/scheduler_config.json", "steps_offset", 5000, scheduler, "it must be less than num_train_timesteps"},
+      {"scheduler/scheduler_config.json", "beta_start", -1, scheduler, "must be a finite number in (0, 1)"},
   };
   for (const Field& field : fields) {
     const fs::path dir = pipeline_copy(root, "p");
     set_json_field(dir / field.file, field.key, field.value);
-    f.refused(field.file + " " + field.key + " = " + field.value.dump(), {field.file, "\"" + field.key + "\"", field.expected},
+    f.refused(field.file + " " + field.key + " = " + field.value.dump(), {field.file, "field '" + field.key, field.expected},
               [&] { field.read(dir); });
   }
   {  // every field within its bound, the whole far past any machine: refused before it is built

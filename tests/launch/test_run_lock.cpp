@@ -1,7 +1,12 @@
 // One run per run folder (a second `zest train` on a train.run_dir in use refuses at once, naming the
 // other process; a lock left by a dead process never blocks), and a resume on another dataset of the
-// same size is refused by its fingerprint (dataset_fingerprint in the checkpoint's data position).
+// same size is refused by its fingerprint (dataset_fingerprint in the checkpoint's data position), and a
+// checkpoint whose own records (extra.data, extra.model_source) are corrupt is refused naming the manifest
+// and the field.
+#include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
 #include "cli/cli_test_util.h"
+#include "common/read_text.h"
 #include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"
@@ -10,12 +15,15 @@
 #include "core/check.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 
 namespace zest::testing {
 namespace {
@@ -109,6 +117,39 @@ TEST_F(RunFolder, ResumeOnAnotherDatasetOfTheSameSizeIsRefused) {
       << other.describe();
   const CliResult same = train(run, {"--set", "train.max_steps=4"});
   EXPECT_EQ(same.code(), 0) << same.describe();
+}
+
+// The checkpoint's records edited with the manifest checksum made to match (what a corrupt or hand-edited
+// record that passes the manifest's own checks looks like): the resume names the manifest and the field,
+// never the JSON library's text ("[json.exception.type_error.302] type must be number, but is string").
+TEST_F(RunFolder, CorruptCheckpointRecordsAreNamedByManifestAndField) {
+  const std::string run = run_file("records", "a");
+  const CliResult first = train(run);
+  ASSERT_EQ(first.code(), 0) << first.describe();
+  const std::optional<std::string> step = checkpoint::find_latest(dir_->sub("records/checkpoints"));
+  ASSERT_TRUE(step.has_value());
+  const std::string manifest = (fs::path(*step) / checkpoint::kManifestName).string();
+  const std::string saved = read_text(manifest);
+  auto resume_with = [&](const std::function<void(nlohmann::ordered_json&)>& edit) {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(saved);
+    edit(doc["extra"]);
+    std::ofstream(manifest, std::ios::trunc) << checkpoint::with_manifest_checksum(doc.dump(), manifest);
+    return train(run, {"--set", "train.max_steps=4"});
+  };
+  const CliResult data = resume_with([](auto& extra) { extra["data"]["epoch"] = "zero"; });
+  EXPECT_EQ(data.code(), 1) << data.describe();
+  EXPECT_NE(data.err.find("manifest.json: field 'extra.data.epoch' must be an integer >= 0, got a string (\"zero\")"),
+            std::string::npos)
+      << data.describe();
+  const CliResult source = resume_with([](auto& extra) { extra["model_source"]["family"] = 5; });
+  EXPECT_EQ(source.code(), 1) << source.describe();
+  EXPECT_NE(source.err.find("manifest.json: field 'extra.model_source.family' must be a string, got an integer (5)"),
+            std::string::npos)
+      << source.describe();
+  for (const CliResult* r : {&data, &source}) EXPECT_EQ(r->err.find("json.exception"), std::string::npos) << r->describe();
+  std::ofstream(manifest, std::ios::trunc) << saved;
+  const CliResult again = train(run, {"--set", "train.max_steps=4"});
+  EXPECT_EQ(again.code(), 0) << again.describe();
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // LoRA at the layer seam and in files: step 0 equals the base model, folding equals the adapters' output,
 // the [lora] table's checks, every refusal of bad input (one message each), and the exported file as
 // peft/diffusers name it, loaded back onto a fresh base.
+#include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/save.h"
 #include "comm/self_communicator.h"
 #include "core/check.h"
@@ -15,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 namespace zest::lora_test {
 namespace {
@@ -280,6 +284,36 @@ TEST(LoraFiles, ACheckpointWithoutLoraIsRefusedForTheLoraFormat) {
   const std::string message = error_of([&] { export_checkpoint(run->dir, run->dir + ".safetensors", {}, kLoraFormat); });
   EXPECT_NE(message.find("not a checkpoint of a LoRA run (its run had no [lora] table)"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(run->dir + ".safetensors"));
+}
+
+// The checkpoint's records edited with the manifest checksum made to match: every reader of them (the LoRA
+// record, the model_source record) names the manifest and the field, never the JSON library's text.
+TEST(LoraFiles, CorruptCheckpointRecordsNameTheManifestAndField) {
+  const auto run = saved_lora_run("unet_tiny");
+  const std::string manifest = (fs::path(checkpoint::resolve_checkpoint(run->dir)) / checkpoint::kManifestName).string();
+  std::string saved;
+  {
+    std::ifstream in(manifest);
+    saved.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto export_with = [&](const std::function<void(nlohmann::ordered_json&)>& edit, const std::string& format) {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(saved);
+    edit(doc["extra"]);
+    std::ofstream(manifest, std::ios::trunc) << checkpoint::with_manifest_checksum(doc.dump(), manifest);
+    return error_of([&] { export_checkpoint(run->dir, run->dir + "_out.safetensors", {}, format); });
+  };
+  const std::string rank = export_with([](auto& extra) { extra["lora"]["rank"] = "2"; }, kLoraFormat);
+  EXPECT_NE(rank.find(manifest + ": field 'extra.lora.rank' must be an integer >= 1, got a string (\"2\")"),
+            std::string::npos) << rank;
+  const std::string layers = export_with([](auto& extra) { extra["lora"]["layers"] = {1, 2}; }, kLoraFormat);
+  EXPECT_NE(layers.find(manifest + ": field 'extra.lora.layers[0]' must be a string, got an integer (1)"),
+            std::string::npos) << layers;
+  const std::string format = export_with([](auto& extra) { extra["model_source"]["format"] = 3; }, "safetensors");
+  EXPECT_NE(format.find(manifest + ": field 'extra.model_source.format' must be a string, got an integer (3)"),
+            std::string::npos) << format;
+  for (const std::string& message : {rank, layers, format})
+    EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(run->dir + "_out.safetensors"));
 }
 
 }  // namespace

@@ -154,6 +154,12 @@ double worst_difference(const std::map<std::string, torch::Tensor>& expected,
   return worst;
 }
 
+// Relative to each adapter's largest value. Ranks sum the gradients in another order than one process,
+// and Adam's m / sqrt(v) magnifies that float rounding where two steps' gradients nearly cancel: CPUs with
+// AVX-512 kernels reach 4e-4 here. A wrong reduction is off by far more: the maximum in place of the sum
+// over ranks puts the adapters 2.0 (relative) away.
+constexpr double kAdapterTolerance = 1e-3;
+
 class DistLora : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DistLora, AdaptersMatchSingleProcessLibTorchAndBaseStaysFrozen) {
@@ -163,7 +169,8 @@ TEST_P(DistLora, AdaptersMatchSingleProcessLibTorchAndBaseStaysFrozen) {
   const auto expected = reference_adapters(c, inputs);
   const EngineRun actual = engine_run(c, inputs);
   std::string worst_name;
-  EXPECT_LE(worst_difference(expected, actual.adapters, worst_name), 2e-4) << worst_name << " (" << name_of(c) << ")";
+  EXPECT_LE(worst_difference(expected, actual.adapters, worst_name), kAdapterTolerance)
+      << worst_name << " (" << name_of(c) << ")";
   // The base: bit-unchanged, and never a gradient of its own.
   ASSERT_EQ(actual.base_before.size(), actual.base_after.size());
   for (const auto& [name, before] : actual.base_before)
