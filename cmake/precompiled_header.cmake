@@ -1,7 +1,7 @@
 # The precompiled header (cmake/pch.h: LibTorch and the standard library) and where it is used. It pays only
 # in translation units that include LibTorch: there it saves ~7 s each on a 2-core machine
 # (engine/bucket.cpp: 6.7 s with it, 14.3 s without), while a unit that includes none of LibTorch pays ~8 s
-# for loading it (tools/cmd_launch.cpp: 14.3 s with it, 6.1 s without; formats/yaml_subset.cpp 14.7 / 6.3).
+# for loading it (cli/cmd_launch.cpp: 14.3 s with it, 6.1 s without; formats/yaml_subset.cpp 14.7 / 6.3).
 # So every target reuses it, and each source that includes no LibTorch header — directly or through the
 # project's own headers, judged from its #include lines when CMake configures — compiles without it. A
 # header that later starts to include LibTorch only makes such a unit compile slower until the next

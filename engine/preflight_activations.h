@@ -2,7 +2,7 @@
 // one micro-batch (a family's profile for the data's shapes, the batch size and the recompute policy)
 // are compared with what the device has left, and a run that cannot fit is refused with what would: the
 // largest batch, the same batch with every unit checkpointed, or a smaller batch with more accumulation
-// steps keeping the global batch. The same advice ends an out-of-memory report (tools/step_failure.h).
+// steps keeping the global batch. The same advice ends an out-of-memory report (train/step_failure.h).
 #pragma once
 
 #include "engine/activation_memory.h"

@@ -8,7 +8,7 @@
 // a skeleton animation per sample (motion.gif, or motion_<i>.gif), drawn from the 22 joint positions.
 #include "examples/inference_util.h"
 #include "models/hymotion/hymotion.h"
-#include "tools/motion_pipeline.h"
+#include "pipelines/motion_pipeline.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     const torch::Tensor motion = zest::generate_motion(pipeline, one, request);
     if (!stats_path.empty()) std::fprintf(stderr, "denormalised with %s\n", stats_path.c_str());
     zest::examples::write_result(out_path, "motion", motion);
-    // Beside it, each sample as a skeleton animation (tools/motion_gif.h): NAME.gif, or NAME_<i>.gif for several.
+    // Beside it, each sample as a skeleton animation (pipelines/motion_gif.h): NAME.gif, or NAME_<i>.gif for several.
     // Only the released 201-feature representation holds joint positions; other widths (tiny test models) skip it.
     const auto animations = zest::write_motion_animations(out_path.substr(0, out_path.rfind('.')), motion);
     if (animations.empty()) std::fprintf(stderr, "%s\n", zest::missing_animation_note(motion).c_str());

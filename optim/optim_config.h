@@ -1,5 +1,5 @@
 // OptimConfig and SchedulerConfig: the [optimizer] and [scheduler] tables, with their TOML reading
-// (strict; cross-table rules such as min_lr <= lr live in tools/run_config.cpp) and printing.
+// (strict; cross-table rules such as min_lr <= lr live in train/run_config.cpp) and printing.
 #pragma once
 
 #include "optim/optimizers.h"

@@ -3,8 +3,8 @@
 #include "models/common/conv_layer.h"
 
 #include "core/check.h"
-#include "models/common/conv_op.h"
-#include "models/common/linear_op.h"
+#include "kernels/conv_op.h"
+#include "kernels/linear_op.h"
 
 namespace zest {
 
@@ -21,7 +21,7 @@ torch::Tensor ConvLayer::forward(const torch::Tensor& x) const { return convolve
 torch::Tensor ConvLayer::forward_without_bias(const torch::Tensor& x) const { return convolve(x, {}); }
 
 // A 1×1 convolution over channels-last activations is one product over their [pixels, in] rows, which
-// zest::linear runs where it accumulates (linear_op.h): the bias is added in the product's epilogue and
+// zest::linear runs where it accumulates (kernels/linear_op.h): the bias is added in the product's epilogue and
 // cuBLAS accumulates the weight and bias gradients into the .grad slots, where the convolution adds its
 // bias in a pass of its own and autograd adds its weight gradient into the slot in another.
 torch::Tensor ConvLayer::convolve(const torch::Tensor& x, const torch::Tensor& b) const {
@@ -36,7 +36,7 @@ torch::Tensor ConvLayer::convolve(const torch::Tensor& x, const torch::Tensor& b
     const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
     if (uses_accumulating_linear(rows, weight, b)) return linear(rows, weight, b).permute({0, 3, 1, 2});
   }
-  return zest::conv2d(input, weight, b, stride_, padding_);  // conv_op.h: gradients into the slots on CUDA
+  return zest::conv2d(input, weight, b, stride_, padding_);  // kernels/conv_op.h: gradients into the slots on CUDA
 }
 
 void ConvLayer::attach_adapter(const LowRankShape& shape) {

@@ -1,8 +1,8 @@
 // ConvLayer: the one seam every model 2-D convolution goes through, as LinearLayer (linear_layer.h) is for
 // Linear: it decides how the convolution runs — a pointwise one over channels-last activations as the
-// accumulating product (linear_op.h), the accumulating convolution (conv_op.h), or torch::conv2d — and it is
-// where a layer's LoRA adapter attaches (low_rank_adapter.h: A a convolution with the layer's kernel,
-// stride and padding, B 1×1, as peft's Conv2d LoRA).
+// accumulating product (kernels/linear_op.h), the accumulating convolution (kernels/conv_op.h), or
+// torch::conv2d — and it is where a layer's LoRA adapter attaches (low_rank_adapter.h: A a convolution
+// with the layer's kernel, stride and padding, B 1×1, as peft's Conv2d LoRA).
 #pragma once
 
 #include "models/common/low_rank_adapter.h"

@@ -1,9 +1,9 @@
 // Float32 norms that save compute-dtype tensors only (see fused_norms.h): custom autograd functions over
 // ATen's own layer/group norm kernels and their backward kernels.
-#include "models/common/fused_paths.h"
+#include "kernels/fused_paths.h"
 #include "models/common/fused_norms.h"
 
-#include "models/common/layer_norm_modulate_op.h"
+#include "kernels/layer_norm_modulate_op.h"
 
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -11,7 +11,7 @@
 namespace zest {
 
 #ifdef ZEST_WITH_CUDA
-// The channels-last CUDA kernels (group_norm_nhwc_cuda.cpp).
+// The channels-last CUDA kernels (kernels/group_norm_nhwc_cuda.cpp).
 bool group_norm_nhwc_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                              int64_t groups);
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_forward(const torch::Tensor& x,

@@ -13,7 +13,7 @@ namespace zest {
 
 // (LayerNorm(x) · (1 + scale) + shift), LayerNorm over the last dim without affine; float32 math,
 // result in x's dtype. shift and scale broadcast against x. Per-sample modulation on CUDA runs zest's
-// kernels (layer_norm_modulate_op.h).
+// kernels (kernels/layer_norm_modulate_op.h).
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                   double eps);
 
@@ -22,7 +22,7 @@ torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& wei
                                 double eps);
 
 // GroupNorm(x) with affine weight and bias over [N, C, *], then SiLU when `silu`; float32 math, result in
-// x's dtype and memory layout. Channels-last CUDA activations run zest's kernels (group_norm_nhwc.h),
+// x's dtype and memory layout. Channels-last CUDA activations run zest's kernels (kernels/group_norm_nhwc.h),
 // everything else ATen's float32 group norm on an NCHW float32 copy.
 torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                               const torch::Tensor& bias, double eps, bool silu);

@@ -1,14 +1,14 @@
 // LinearLayer (see linear_layer.h): the choice of product for each form, and the adapter's place in it.
 // Without an adapter each form calls exactly the op the blocks called before the seam existed, so kernels
 // and numerics are unchanged; with one, the base product is the plain composition (its frozen weight takes
-// no fused-gradient path anyway: linear_op.h's conditions need a trainable weight) plus the adapter's delta.
+// no fused-gradient path anyway: kernels/linear_op.h's conditions need a trainable weight) plus the adapter's delta.
 #include "models/common/linear_layer.h"
 
 #include "core/check.h"
-#include "models/common/concat_gelu_op.h"
-#include "models/common/joined_linear_op.h"
-#include "models/common/linear_op.h"
-#include "models/common/split_linear_op.h"
+#include "kernels/concat_gelu_op.h"
+#include "kernels/joined_linear_op.h"
+#include "kernels/linear_op.h"
+#include "kernels/split_linear_op.h"
 
 namespace zest {
 

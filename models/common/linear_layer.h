@@ -1,13 +1,14 @@
 // LinearLayer: the one seam every model Linear goes through. It decides, in one place, how the product runs
-// — the accumulating (fused-gradient) product (linear_op.h), the two-product split and joined forms
-// (split_linear_op.h, joined_linear_op.h), an activation recomputed in backward (recomputed_linear_op.h), or
-// torch::linear — and it is where a layer's LoRA adapter attaches (low_rank_adapter.h; a later fp8 or
-// quantised base attaches here too). The families' Linear modules derive from it and add only their
-// initialisation; blocks ask the layer for the form they need instead of calling the ops with its tensors.
+// — the accumulating (fused-gradient) product (kernels/linear_op.h), the two-product split and joined forms
+// (kernels/split_linear_op.h, kernels/joined_linear_op.h), an activation recomputed in backward
+// (kernels/recomputed_linear_op.h), or torch::linear — and it is where a layer's LoRA adapter attaches
+// (low_rank_adapter.h; a later fp8 or quantised base attaches here too). The families' Linear modules
+// derive from it and add only their initialisation; blocks ask the layer for the form they need instead of
+// calling the ops with its tensors.
 #pragma once
 
+#include "kernels/recomputed_linear_op.h"
 #include "models/common/low_rank_adapter.h"
-#include "models/common/recomputed_linear_op.h"
 
 #include <torch/torch.h>
 

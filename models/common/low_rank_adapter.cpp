@@ -2,7 +2,7 @@
 #include "models/common/low_rank_adapter.h"
 
 #include "core/check.h"
-#include "models/common/linear_op.h"
+#include "kernels/linear_op.h"
 
 #include <cmath>
 
@@ -26,7 +26,7 @@ torch::Tensor LowRankAdapter::dropped(const torch::Tensor& x, bool is_training) 
   return shape_.dropout > 0.0 ? torch::dropout(x, shape_.dropout, is_training) : x;
 }
 
-// Through zest::linear, so on CUDA the factors' gradients accumulate into their .grad slots (linear_op.h).
+// Through zest::linear, so on CUDA the factors' gradients accumulate into their .grad slots (kernels/linear_op.h).
 torch::Tensor LowRankAdapter::linear_delta(const torch::Tensor& x, bool is_training) const {
   const auto input = dropped(x.to(down().scalar_type()), is_training);
   return zest::linear(zest::linear(input, down(), torch::Tensor()), up(), torch::Tensor()) * scale();

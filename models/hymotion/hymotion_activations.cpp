@@ -38,7 +38,7 @@ double double_block_bytes(const Widths& w, double L, double M) {
 
 // The single block's linear1 output [L, 3D + M] is kept (as [q | k | v] and the MLP half, or one tensor),
 // and linear2 keeps [attention | act(mlp)] of [L, D + M] (on CUDA its two products keep act(mlp) alone,
-// models/common/joined_linear_op.h: there this counts L·D more than is kept).
+// kernels/joined_linear_op.h: there this counts L·D more than is kept).
 double single_block_bytes(const Widths& w, double L, double M) {
   const double rows = L * w.D * w.c;
   const double linear1 = L * (3 * w.D + M) * w.c;

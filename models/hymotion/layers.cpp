@@ -5,11 +5,11 @@
 #include "models/hymotion/layers.h"
 
 #include "core/check.h"
-#include "models/common/concat_gelu_op.h"
+#include "kernels/concat_gelu_op.h"
 #include "models/common/contiguous_grad.h"
 #include "models/common/fused_norms.h"
-#include "models/common/rms_norm_op.h"
-#include "models/common/rope_op.h"
+#include "kernels/rms_norm_op.h"
+#include "kernels/rope_op.h"
 #include "core/compat.h"
 
 #include <cmath>

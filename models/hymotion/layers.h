@@ -26,7 +26,7 @@ struct Init {
 
 torch::Tensor activate(const torch::Tensor& x, Act act);
 // cat([left, activate(right, act)], -1): with GELU_tanh one kernel each way on CUDA
-// (models/common/concat_gelu_op.h).
+// (kernels/concat_gelu_op.h).
 torch::Tensor concat_activated(const torch::Tensor& left, const torch::Tensor& right, Act act);
 // LayerNorm over the last axis without affine parameters, eps 1e-6 (blocks and final layer). Every
 // LayerNorm here computes in float32 and returns float32, as under autocast.
@@ -68,7 +68,7 @@ class HeadNormImpl : public torch::nn::Module {
  public:
   HeadNormImpl(QkNorm kind, int64_t head_dim, const Init& init);
   torch::Tensor forward(const torch::Tensor& x) const;
-  // For the fused q/k norm + RoPE kernels (qk_norm_rope_op.h): an RMSNorm's weight, else undefined.
+  // For the fused q/k norm + RoPE kernels (kernels/qk_norm_rope_op.h): an RMSNorm's weight, else undefined.
   torch::Tensor rms_weight() const { return kind_ == QkNorm::rms ? weight_ : torch::Tensor(); }
 
  private:
@@ -165,7 +165,7 @@ class RopeTables {
   std::map<std::pair<int64_t, int64_t>, std::pair<DeviceCopies, DeviceCopies>> tables_;
 };
 // Rotates the first rope.cos.size(0) tokens of q or k [B, S, H, d] (computed in float32, cast back);
-// on CUDA through zest's kernels (models/common/rope.h), the same values.
+// on CUDA through zest's kernels (kernels/rope.h), the same values.
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // Splits a [B, S, 3·H·d] projection laid out [q | k | v] × heads into three [B, S, H, d] tensors.

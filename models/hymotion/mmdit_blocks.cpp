@@ -2,8 +2,8 @@
 // and encoders.py of the reference.
 #include "models/hymotion/mmdit_blocks.h"
 
-#include "models/common/gated_residual_op.h"
-#include "models/common/qk_norm_rope_op.h"
+#include "kernels/gated_residual_op.h"
+#include "kernels/qk_norm_rope_op.h"
 
 namespace zest::hymotion {
 namespace {
@@ -30,7 +30,7 @@ QkvProjection projection_of(const torch::Tensor& proj, const HeadNorm& q_norm, c
 }
 
 // Attention over the streams' projections joined along the sequence, on CUDA in one kernel each way for
-// the split, the q/k norms, the joining and RoPE (qk_norm_rope_op.h).
+// the split, the q/k norms, the joining and RoPE (kernels/qk_norm_rope_op.h).
 torch::Tensor attend_with_kernels(const std::vector<QkvProjection>& streams, int64_t num_heads,
                                   const AttnContext& ctx) {
   const auto in = qk_norm_rope(streams, num_heads, ctx.cos, ctx.sin, kNormEpsilon);

@@ -2,7 +2,7 @@
 #include "models/hymotion/token_refiner.h"
 
 #include "core/check.h"
-#include "models/common/gated_residual_op.h"
+#include "kernels/gated_residual_op.h"
 
 #include <limits>
 

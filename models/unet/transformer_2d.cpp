@@ -3,7 +3,7 @@
 #include "models/unet/transformer_2d.h"
 
 #include "core/compat.h"
-#include "models/common/geglu_op.h"
+#include "kernels/geglu_op.h"
 
 namespace zest::unet {
 

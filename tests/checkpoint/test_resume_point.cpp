@@ -1,4 +1,4 @@
-// The resume decision of a multi-node run (tools/multi_node.h agreed_resume_point) on threads: with
+// The resume decision of a multi-node run (train/multi_node.h agreed_resume_point) on threads: with
 // [checkpoint] shared_fs = false each node holds only its own ranks' files, so resuming a 4-rank checkpoint
 // on 2 ranks is refused (naming both world sizes and the fix); on a shared folder it reshards; the
 // world size is read through the manifest's own bounded reader. And `zest merge --shard-size` sizes: whole
@@ -6,7 +6,7 @@
 #include "checkpoint/ckpt_test_util.h"
 #include "checkpoint/thread_world.h"
 #include "cli/cli_test_util.h"
-#include "tools/multi_node.h"
+#include "train/multi_node.h"
 
 #include <gtest/gtest.h>
 

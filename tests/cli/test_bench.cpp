@@ -3,8 +3,8 @@
 #include "cli_test_util.h"
 
 #include "common/temp_dir.h"
-#include "tools/flop_counter.h"
-#include "tools/run_config.h"
+#include "profiling/flop_counter.h"
+#include "train/run_config.h"
 
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
@@ -90,7 +90,7 @@ TEST(Bench, LoraRunTrainsOnlyTheAdapters) {
   EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
 }
 
-// --profile on the CPU traces the host phases of the profiled steps (tools/step_trace.h): one Chrome
+// --profile on the CPU traces the host phases of the profiled steps (profiling/step_trace.h): one Chrome
 // trace named as torch's tensorboard_trace_handler names it, no kernel tables (those need a GPU).
 TEST(Bench, ProfileOnTheCpuWritesAHostTrace) {
   const TempDir dir;

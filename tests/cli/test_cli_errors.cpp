@@ -5,8 +5,8 @@
 #include "common/temp_dir.h"
 
 #include "core/check.h"
-#include "tools/error_report.h"
-#include "tools/run_config.h"
+#include "train/error_report.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 
@@ -240,7 +240,7 @@ TEST_F(TrainMemory, InputsThatCannotFitAreRefusedBeforeAllocating) {
 }
 
 // Activations that do not fit the 2 GB address space are refused before the first step by the activation
-// estimate (tools/activation_check.h), in one line naming what fits; an out-of-memory inside a step is
+// estimate (train/activation_check.h), in one line naming what fits; an out-of-memory inside a step is
 // tests/cli/test_step_failure.cpp's.
 TEST_F(TrainMemory, ActivationsThatCannotFitAreRefusedBeforeTheFirstStep) {
   const CliResult r = train({"data.batch_size=20000"}, 2'000'000'000);

@@ -2,7 +2,7 @@
 // the built `zest config check` binary (exit status and output).
 #include "core/check.h"
 #include "core/config_reader.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include "common/temp_dir.h"
 
 #include "core/check.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// HY-Motion skeleton GIFs (tools/motion_gif.h): a synthetic walk drawn into frames decoded back with
+// HY-Motion skeleton GIFs (pipelines/motion_gif.h): a synthetic walk drawn into frames decoded back with
 // stb_image (frame count, size, the bone colours present and moving), and bad input as one clear message.
 #include "core/check.h"
-#include "tools/motion_gif.h"
+#include "pipelines/motion_gif.h"
 
 #include <gtest/gtest.h>
 

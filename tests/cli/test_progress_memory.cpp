@@ -3,7 +3,8 @@
 // for data and, on a checkpoint step, how long training stood still for the save.
 #include "common/temp_dir.h"
 
-#include "tools/progress.h"
+#include "profiling/process_stats.h"
+#include "train/progress.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

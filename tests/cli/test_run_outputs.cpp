@@ -8,10 +8,10 @@
 #include "core/config_reader.h"
 #include "data/model_features.h"
 #include "data/synth.h"
-#include "tools/progress.h"
-#include "tools/run_config.h"
-#include "tools/run_folder.h"
-#include "tools/train_data.h"
+#include "train/progress.h"
+#include "train/run_config.h"
+#include "train/run_folder.h"
+#include "train/train_data.h"
 
 #include <gtest/gtest.h>
 

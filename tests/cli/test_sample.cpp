@@ -1,4 +1,4 @@
-// `zest sample` (tools/cmd_sample.cpp, tools/sd_pipeline.h) on the tiny pipeline folders of
+// `zest sample` (cli/cmd_sample.cpp, pipelines/sd_pipeline.h) on the tiny pipeline folders of
 // tests/data/sd_tiny/: a PNG of the requested size (grids for n > 1), the CLI's pixels equal to the
 // library's, SDXL's path, the reference pipelines' pixels (golden, made by
 // scripts/golden/make_sd_pipeline_golden.py; skipped while absent), and bad input as one clear message.
@@ -10,7 +10,7 @@
 #include "formats/safetensors.h"
 #include "core/check.h"
 #include "data/png_write.h"
-#include "tools/sd_pipeline.h"
+#include "pipelines/sd_pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -218,7 +218,7 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
     EXPECT_EQ(j.at("validation_samples")[1].at("file"), "samples/step_00000002_prompt_1.png");
     EXPECT_EQ(j.at("validation_samples")[1].at("prompt"), "a lighthouse");
   }
-  EXPECT_EQ(listed, 1);  // The same grids in TensorBoard's images tab, under their prompts, at their step (tools/tensorboard_log.h).
+  EXPECT_EQ(listed, 1);  // The same grids in TensorBoard's images tab, under their prompts, at their step (train/tensorboard_log.h).
   std::map<std::string, std::string> pictures;
   for (const auto& entry : fs::directory_iterator(run_dir / "tensorboard"))
     for (const auto& e : tb::read_events(entry.path().string()))

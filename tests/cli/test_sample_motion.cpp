@@ -1,4 +1,4 @@
-// `zest sample` with a HY-Motion release folder (tools/cmd_sample.cpp, tools/motion_pipeline.h): the CLI's
+// `zest sample` with a HY-Motion release folder (cli/cmd_sample.cpp, pipelines/motion_pipeline.h): the CLI's
 // motion equal to the released pipeline's sampler run in process (the release's null features for guidance,
 // its mean/std to denormalise), weights from a file, skeleton animations for the released width, and bad
 // input as one clear message with nothing written.
@@ -10,8 +10,8 @@
 #include "models/hymotion/flow_matching.h"
 #include "models/hymotion/hymotion_model.h"
 #include "models/state_dict.h"
-#include "tools/motion_gif.h"
-#include "tools/motion_pipeline.h"
+#include "pipelines/motion_gif.h"
+#include "pipelines/motion_pipeline.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>

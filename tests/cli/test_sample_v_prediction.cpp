@@ -6,8 +6,9 @@
 #include "cli_test_util.h"
 #include "common/pixel_difference.h"
 
+#include "core/check.h"
 #include "formats/safetensors.h"
-#include "tools/sd_pipeline.h"
+#include "pipelines/sd_pipeline.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // Memory running out inside a training step, in-process: a CUDA out-of-memory error is injected at the
-// start of step 5 of a CPU run (tools/step_failure.h's hook), with asynchronous checkpoints every 2 steps,
+// start of step 5 of a CPU run (train/step_failure.h's hook), with asynchronous checkpoints every 2 steps,
 // and `zest train` must say it in one message — the step, the batch's shapes, the allocation that
 // failed, the device's free and total memory, what would fit — with none of the allocator's text or C++
 // frames, and leave the last committed checkpoint (step 2; step 4 was still being written) as `latest`,
@@ -12,9 +12,9 @@
 #include "core/config_reader.h"
 #include "data/model_features.h"
 #include "data/synth.h"
-#include "tools/run_config.h"
-#include "tools/step_failure.h"
-#include "tools/trainer.h"
+#include "train/run_config.h"
+#include "train/step_failure.h"
+#include "train/trainer.h"
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 #include "core/field_table.h"
 #include "core/kernel_switches.h"
 #include "core/untrusted_file.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

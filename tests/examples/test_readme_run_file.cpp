@@ -2,7 +2,7 @@
 // trained verbatim on 2 ranks over data from `zest data synth`: what a new user copies must work.
 #include "common/read_text.h"
 #include "common/temp_dir.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 #include "zest_run.h"
 
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 #include "common/temp_dir.h"
 #include "finetune/finetune_test_util.h"
 #include "models/model_resolve.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 
 #include "engine/preflight.h"
 

@@ -8,7 +8,7 @@
 #include "core/config_reader.h"
 #include "finetune_test_util.h"
 #include "models/pretrained_source.h"
-#include "tools/run_config.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 

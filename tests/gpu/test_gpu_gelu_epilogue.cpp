@@ -1,12 +1,12 @@
-// The GELU-epilogue products (models/common/gelu_epilogue_gemm.h) on the GPU: the forward product's GELU and
+// The GELU-epilogue products (kernels/gelu_epilogue_gemm.h) on the GPU: the forward product's GELU and
 // pre-activation, and the backward product through GELU's derivative, against float64 truths; they decline
 // switched off or for shapes cuBLASLt's epilogues do not take; and HY-Motion's single-block path with them
 // (split_linear_with_gelu_of_last into joined_gelu_linear) gives the values and gradients it gives without.
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
-#include "models/common/gelu_epilogue_gemm.h"
-#include "models/common/joined_linear_op.h"
-#include "models/common/split_linear_op.h"
+#include "kernels/gelu_epilogue_gemm.h"
+#include "kernels/joined_linear_op.h"
+#include "kernels/split_linear_op.h"
 
 #include <gtest/gtest.h>
 

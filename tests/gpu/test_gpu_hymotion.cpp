@@ -4,9 +4,9 @@
 // (tests/hymotion/test_hymotion_precision.cpp).
 #include "common/tensor_close.h"
 #include "hymotion/hymotion_test_util.h"
-#include "models/common/concat_gelu_op.h"
-#include "models/common/fused_paths.h"
-#include "models/common/gated_residual_op.h"
+#include "kernels/concat_gelu_op.h"
+#include "kernels/fused_paths.h"
+#include "kernels/gated_residual_op.h"
 
 #include <gtest/gtest.h>
 

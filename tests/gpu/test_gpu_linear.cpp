@@ -1,4 +1,4 @@
-// The accumulating linear (models/common/linear_op.h) on the GPU: its weight and bias gradients land in
+// The accumulating linear (kernels/linear_op.h) on the GPU: its weight and bias gradients land in
 // float32 .grad slots as float32 sums of the micro-steps' products (closer to the float64 truth than
 // autograd's rounding of each micro-step's 16-bit gradient), dX equals ATen's bitwise, it falls back to
 // returning gradients where no slot exists, and the engine trains the same with and without it at every
@@ -11,10 +11,10 @@
 #include "comm/world.h"
 #include "engine/activation_checkpoint.h"
 #include "engine/engine.h"
-#include "models/common/joined_linear_op.h"
-#include "models/common/linear_op.h"
-#include "models/common/recomputed_linear_op.h"
-#include "models/common/split_linear_op.h"
+#include "kernels/joined_linear_op.h"
+#include "kernels/linear_op.h"
+#include "kernels/recomputed_linear_op.h"
+#include "kernels/split_linear_op.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 

@@ -1,13 +1,13 @@
 // LoRA on the GPU (ctest label `gpu`): the adapters of both tiny families train through the engine in bf16
 // at stages 2 and 3 with their factors' gradients accumulated into the flat buffer's slots by the
-// accumulating linear (linear_op.h: taken by every adapter backward), to what the same run with the fusion
+// accumulating linear (kernels/linear_op.h: taken by every adapter backward), to what the same run with the fusion
 // off trains them to (bf16 tolerance); the frozen base stays bit-unchanged on the device and gets no
 // gradient; step 0 equals the base model on the GPU.
 #include "common/scoped_switch.h"
 #include "comm/world.h"
 #include "engine/engine.h"
 #include "lora/lora_test_util.h"
-#include "models/common/linear_op.h"
+#include "kernels/linear_op.h"
 
 #include <gtest/gtest.h>
 

@@ -2,14 +2,14 @@
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
 // sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
 // per-head RMSNorm; the modulated layer norm; the gated residual; [attention | GELU_tanh(MLP half)].
-#include "models/common/fused_paths.h"
-#include "models/common/concat_gelu_op.h"
+#include "kernels/fused_paths.h"
+#include "kernels/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
-#include "models/common/gated_residual_op.h"
-#include "models/common/geglu_op.h"
-#include "models/common/layer_norm_modulate_op.h"
-#include "models/common/rms_norm_op.h"
-#include "models/common/rope_op.h"
+#include "kernels/gated_residual_op.h"
+#include "kernels/geglu_op.h"
+#include "kernels/layer_norm_modulate_op.h"
+#include "kernels/rms_norm_op.h"
+#include "kernels/rope_op.h"
 #include "models/hymotion/layers.h"
 
 #include <gtest/gtest.h>

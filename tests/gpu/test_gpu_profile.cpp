@@ -1,7 +1,7 @@
 // The kernel profile behind `zest bench --profile` (ctest label `gpu`): a bf16 matrix product recorded,
 // its kernel named in the table and the returned top list, with a plausible time.
 #include "common/temp_dir.h"
-#include "tools/kernel_profile.h"
+#include "profiling/kernel_profile.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,10 +1,10 @@
-// The q/k RMSNorm + RoPE kernels (models/common/qk_norm_rope.h) against the op chain they replace, in
+// The q/k RMSNorm + RoPE kernels (kernels/qk_norm_rope.h) against the op chain they replace, in
 // float64 on the same inputs: one stream and two (the double block's motion and text joined), a
 // projection that is a slice of a wider one (the single block's linear1), RoPE on part of the joint
 // sequence, float32 and bf16; forward values, the projections' and the norm weights' gradients, and a
 // bitwise repeat.
 #include "common/tensor_close.h"
-#include "models/common/qk_norm_rope_op.h"
+#include "kernels/qk_norm_rope_op.h"
 #include "models/hymotion/attention_mask.h"
 #include "models/hymotion/layers.h"
 

@@ -1,9 +1,9 @@
-// Step traces on a GPU (ctest label `gpu`, tools/step_trace.h): two traced steps of matrix products, the
+// Step traces on a GPU (ctest label `gpu`, profiling/step_trace.h): two traced steps of matrix products, the
 // first on the default stream, the second on a side stream, hold their kernels on two streams (pid = the
 // GPU, tid = CUPTI's stream id), inside the traced steps' time (the host phases and Kineto's events share
 // one clock).
 #include "common/temp_dir.h"
-#include "tools/step_trace.h"
+#include "profiling/step_trace.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

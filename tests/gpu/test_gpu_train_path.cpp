@@ -17,9 +17,9 @@
 #include "core/config_reader.h"
 #include "data/model_features.h"
 #include "data/synth.h"
-#include "tools/run_config.h"
-#include "tools/step_failure.h"
-#include "tools/trainer.h"
+#include "train/run_config.h"
+#include "train/step_failure.h"
+#include "train/trainer.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>

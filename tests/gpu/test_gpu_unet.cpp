@@ -1,11 +1,11 @@
 // The UNet on CUDA (ctest label `gpu`): channels-last activations (the CUDA default) with float32
 // weights give the reference's output and gradients, as the CPU does; 16-bit 1×1 convolutions run as
 // accumulating products with the convolution's values and gradients; 16-bit k×k convolutions convolve a
-// channels-last copy of the weight and add their weight gradients into the slots (conv_op.h).
+// channels-last copy of the weight and add their weight gradients into the slots (kernels/conv_op.h).
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
-#include "models/common/conv_op.h"
-#include "models/common/linear_op.h"
+#include "kernels/conv_op.h"
+#include "kernels/linear_op.h"
 #include "models/unet/layers.h"
 #include "unet/unet_test_util.h"
 
@@ -105,7 +105,7 @@ void expect_accumulating_conv(int64_t in, int64_t out, int64_t stride, int64_t h
 }
 
 TEST(GpuUNet, ConvolutionsAddChannelsLastWeightGradientsIntoTheSlots) {
-  // Off by default (conv_op.h).
+  // Off by default (kernels/conv_op.h).
   const zest::testing::ScopedSwitch fusion(conv_grad_fusion_enabled, set_conv_grad_fusion, true);
   expect_accumulating_conv(64, 96, 1, 12, 10);
   expect_accumulating_conv(320, 24, 2, 9, 8);  // input channels over one kernel tile (256), a downsampler's stride

@@ -11,7 +11,7 @@
 #include "data/dataset.h"
 #include "formats/npy.h"
 #include "models/hy_text/hy_text_encoder.h"
-#include "tools/motion_gif.h"
+#include "pipelines/motion_gif.h"
 
 #include <gtest/gtest.h>
 

@@ -12,8 +12,8 @@
 #include "data/synth.h"
 #include "models/pretrained_source.h"
 #include "models/pretrained_weights.h"
-#include "tools/progress.h"
-#include "tools/run_folder.h"
+#include "train/progress.h"
+#include "train/run_folder.h"
 
 #include <nlohmann/json.hpp>
 

@@ -21,8 +21,8 @@
 #include "models/qwen3/qwen_tokenizer.h"
 #include "models/unet/scheduler_config.h"
 #include "models/vae/autoencoder_kl.h"
+#include "pipelines/sd_pipeline.h"
 #include "prepare/tiny_pipeline.h"
-#include "tools/sd_pipeline.h"
 
 #include <nlohmann/json.hpp>
 

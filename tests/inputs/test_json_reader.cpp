@@ -7,7 +7,7 @@
 #include "core/untrusted_file.h"
 #include "formats/json_field.h"
 #include "formats/json_text.h"
-#include "tools/error_report.h"
+#include "train/error_report.h"
 
 #include <nlohmann/json.hpp>
 

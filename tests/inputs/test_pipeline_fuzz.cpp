@@ -18,8 +18,8 @@
 #include "models/clip/clip_tokenizer.h"
 #include "models/unet/scheduler_config.h"
 #include "models/vae/autoencoder_kl.h"
+#include "pipelines/sd_pipeline.h"
 #include "prepare/tiny_pipeline.h"
-#include "tools/sd_pipeline.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>

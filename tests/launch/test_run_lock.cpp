@@ -10,7 +10,7 @@
 #include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "launch_test_util.h"
-#include "tools/run_lock.h"
+#include "train/run_lock.h"
 
 #include "core/check.h"
 

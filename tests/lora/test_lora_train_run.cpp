@@ -14,8 +14,8 @@
 #include "models/common/lora.h"
 #include "models/lora_file.h"
 #include "models/model_export.h"
-#include "tools/run_config.h"
-#include "tools/trainer.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using zest::testing::TempDir;
 
-// run_training sets LibTorch's thread count for the machine (tools/trainer.cpp): put back the test
+// run_training sets LibTorch's thread count for the machine (train/trainer.cpp): put back the test
 // process's own (OMP_NUM_THREADS=1 under CTest), or the suites after this one run oversubscribed.
 class KeepThreadCount {
  public:

@@ -1,6 +1,6 @@
-// The fused-path record (models/common/fused_paths.h): counts, the first reason kept, one line per path
+// The fused-path record (kernels/fused_paths.h): counts, the first reason kept, one line per path
 // that fell back and none for a path always taken.
-#include "models/common/fused_paths.h"
+#include "kernels/fused_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
-#include "tools/commands.h"
+#include "cli/commands.h"
 
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ struct CliResult {
   std::string error;  // what main() would print for a thrown error
 };
 
-// Runs `zest <args>` with the models subcommand, as tools/main.cpp does.
+// Runs `zest <args>` with the models subcommand, as cli/main.cpp does.
 CliResult run_cli(const std::vector<std::string>& args) {
   CLI::App app{"zest"};
   app.require_subcommand(1);

@@ -1,9 +1,9 @@
-// Which activations are recomputed (models/common/recomputed_linear_op.h): ZEST_RECOMPUTE_ACTIVATIONS
+// Which activations are recomputed (kernels/recomputed_linear_op.h): ZEST_RECOMPUTE_ACTIVATIONS
 // unset recomputes every kind but HY-Motion's single-block GELU; it names every kind, none, or a list;
 // anything else is one message naming the variable and what it accepts; set_activation_recompute changes
 // one kind without touching the others.
 #include "core/check.h"
-#include "models/common/recomputed_linear_op.h"
+#include "kernels/recomputed_linear_op.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // An event-file reader for the tests, written apart from the writer (it includes nothing of formats/ or
-// tools/): its own bit-by-bit CRC-32C, its own TFRecord and protobuf-wire decoding, and the messages read
+// train/): its own bit-by-bit CRC-32C, its own TFRecord and protobuf-wire decoding, and the messages read
 // by the public field numbers of TensorFlow's event.proto / summary.proto / tensor.proto. A record whose
 // length or data CRC does not match is an error, as it is for TensorBoard.
 #pragma once

@@ -1,4 +1,4 @@
-// StepTrace (tools/step_trace.h) on the CPU, and the [log] / [profile] tables: only the configured steps
+// StepTrace (profiling/step_trace.h) on the CPU, and the [log] / [profile] tables: only the configured steps
 // are recorded, the file is named as torch.profiler's tensorboard_trace_handler names it, its events
 // nest, the eager step's backward spans fill the gaps between forwards; bad tables are one-line errors.
 #include "common/error_of.h"
@@ -6,8 +6,8 @@
 #include "trace_check.h"
 
 #include "core/config_reader.h"
-#include "tools/run_config.h"
-#include "tools/step_trace.h"
+#include "profiling/step_trace.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 

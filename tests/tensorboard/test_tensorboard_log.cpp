@@ -1,4 +1,4 @@
-// TensorBoardLog (tools/tensorboard_log.h) read back with the independent reader: the file's first
+// TensorBoardLog (train/tensorboard_log.h) read back with the independent reader: the file's first
 // records, the scalars of a metrics record under their tags, PNG and GIF pictures, a resumed run's new
 // file and its session start, the folder left alone when inactive, and write errors in one line.
 #include "common/temp_dir.h"
@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "data/gif_write.h"
 #include "data/png_write.h"
-#include "tools/tensorboard_log.h"
+#include "train/tensorboard_log.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,213 @@
+// The GELU-epilogue products (see gelu_epilogue_gemm.h) with cuBLASLt: the copy LibTorch loaded, its entry
+// points looked up in the process (as weight_grad_gemm_cuda.cpp does for cuBLAS), on LibTorch's cuBLASLt
+// handle and workspace for the current stream. A plan (descriptors and the heuristic's algorithm) is made
+// once per shape and thread and reused; only the pointers change between calls.
+#include "kernels/gelu_epilogue_gemm.h"
+
+#include "core/kernel_switches.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/record_function.h>
+#include <cublasLt.h>
+
+#include <dlfcn.h>
+
+#include <map>
+#include <tuple>
+
+namespace zest {
+namespace {
+
+KernelSwitch& epilogue_switch() {  // [engine.kernels] gelu_epilogue (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("gelu_epilogue");
+  return on;
+}
+
+template <typename Fn>
+Fn lookup(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+// The cuBLASLt entry points used here; `loaded` is false when the process has no cuBLASLt.
+struct LtApi {
+  decltype(&cublasLtMatmulDescCreate) desc_create = lookup<decltype(desc_create)>("cublasLtMatmulDescCreate");
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set =
+      lookup<decltype(desc_set)>("cublasLtMatmulDescSetAttribute");
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = lookup<decltype(layout_create)>("cublasLtMatrixLayoutCreate");
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create =
+      lookup<decltype(preference_create)>("cublasLtMatmulPreferenceCreate");
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set =
+      lookup<decltype(preference_set)>("cublasLtMatmulPreferenceSetAttribute");
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy =
+      lookup<decltype(preference_destroy)>("cublasLtMatmulPreferenceDestroy");
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = lookup<decltype(heuristic)>("cublasLtMatmulAlgoGetHeuristic");
+  decltype(&cublasLtMatmul) matmul = lookup<decltype(matmul)>("cublasLtMatmul");
+  bool loaded = desc_create && desc_set && layout_create && preference_create && preference_set &&
+                preference_destroy && heuristic && matmul;
+};
+
+const LtApi& lt() {
+  static const LtApi api;
+  return api;
+}
+
+// D [m, n] (column-major, ld m) = epilogue(op_a(A) [m, k] · B [k, n]), 16-bit A, B and D, float32
+// accumulation; A stored [k, m] (op T) or [m, k] (op N) with leading dimension lda, B stored [k, n] with ldb.
+// alignment: the bytes every operand's pointer is a multiple of (16 to 256), which the heuristic is told: by
+// default it assumes 256 and may pick a kernel that needs it.
+struct Shape {
+  cublasLtEpilogue_t epilogue;
+  cublasOperation_t op_a;
+  int64_t m, n, k, lda, ldb, aux_ld;
+  cudaDataType type;
+  uint32_t alignment;
+  auto key() const {
+    return std::tuple(static_cast<int>(epilogue), static_cast<int>(op_a), m, n, k, lda, ldb, aux_ld,
+                      static_cast<int>(type), alignment);
+  }
+};
+
+// Descriptors are never destroyed: a plan per shape and thread lives as long as the process (a handful).
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulHeuristicResult_t algorithm{};
+  bool usable = false;
+};
+
+Plan make_plan(const Shape& s, size_t workspace_bytes) {
+  const LtApi& api = lt();
+  Plan plan;
+  const bool a_transposed = s.op_a == CUBLAS_OP_T;
+  const cublasOperation_t op_b = CUBLAS_OP_N;
+  bool ok = api.desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &s.op_a, sizeof(s.op_a)) == CUBLAS_STATUS_SUCCESS &&
+            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
+            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue, sizeof(s.epilogue)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &s.aux_ld, sizeof(s.aux_ld)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            api.layout_create(&plan.a, s.type, a_transposed ? s.k : s.m, a_transposed ? s.m : s.k, s.lda) ==
+                CUBLAS_STATUS_SUCCESS &&
+            api.layout_create(&plan.b, s.type, s.k, s.n, s.ldb) == CUBLAS_STATUS_SUCCESS &&
+            api.layout_create(&plan.d, s.type, s.m, s.n, s.m) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return plan;
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (api.preference_create(&preference) != CUBLAS_STATUS_SUCCESS) return plan;
+  const uint64_t max_workspace = workspace_bytes;
+  int found = 0;
+  ok = api.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                          sizeof(max_workspace)) == CUBLAS_STATUS_SUCCESS;
+  for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    ok = ok && api.preference_set(preference, attribute, &s.alignment, sizeof(s.alignment)) == CUBLAS_STATUS_SUCCESS;
+  }
+  ok = ok &&
+       api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), plan.op, plan.a, plan.b, plan.d, plan.d, preference, 1,
+                     &plan.algorithm, &found) == CUBLAS_STATUS_SUCCESS;
+  api.preference_destroy(preference);
+  plan.usable = ok && found > 0;
+  return plan;
+}
+
+const Plan& plan_for(const Shape& s, size_t workspace_bytes) {
+  thread_local std::map<decltype(s.key()), Plan> plans;
+  auto it = plans.find(s.key());
+  if (it == plans.end()) it = plans.emplace(s.key(), make_plan(s, workspace_bytes)).first;
+  return it->second;
+}
+
+// The largest power of two up to 256 that every pointer is a multiple of.
+uint32_t common_alignment(std::initializer_list<const void*> pointers) {
+  uint32_t alignment = 256;
+  for (const void* p : pointers) {
+    while (reinterpret_cast<uintptr_t>(p) % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+bool is_16bit(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+
+// Whether the epilogue products may take these operands: CUDA, one 16-bit dtype, rows contiguous and every
+// leading dimension a multiple of 8 elements, pointers 16-byte aligned (cuBLASLt's vectorised epilogues).
+bool fits(std::initializer_list<const torch::Tensor*> operands) {
+  if (!epilogue_switch().enabled() || !lt().loaded) return false;
+  const auto dtype = (*operands.begin())->scalar_type();
+  for (const torch::Tensor* t : operands) {
+    if (!t->is_cuda() || t->scalar_type() != dtype || !is_16bit(*t) || common_alignment({t->data_ptr()}) < 16) {
+      return false;
+    }
+    if (t->dim() == 2 && (t->stride(1) != 1 || t->stride(0) % 8 != 0)) return false;
+    if (t->dim() == 1 && !t->is_contiguous()) return false;
+  }
+  return true;
+}
+
+cudaDataType cuda_type_of(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// Runs the plan's product into d with the given epilogue pointers; false when the plan has no algorithm
+// or cuBLASLt refuses the call (nothing was written then).
+bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias, void* aux) {
+  const LtApi& api = lt();
+  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  const Plan& plan = plan_for(s, workspace_bytes);
+  if (!plan.usable) return false;
+  if (bias != nullptr &&
+      api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  if (api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  return api.matmul(at::cuda::getCurrentCUDABlasLtHandle(), plan.op, &one, a, plan.a, b, plan.b, &zero, d, plan.d, d,
+                    plan.d, &plan.algorithm.algo, at::cuda::getCUDABlasLtWorkspace(), workspace_bytes,
+                    at::cuda::getCurrentCUDAStream()) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+bool gelu_epilogue_enabled() { return epilogue_switch().enabled(); }
+void set_gelu_epilogue(bool enabled) { epilogue_switch().set(enabled); }
+
+std::optional<GeluProduct> linear_gelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (x.dim() != 2 || weight.dim() != 2 || !bias.defined() || x.size(1) != weight.size(1) ||
+      bias.numel() != weight.size(0) || !fits({&x, &weight, &bias})) {
+    return std::nullopt;
+  }
+  const int64_t tokens = x.size(0), in = x.size(1), out = weight.size(0);
+  if (out % 8 != 0 || tokens == 0) return std::nullopt;
+  // Row-major [tokens, out] is column-major [out, tokens]: D = Wᵀ-stored-as-[in, out] (op T) · X [in, tokens].
+  GeluProduct product{torch::empty({tokens, out}, x.options()), torch::empty({tokens, out}, x.options())};
+  const Shape shape{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLAS_OP_T, out, tokens, in, weight.stride(0), x.stride(0), out,
+                    cuda_type_of(x), common_alignment({weight.data_ptr(), x.data_ptr(), product.activated.data_ptr()})};
+  RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({x, weight.t()}));
+  if (!run(shape, weight.data_ptr(), x.data_ptr(), product.activated.data_ptr(), bias.data_ptr(),
+           product.pre_activation.data_ptr())) {
+    return std::nullopt;
+  }
+  return product;
+}
+
+std::optional<torch::Tensor> gelu_backward_of_product(const torch::Tensor& dy, const torch::Tensor& weight,
+                                                      const torch::Tensor& h) {
+  if (dy.dim() != 2 || weight.dim() != 2 || h.dim() != 2 || dy.size(1) != weight.size(0) ||
+      h.size(0) != dy.size(0) || h.size(1) != weight.size(1) || !fits({&dy, &weight, &h})) {
+    return std::nullopt;
+  }
+  const int64_t tokens = dy.size(0), out = dy.size(1), width = weight.size(1);
+  if (width % 8 != 0 || tokens == 0) return std::nullopt;
+  // Row-major dh [tokens, width] is column-major [width, tokens] = W (stored [width, out], op N) · dYᵀ [out, tokens].
+  auto dh = torch::empty({tokens, width}, dy.options());
+  const Shape shape{CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, width, tokens, out, weight.stride(0), dy.stride(0),
+                    h.stride(0), cuda_type_of(dy), common_alignment({weight.data_ptr(), dy.data_ptr(), dh.data_ptr()})};
+  RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({dy, weight}));
+  if (!run(shape, weight.data_ptr(), dy.data_ptr(), dh.data_ptr(), nullptr, h.data_ptr())) return std::nullopt;
+  return dh;
+}
+
+}  // namespace zest
