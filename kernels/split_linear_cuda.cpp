@@ -17,6 +17,9 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
                                                 const std::vector<int64_t>& sizes, bool gelu_of_last) {
     const auto x2 = x.reshape({-1, weight.size(1)});  // a view where x allows one
+    // A part nothing used, and the GELU activation (no gradient of its own), reach backward undefined rather
+    // than as zeros the size of the part: autograd would otherwise write one such tensor per call.
+    ctx->set_materialize_grads(false);
     ctx->save_for_backward({x2});
     const torch::Tensor b = present(bias);
     ctx->saved_data["weight"] = weight;  // the parameters themselves: backward reads their .grad slots

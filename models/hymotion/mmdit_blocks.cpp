@@ -80,9 +80,11 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
     const auto tq = normed_qkv(tp, num_heads_, text_.q_norm, text_.k_norm);
     o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1), torch::cat({mq.v, tq.v}, 1), ctx);
   }
-  const int64_t motion_len = motion.size(1);
-  const auto mo = o.narrow(1, 0, motion_len);
-  const auto to = o.narrow(1, motion_len, text.size(1));
+  // One split, not two narrows: its backward joins the two gradients with one cat, where each narrow's
+  // would write zeros the size of the whole attention output and the two would then be added.
+  const auto streams_out = o.split_with_sizes({motion.size(1), text.size(1)}, 1);
+  const auto& mo = streams_out[0];
+  const auto& to = streams_out[1];
 
   auto m = gated_residual(motion, motion_.out_proj->forward(mo), mm[2]);
   m = gated_residual(m, motion_.mlp->forward(norm_modulate(m, mm[3], mm[4])), mm[5]);
