@@ -26,9 +26,6 @@ struct GatedResidual : torch::autograd::Function<GatedResidual> {
     const auto y = y_in.contiguous();
     const GatedRows rows = rows_of(y, gate);
     auto out = torch::empty_like(x);
-    // An output gradient that never came (nothing downstream reached this output) stays undefined instead of
-    // zeros the size of the residual stream, written and read for nothing: backward passes it on as undefined.
-    ctx->set_materialize_grads(false);
     launch_gated_residual_forward(rows, width_for(rows.dim, {x, y, out}), kernel_dtype_of(x.scalar_type()),
                                   x.data_ptr(), y.data_ptr(), gate.data_ptr(), out.data_ptr(), current_stream_of(x));
     ctx->save_for_backward({y, gate});
@@ -40,7 +37,6 @@ struct GatedResidual : torch::autograd::Function<GatedResidual> {
     const auto saved = ctx->get_saved_variables();
     const auto& y = saved[0];
     const auto& gate = saved[1];
-    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
     const GatedRows rows = rows_of(y, gate);
     const auto d_out = grads[0].to(y.scalar_type()).contiguous();
     auto d_y = torch::empty_like(y);
