@@ -47,9 +47,9 @@ struct DatasetFeatures {
 
 // Everything family-specific, filled by the family's own family() (models/<family>/<family>_family.cpp).
 // Required: name, build, count_parameters, forward, training_loss, make_training_loss, dataset_features.
-// Optional (left empty, what needs them says so): build_on_meta ([lora] on a pretrained base, `zest
-// estimate`), synthetic_batch (`zest bench`), activation_profile (the pre-flight activation check; without
-// it the check is skipped), folder_formats, lora_targets. Sampling ([sample], `zest sample`) lives above
+// Optional (what needs one says so when it is empty): build_on_meta ([lora]'s counts), synthetic_batch
+// (`zest bench`), activation_profile (the pre-flight activation check, skipped without it), folder_formats,
+// lora_targets, lora_name_prefix (peft's by default). Sampling ([sample], `zest sample`) lives above
 // models/, in pipelines/ and train/validation_samples.cpp, for the built-in families only.
 struct ModelFamily {
   // "hymotion", "unet": lowercase letters and digits, the start of its configurations' names
