@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,19 +19,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string>& required_features(DatasetFormat format) {
-  static const std::vector<std::string> motion = {"motion_dim", "text_tokens", "text_dim", "pooled_dim"};
-  static const std::vector<std::string> latents = {"channels", "height", "width", "text_tokens", "text_dim",
-                                                   "pooled_dim", "time_ids"};
-  return format == DatasetFormat::motion ? motion : latents;
-}
-
-// Widths that may be 0 (an absent optional tensor).
-bool may_be_zero(const std::string& name) { return name == "pooled_dim" || name == "time_ids"; }
-
 DatasetFormat parse_format(const JsonField& doc) {
-  return doc.at("format").choice<DatasetFormat>(
-      {{format_name(DatasetFormat::motion), DatasetFormat::motion}, {format_name(DatasetFormat::latents), DatasetFormat::latents}});
+  std::vector<std::string> names;
+  for (const DatasetFormatSpec& spec : dataset_format_specs()) names.push_back(spec.file_name);
+  const std::string name = doc.at("format").one_of(names);
+  for (const DatasetFormatSpec& spec : dataset_format_specs())
+    if (spec.file_name == name) return spec.format;
+  return DatasetFormat::motion;  // not reached: one_of refused every other name
 }
 
 // Largest accepted width and shard size: far above any real dataset, small enough that sizes computed
@@ -41,10 +36,12 @@ constexpr int64_t kMaxShardSamples = int64_t{1} << 32;
 std::map<std::string, int64_t> parse_features(const JsonField& doc, DatasetFormat format) {
   const JsonField widths = doc.at("features");
   std::map<std::string, int64_t> features = widths.integer_map(std::numeric_limits<int64_t>::min(), kMaxFeatureWidth);
-  for (const std::string& name : required_features(format)) {
+  const DatasetFormatSpec& spec = dataset_format_spec(format);
+  for (const std::string& name : spec.required_features) {
     const JsonField width = widths.at(name);
-    if (!width.exists()) width.fail(str("is missing (", format_name(format), " needs it)"));
-    width.integer(may_be_zero(name) ? 0 : 1, kMaxFeatureWidth);
+    if (!width.exists()) width.fail(str("is missing (", spec.file_name, " needs it)"));
+    const bool may_be_zero = std::find(spec.may_be_zero.begin(), spec.may_be_zero.end(), name) != spec.may_be_zero.end();
+    width.integer(may_be_zero ? 0 : 1, kMaxFeatureWidth);
   }
   return features;
 }
@@ -76,9 +73,33 @@ std::vector<ShardEntry> parse_shards(const std::string& dir, const JsonField& do
 
 }  // namespace
 
-const char* format_name(DatasetFormat format) {
-  return format == DatasetFormat::motion ? "zest.motion.v1" : "zest.latents.v1";
+const std::vector<DatasetFormatSpec>& dataset_format_specs() {
+  static const std::vector<DatasetFormatSpec> specs = {
+      {DatasetFormat::motion, "motion", "zest.motion.v1", {"motion_dim", "text_tokens", "text_dim", "pooled_dim"},
+       {"pooled_dim"}, "frames"},
+      {DatasetFormat::latents, "latents", "zest.latents.v1",
+       {"channels", "height", "width", "text_tokens", "text_dim", "pooled_dim", "time_ids"},
+       {"pooled_dim", "time_ids"}, "latent px"},
+  };
+  return specs;
 }
+
+const DatasetFormatSpec& dataset_format_spec(DatasetFormat format) {
+  for (const DatasetFormatSpec& spec : dataset_format_specs())
+    if (spec.format == format) return spec;
+  ZEST_FAIL("dataset format ", static_cast<int>(format), " has no row in dataset_format_specs()");
+}
+
+DatasetFormat dataset_format_of_kind(const std::string& kind, const std::string& model) {
+  std::string kinds;
+  for (const DatasetFormatSpec& spec : dataset_format_specs()) {
+    if (spec.kind == kind) return spec.format;
+    kinds += (kinds.empty() ? "\"" : ", \"") + spec.kind + "\"";
+  }
+  ZEST_FAIL(model, " trains on an unknown dataset format '", kind, "' (known: ", kinds, ")");
+}
+
+const char* format_name(DatasetFormat format) { return dataset_format_spec(format).file_name.c_str(); }
 
 int64_t DatasetManifest::total_samples() const {
   int64_t total = 0;

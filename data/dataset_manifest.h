@@ -1,6 +1,6 @@
 // DatasetManifest: a dataset folder's dataset.json (format, shard list with sample counts, feature
 // widths, normalisation statistics file), read with validation and written atomically.
-// The formats are specified in docs/data_formats.md.
+// The formats are specified in docs/data_formats.md; what tells them apart is one table (DatasetFormatSpec).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,22 @@
 namespace zest {
 
 enum class DatasetFormat { motion, latents };
+
+// What tells the dataset formats apart, one row each: their names, the widths dataset.json must give, the
+// unit of their throughput. What a format's data is (shards, samples, batches) is its dataset class's
+// (data/motion_dataset.h, data/latent_dataset.h; data/dataset.cpp opens one) and `zest data synth`'s.
+struct DatasetFormatSpec {
+  DatasetFormat format;
+  std::string kind;                             // ModelFamily::dataset_features' name: "motion", "latents"
+  std::string file_name;                        // dataset.json's "format": "zest.motion.v1"
+  std::vector<std::string> required_features;   // widths dataset.json must give
+  std::vector<std::string> may_be_zero;         // of those, the ones of an optional tensor (0 = absent)
+  std::string items_name;                       // what throughput counts: "frames", "latent px"
+};
+const std::vector<DatasetFormatSpec>& dataset_format_specs();
+const DatasetFormatSpec& dataset_format_spec(DatasetFormat format);
+// The format a model family trains on, by its kind; an unknown kind is an error naming `model` and the kinds.
+DatasetFormat dataset_format_of_kind(const std::string& kind, const std::string& model);
 
 const char* format_name(DatasetFormat format);  // "zest.motion.v1", "zest.latents.v1"
 

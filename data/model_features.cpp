@@ -14,13 +14,7 @@ ExpectedFeatures model_features(const ResolvedModel& model) {
   ConfigTable table = model_config_table(model);
   DatasetFeatures read = model.family->dataset_features(table, model.source);
   ExpectedFeatures e;
-  if (read.format == "motion") {
-    e.format = DatasetFormat::motion;
-  } else if (read.format == "latents") {
-    e.format = DatasetFormat::latents;
-  } else {
-    ZEST_FAIL("model family '", model.family->name, "' trains on an unknown dataset format '", read.format, "'");
-  }
+  e.format = dataset_format_of_kind(read.format, "model family '" + model.family->name + "'");
   e.features = std::move(read.features);
   e.defaults = std::move(read.defaults);
   e.model = "model " + model.description;

@@ -180,7 +180,7 @@ LoadedLora load_lora_file(torch::nn::Module& model, const std::string& family, c
 
 }  // namespace
 
-std::string lora_name_prefix(const std::string& family) { return family == "unet" ? "unet." : "base_model.model."; }
+std::string lora_name_prefix(const std::string& family) { return model_family(family).lora_name_prefix; }
 
 std::map<std::string, std::string> lora_file_metadata(const std::string& family, const LoraRecord& record) {
   const std::string p = lora_name_prefix(family).substr(0, lora_name_prefix(family).size() - 1) + ".";

@@ -18,7 +18,7 @@ namespace zest {
 // The file diffusers' load_lora_weights(DIR) reads from a folder.
 inline constexpr const char* kLoraFileName = "pytorch_lora_weights.safetensors";
 
-// "unet." or "base_model.model.".
+// The family's ModelFamily::lora_name_prefix: "unet." or "base_model.model.".
 std::string lora_name_prefix(const std::string& family);
 // The safetensors metadata of a LoRA file: peft's config as diffusers writes it.
 std::map<std::string, std::string> lora_file_metadata(const std::string& family, const LoraRecord& record);

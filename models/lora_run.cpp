@@ -62,6 +62,9 @@ LoraRecord prepare_lora_model(torch::nn::Module& model, const LoraConfig& config
 }
 
 ParameterCounts count_lora_parameters(const ResolvedModel& resolved, const LoraConfig& config) {
+  ZEST_CHECK(resolved.family->build_on_meta != nullptr, "[lora]: model family '", resolved.family->name,
+             "' cannot build its model on the meta device (ModelFamily::build_on_meta), which counting the "
+             "adapters needs");
   ConfigTable table = model_config_table(resolved);
   const std::shared_ptr<UnitModule> model = resolved.family->build_on_meta(table);
   attach_lora(*model, lora_targets(config, *resolved.family), config.shape(), "[lora] target_modules");

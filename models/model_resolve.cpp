@@ -14,8 +14,9 @@ namespace {
 const ModelFamily& family_for_file(const ModelSelection& selection, const std::string& path) {
   if (!selection.family.empty()) return model_family(selection.family);
   const std::string stem = std::filesystem::path(path).stem().string();
+  // <family>_*.toml (or <family>.toml): the whole name up to '_', so that no family claims another's files.
   for (const auto& family : model_families()) {
-    if (stem.rfind(family.name, 0) == 0) return family;
+    if (stem == family.name || stem.rfind(family.name + "_", 0) == 0) return family;
   }
   ZEST_FAIL("cannot tell the model family of ", path, ": set model.family (e.g. \"hymotion\" or \"unet\") "
             "or name the file <family>_*.toml");

@@ -84,10 +84,13 @@ const FieldTable<ModelSelection>& model_fields() {
       if (table.has("family") && table.has("name"))
         table.fail("family", "model.family goes with model.config; a built-in configuration knows its family");
       if (table.has("family")) {
-        std::vector<std::string> families;
-        for (const ModelFamily& f : model_families()) families.push_back(f.name);
-        if (std::find(families.begin(), families.end(), c.family) == families.end())
-          table.fail("family", "unknown model family \"" + c.family + "\" (known: hymotion, unet)");
+        std::string known;
+        bool is_known = false;
+        for (const ModelFamily& f : model_families()) {
+          known += (known.empty() ? "" : ", ") + f.name;
+          is_known = is_known || f.name == c.family;
+        }
+        if (!is_known) table.fail("family", "unknown model family \"" + c.family + "\" (known: " + known + ")");
       }
 
       if (table.has("name") && table.has("config"))

@@ -1,5 +1,5 @@
-// The model registry (see registry.h): the families listed explicitly, one line each, and the built-in
-// configurations embedded from configs/models/*.toml.
+// The model registry (see registry.h): the built-in families listed explicitly, one line each, the families
+// registered at run time after them, and the built-in configurations embedded from configs/models/*.toml.
 #include "models/registry.h"
 
 #include "core/check.h"
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 namespace zest {
 namespace {
@@ -24,22 +25,52 @@ void check_folder_format(const ModelFamily& family, const FolderFormat& format, 
              "' is registered twice");
 }
 
-std::vector<ModelFamily> make_families() {
-  // Adding a model family: one folder under models/ and one line here.
-  std::vector<ModelFamily> families{
+bool is_well_formed_name(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  });
+}
+
+// The checks every family passes before it is listed, built-in or registered later: one error naming the
+// family and what is wrong.
+void check_family(const ModelFamily& family, const std::deque<ModelFamily>& registered) {
+  ZEST_CHECK(is_well_formed_name(family.name), "model family '", family.name, "': a family's name is lowercase "
+             "letters and digits (it starts its configurations' names, <family>_*.toml)");
+  const std::pair<const char*, bool> required[] = {
+      {"build", bool(family.build)},
+      {"count_parameters", bool(family.count_parameters)},
+      {"forward", bool(family.forward)},
+      {"training_loss", bool(family.training_loss)},
+      {"make_training_loss", bool(family.make_training_loss)},
+      {"dataset_features", bool(family.dataset_features)},
+  };
+  for (const auto& [member, is_set] : required)
+    ZEST_CHECK(is_set, "model family '", family.name, "' is registered incompletely: ", member, " is not set");
+  std::set<std::string> format_names = {kSafetensorsFormat};
+  for (const ModelFamily& other : registered) {
+    ZEST_CHECK(other.name != family.name, "model family '", family.name, "' is registered twice");
+    for (const FolderFormat& format : other.folder_formats) format_names.insert(format.name);
+  }
+  for (const FolderFormat& format : family.folder_formats) check_folder_format(family, format, format_names);
+}
+
+std::deque<ModelFamily> make_families() {
+  // Adding a model family: one folder under models/ and one line here (or register_model_family).
+  std::vector<ModelFamily> builtins{
       hymotion::family(),
       unet::family(),
   };
-  std::set<std::string> names;
-  std::set<std::string> format_names = {kSafetensorsFormat};
-  for (const ModelFamily& family : families) {
-    const bool complete = !family.name.empty() && family.build && family.count_parameters &&
-                          family.forward && family.training_loss && family.make_training_loss &&
-                          family.dataset_features;
-    ZEST_CHECK(complete, "model family '", family.name, "' is registered incompletely");
-    ZEST_CHECK(names.insert(family.name).second, "model family '", family.name, "' is registered twice");
-    for (const FolderFormat& format : family.folder_formats) check_folder_format(family, format, format_names);
+  std::deque<ModelFamily> families;
+  for (ModelFamily& family : builtins) {
+    check_family(family, families);
+    families.push_back(std::move(family));
   }
+  return families;
+}
+
+// The one list; model_families() hands it out read-only, register_model_family appends to it.
+std::deque<ModelFamily>& registered_families() {
+  static std::deque<ModelFamily> families = make_families();
   return families;
 }
 
@@ -67,9 +98,13 @@ std::vector<BuiltinModelConfig> make_builtin_configs() {
 
 }  // namespace
 
-const std::vector<ModelFamily>& model_families() {
-  static const std::vector<ModelFamily> families = make_families();
-  return families;
+const std::deque<ModelFamily>& model_families() { return registered_families(); }
+
+const ModelFamily& register_model_family(ModelFamily family) {
+  std::deque<ModelFamily>& families = registered_families();
+  check_family(family, families);
+  families.push_back(std::move(family));
+  return families.back();
 }
 
 const ModelFamily& model_family(const std::string& name) {

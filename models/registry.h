@@ -1,5 +1,6 @@
-// Model registry: the families zest can train (HY-Motion, UNet), looked up by name, with the folder formats
-// each reads and exports, and the built-in configurations (configs/models/*.toml) looked up by flavor name.
+// Model registry: the families zest can train (HY-Motion, UNet, and any registered with
+// register_model_family), looked up by name, with the folder formats each reads and exports, and the built-in
+// configurations (configs/models/*.toml) looked up by flavor name. docs/design.md "How to add a model family".
 #pragma once
 
 #include "core/config_reader.h"
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,8 +45,16 @@ struct DatasetFeatures {
   std::map<std::string, int64_t> defaults;  // open widths: text_tokens, height/width, min/max_frames
 };
 
+// Everything family-specific, filled by the family's own family() (models/<family>/<family>_family.cpp).
+// Required: name, build, count_parameters, forward, training_loss, make_training_loss, dataset_features.
+// Optional (what needs one says so when it is empty): build_on_meta ([lora]'s counts), synthetic_batch
+// (`zest bench`), activation_profile (the pre-flight activation check, skipped without it), folder_formats,
+// lora_targets, lora_name_prefix (peft's by default). Sampling ([sample], `zest sample`) lives above
+// models/, in pipelines/ and train/validation_samples.cpp, for the built-in families only.
 struct ModelFamily {
-  std::string name;  // "hymotion", "unet"
+  // "hymotion", "unet": lowercase letters and digits, the start of its configurations' names
+  // (configs/models/<name>_*.toml, a model file <name>_*.toml) and model.family's value.
+  std::string name;
   // Builds a model from a model-configuration table whose keys are the reference configuration's field
   // names (unknown keys are errors, unsupported values are errors naming the key). Parameters are
   // initialised as the reference does.
@@ -82,11 +92,21 @@ struct ModelFamily {
   std::vector<FolderFormat> folder_formats;
   // The layers [lora] adapts when its target_modules is empty (models/common/lora.h's matching rule).
   std::vector<std::string> lora_targets;
+  // The prefix of the layer names in the family's LoRA files (models/lora_file.h): peft's PeftModel writes
+  // "base_model.model.", diffusers' pipelines "unet.".
+  std::string lora_name_prefix = "base_model.model.";
 };
 
-// Every registered family, and lookup by name (error lists the known names).
-const std::vector<ModelFamily>& model_families();
+// Every registered family in registration order (the built-ins first), and lookup by name (error lists the
+// known names). Entries never move: a `const ModelFamily*` stays valid for the process's life.
+const std::deque<ModelFamily>& model_families();
 const ModelFamily& model_family(const std::string& name);
+
+// Adds a family after the built-ins (models/registry.cpp make_families lists those), with the same checks:
+// the required members set, the name new and well formed, its folder formats complete and not already taken;
+// otherwise one error naming the family and what is wrong. Not synchronised: register before anything looks
+// families up from another thread (at the start of main, or of a test), as the built-ins are.
+const ModelFamily& register_model_family(ModelFamily family);
 
 // The family that owns folder format `name` and that format; both null when no family has one so named.
 struct OwnedFolderFormat {

@@ -140,6 +140,7 @@ ModelFamily family() {
   // self_attn_proj.
   f.lora_targets = {"motion_qkv", "text_qkv", "motion_out_proj", "text_out_proj",
                     "linear1",    "linear2",  "self_attn_qkv",   "self_attn_proj"};
+  f.lora_name_prefix = "base_model.model.";  // a PeftModel's: peft's PeftModel.from_pretrained reads it
   return f;
 }
 

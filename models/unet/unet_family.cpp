@@ -138,6 +138,7 @@ ModelFamily family() {
   f.folder_formats = {diffusers_folder_format()};
   // As diffusers' train_text_to_image_lora.py: the attention projections of every transformer block.
   f.lora_targets = {"to_q", "to_k", "to_v", "to_out.0"};
+  f.lora_name_prefix = "unet.";  // diffusers' pipeline convention: load_lora_weights finds the UNet's layers
   return f;
 }
 

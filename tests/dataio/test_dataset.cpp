@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -202,6 +203,25 @@ TEST(Synth, SameSeedSameDataOtherSeedOtherData) {
   again.samples = 1;
   expect_error([&] { synthesize_dataset(a.path(), builtin_model_features("hymotion_tiny"), again); },
                {a.path(), "--overwrite"});
+}
+
+// What tells the formats apart is one table (data/dataset_manifest.h): each row's names lead back to it, and
+// a family's unknown dataset kind is one error listing the kinds.
+TEST(DatasetFormats, OneRowPerFormat) {
+  for (const DatasetFormatSpec& spec : dataset_format_specs()) {
+    EXPECT_EQ(format_name(spec.format), spec.file_name);
+    EXPECT_EQ(dataset_format_of_kind(spec.kind, "model m"), spec.format);
+    for (const std::string& name : spec.may_be_zero)
+      EXPECT_NE(std::find(spec.required_features.begin(), spec.required_features.end(), name),
+                spec.required_features.end()) << name;
+  }
+  try {
+    dataset_format_of_kind("video", "model family 'toy'");
+    ADD_FAILURE() << "an unknown dataset kind was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model family 'toy' trains on an unknown dataset format 'video' (known: "
+                                         "\"motion\", \"latents\")"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

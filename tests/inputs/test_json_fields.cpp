@@ -4,6 +4,7 @@
 // one style, "FILE: field 'PATH' must be ..., got ..." (or "... is missing (expected ...)"), naming the file
 // and the field's path, never the JSON library's text. The checkpoint's own records (extra.data,
 // extra.lora, extra.model_source) are covered where a checkpoint is at hand: tests/lora and tests/launch.
+// HowToAddAJsonField walks docs/design.md "How to add a JSON field" with a document of its own.
 #include "inputs/inputs_test_util.h"
 
 #include "checkpoint/manifest.h"
@@ -111,6 +112,44 @@ TEST(JsonFields, OneStyleOverBothDocumentTypes) {
   std::vector<std::string> keys;
   for (const auto& [key, value] : JsonField(doc, "o.json").members()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"z", "a"}));
+}
+
+// ---- docs/design.md "How to add a JSON field", walked with a document of the test's own ----
+
+// Step 1: the document's one reader fills its struct: the bounded reader (regular file, size cap, depth
+// limit), then typed fields. Step 2, the new field: one member and one line in the reader.
+struct ClipListing {
+  std::string name;
+  int64_t frames = 0;
+  int64_t fps = 30;  // the new field: optional, 30 when absent
+};
+
+ClipListing read_clip_listing(const std::string& path) {
+  const nlohmann::ordered_json document = read_json_file(path, "clip listing");
+  const JsonField doc = JsonField(document, path).object();
+  ClipListing listing;
+  listing.name = doc.at("name").string();
+  listing.frames = doc.at("frames").integer(1);
+  listing.fps = doc.at("fps").integer_or(listing.fps, 1, 240);
+  return listing;
+}
+
+TEST(JsonFields, HowToAddAJsonField) {
+  const TempDir dir("json_how_to");
+  const std::string path = dir.file("clip.json");
+  write_text(path, R"({"name": "walk", "frames": 90})");
+  EXPECT_EQ(read_clip_listing(path).fps, 30);  // files written before the field keep reading
+  write_text(path, R"({"name": "walk", "frames": 90, "fps": 60})");
+  EXPECT_EQ(read_clip_listing(path).fps, 60);
+  // Step 3: bad values are refused in the one style, naming the file and the field.
+  write_text(path, R"({"name": "walk", "frames": 90, "fps": "60"})");
+  expect_field_error([&] { read_clip_listing(path); }, {path + ": field 'fps' must be an integer in [1, 240], "
+                                                               "got a string (\"60\")"});
+  write_text(path, R"({"name": "walk", "frames": 90, "fps": 0})");
+  expect_field_error([&] { read_clip_listing(path); }, {path + ": field 'fps' must be an integer in [1, 240]"});
+  // And the reader's bounds hold for the new document as for every other.
+  write_text(path, std::string(1000, '[') + std::string(1000, ']'));
+  expect_field_error([&] { read_clip_listing(path); }, {path + ": JSON nested deeper than 64 levels"});
 }
 
 // ---- the readers of a pipeline folder ----

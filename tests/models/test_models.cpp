@@ -100,16 +100,19 @@ class ScratchDir {
 // ----------------------------------------------------------------------------------------------------
 // registry
 
+// The built-ins come first (a test may have registered a family of its own after them:
+// tests/models/test_add_a_family.cpp).
 TEST(Registry, FamiliesAndLookupErrors) {
   std::vector<std::string> names;
   for (const ModelFamily& family : model_families()) names.push_back(family.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"hymotion", "unet"}));
+  ASSERT_GE(names.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 2), (std::vector<std::string>{"hymotion", "unet"}));
   EXPECT_EQ(model_family("unet").name, "unet");
   try {
     model_family("dit");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown model family 'dit' (known: hymotion, unet)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("unknown model family 'dit' (known: hymotion, unet"), std::string::npos)
         << e.what();
   }
 }
