@@ -2,6 +2,7 @@
 // its checkpoints record them, a resume reads the base again and continues, the exports fold them, and
 // [lora] refuses what it cannot do yet.
 #include "checkpoint/directory.h"
+#include "common/keep_thread_count.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/config_reader.h"
@@ -25,18 +26,8 @@ namespace zest::lora_test {
 namespace {
 
 namespace fs = std::filesystem;
+using zest::testing::KeepThreadCount;
 using zest::testing::TempDir;
-
-// run_training sets LibTorch's thread count for the machine (train/trainer.cpp): put back the test
-// process's own (OMP_NUM_THREADS=1 under CTest), or the suites after this one run oversubscribed.
-class KeepThreadCount {
- public:
-  KeepThreadCount() : threads_(at::get_num_threads()) {}
-  ~KeepThreadCount() { at::set_num_threads(threads_); }
-
- private:
-  int threads_;
-};
 
 RunConfig lora_run(const TempDir& dir, int64_t max_steps, const std::string& extra = "") {
   if (!fs::exists(fs::path(dir.sub("data")) / "dataset.json")) {

@@ -3,6 +3,7 @@
 // trained by the real path: a run file naming the family and its model file, `zest train`'s entry
 // (parse_run_config + run_training), then `zest merge`'s export to one safetensors file. Also what
 // register_model_family refuses, and the one error a family without a sampler gets for [sample].
+#include "common/keep_thread_count.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/config_reader.h"
@@ -134,18 +135,8 @@ namespace zest::family_test {
 namespace {
 
 namespace fs = std::filesystem;
+using zest::testing::KeepThreadCount;
 using zest::testing::TempDir;
-
-// run_training sets LibTorch's thread count for the machine (train/trainer.cpp): put back the test
-// process's own (OMP_NUM_THREADS=1 under CTest), or the suites after this one run oversubscribed.
-class KeepThreads {
- public:
-  KeepThreads() : threads_(at::get_num_threads()) {}
-  ~KeepThreads() { at::set_num_threads(threads_); }
-
- private:
-  int threads_;
-};
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -189,7 +180,7 @@ void synthesize_data(const RunConfig& config) {
 
 TEST(ModelFamilies, HowToAddAModelFamily) {
   EXPECT_EQ(toy_family().name, "toylatent");
-  const KeepThreads threads;
+  const KeepThreadCount threads;
   TempDir dir("add_a_family");
   const RunConfig config = parse_run_config(write_run_file(dir));
   synthesize_data(config);
@@ -223,7 +214,7 @@ TEST(ModelFamilies, HowToAddAModelFamily) {
 // the family, before a step is taken.
 TEST(ModelFamilies, SampleNeedsAFamilyWithASampler) {
   EXPECT_EQ(toy_family().name, "toylatent");
-  const KeepThreads threads;
+  const KeepThreadCount threads;
   TempDir dir("family_sample");
   const RunConfig config =
       parse_run_config(write_run_file(dir, "[sample]\nevery_steps = 3\nprompts = [\"a red fox\"]\n"));
