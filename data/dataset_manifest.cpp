@@ -20,12 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 
 DatasetFormat parse_format(const JsonField& doc) {
-  std::vector<std::string> names;
-  for (const DatasetFormatSpec& spec : dataset_format_specs()) names.push_back(spec.file_name);
-  const std::string name = doc.at("format").one_of(names);
-  for (const DatasetFormatSpec& spec : dataset_format_specs())
-    if (spec.file_name == name) return spec.format;
-  return DatasetFormat::motion;  // not reached: one_of refused every other name
+  std::vector<std::pair<std::string, DatasetFormat>> choices;
+  for (const DatasetFormatSpec& spec : dataset_format_specs()) choices.emplace_back(spec.file_name, spec.format);
+  return doc.at("format").choice_among<DatasetFormat>(choices);
 }
 
 // Largest accepted width and shard size: far above any real dataset, small enough that sizes computed

@@ -88,9 +88,13 @@ class JsonField {
   std::string string() const;
   // A string that is one of `names` ("must be one of \"a\", \"b\", got ...").
   std::string one_of(const std::vector<std::string>& names) const;
-  // An enum by its name in the file.
+  // An enum by its name in the file; `choices` is a list of (name, value) pairs, written out or built from a table.
   template <typename Enum>
   Enum choice(std::initializer_list<std::pair<const char*, Enum>> choices) const {
+    return choice_among<Enum>(choices);
+  }
+  template <typename Enum, typename Choices>
+  Enum choice_among(const Choices& choices) const {
     std::vector<std::string> names;
     for (const auto& c : choices) names.emplace_back(c.first);
     const std::string name = one_of(names);

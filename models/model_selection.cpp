@@ -84,13 +84,8 @@ const FieldTable<ModelSelection>& model_fields() {
       if (table.has("family") && table.has("name"))
         table.fail("family", "model.family goes with model.config; a built-in configuration knows its family");
       if (table.has("family")) {
-        std::string known;
-        bool is_known = false;
-        for (const ModelFamily& f : model_families()) {
-          known += (known.empty() ? "" : ", ") + f.name;
-          is_known = is_known || f.name == c.family;
-        }
-        if (!is_known) table.fail("family", "unknown model family \"" + c.family + "\" (known: " + known + ")");
+        if (!is_model_family(c.family))
+          table.fail("family", "unknown model family \"" + c.family + "\" (known: " + model_family_names() + ")");
       }
 
       if (table.has("name") && table.has("config"))

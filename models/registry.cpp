@@ -74,12 +74,6 @@ std::deque<ModelFamily>& registered_families() {
   return families;
 }
 
-std::string family_names() {
-  std::string names;
-  for (const ModelFamily& family : model_families()) names += (names.empty() ? "" : ", ") + family.name;
-  return names;
-}
-
 std::vector<BuiltinModelConfig> make_builtin_configs() {
   std::vector<BuiltinModelConfig> configs;
   for (const detail::EmbeddedConfigFile& file : detail::embedded_model_config_files()) {
@@ -87,10 +81,8 @@ std::vector<BuiltinModelConfig> make_builtin_configs() {
     const std::string name = file_name.substr(0, file_name.size() - std::string(".toml").size());
     // The family is the file name up to the first '_': hymotion_1b → hymotion.
     const std::string family = name.substr(0, name.find('_'));
-    bool is_known = false;
-    for (const ModelFamily& f : model_families()) is_known = is_known || f.name == family;
-    ZEST_CHECK(is_known, "built-in configuration configs/models/", file_name, ": its name must start with a ",
-               "model family and '_' (known families: ", family_names(), ")");
+    ZEST_CHECK(is_model_family(family), "built-in configuration configs/models/", file_name,
+               ": its name must start with a model family and '_' (known families: ", model_family_names(), ")");
     configs.push_back({name, family, std::string(file.text)});
   }
   return configs;
@@ -107,11 +99,22 @@ const ModelFamily& register_model_family(ModelFamily family) {
   return families.back();
 }
 
+bool is_model_family(const std::string& name) {
+  const auto& families = model_families();
+  return std::any_of(families.begin(), families.end(), [&](const ModelFamily& f) { return f.name == name; });
+}
+
+std::string model_family_names() {
+  std::string names;
+  for (const ModelFamily& family : model_families()) names += (names.empty() ? "" : ", ") + family.name;
+  return names;
+}
+
 const ModelFamily& model_family(const std::string& name) {
   for (const ModelFamily& family : model_families()) {
     if (family.name == name) return family;
   }
-  ZEST_FAIL("unknown model family '", name, "' (known: ", family_names(), ")");
+  ZEST_FAIL("unknown model family '", name, "' (known: ", model_family_names(), ")");
 }
 
 OwnedFolderFormat find_folder_format(const std::string& name) {

@@ -101,6 +101,8 @@ struct ModelFamily {
 // known names). Entries never move: a `const ModelFamily*` stays valid for the process's life.
 const std::deque<ModelFamily>& model_families();
 const ModelFamily& model_family(const std::string& name);
+bool is_model_family(const std::string& name);
+std::string model_family_names();  // "hymotion, unet[, ...]": how messages list them
 
 // Adds a family after the built-ins (models/registry.cpp make_families lists those), with the same checks:
 // the required members set, the name new and well formed, its folder formats complete and not already taken;
