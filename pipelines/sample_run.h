@@ -46,8 +46,17 @@ struct SampleOptions {
   MotionTextKeys keys;
 };
 
-// Pictures or motions, by what --pretrained holds (a HY-Motion release has its config.yml); throws
-// zest::Error on a bad option or input.
+// Pictures or motions, by the family whose folder --pretrained is (pipelines/family_pipeline.h: a HY-Motion
+// release has its config.yml, any other folder is read as a Stable Diffusion pipeline); throws zest::Error on
+// a bad option or input.
 void run_sample(const SampleOptions& args);
+
+// Shared by the families' `zest sample` runs (pipelines/*_samples.cpp), each message naming the option:
+bool has_suffix(const std::string& s, const std::string& suffix);
+torch::Device sample_device(const std::string& name);  // --device auto | cpu | cuda | cuda:N
+// --dtype auto | fp32 | bf16 | fp16; auto is `gpu_auto` on a GPU (the family's usual half precision), else fp32.
+torch::Dtype sample_dtype(const std::string& name, const torch::Device& device, torch::Dtype gpu_auto);
+// --lora FILE|CHECKPOINT [--lora-scale S]: the adapters on top of the loaded network, with one line saying so.
+void add_lora(torch::nn::Module& network, const std::string& family, const SampleOptions& args);
 
 }  // namespace zest

@@ -13,7 +13,7 @@
 #include "optim/optim_config.h"
 #include "profiling/step_trace.h"
 #include "train/tensorboard_log.h"
-#include "train/validation_samples.h"
+#include "pipelines/sample_config.h"
 
 #include <cstdint>
 #include <string>
@@ -49,7 +49,7 @@ struct RunConfig {
   EmaConfig ema;
   TrainConfig train;
   CheckpointConfig checkpoint;
-  SampleConfig sample;  // [sample]: validation samples (train/validation_samples.h)
+  SampleConfig sample;  // [sample]: validation samples (pipelines/sample_config.h)
   LogConfig log;        // [log]: TensorBoard files (train/tensorboard_log.h)
   ProfileConfig profile;  // [profile]: step traces (profiling/step_trace.h)
   LossConfig loss;      // [loss]: the training objective's options (models/loss_config.h)

@@ -205,7 +205,7 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
     ASSERT_TRUE(fs::exists(run_dir / "samples" / name)) << train.describe();
     EXPECT_EQ(read_png(run_dir / "samples" / name).sizes(), (std::vector<int64_t>{16, 32, 3}));  // 2 × 2 cells of 16x8
   }
-  EXPECT_FALSE(fs::exists(run_dir / "samples" / ".unet_for_samples.safetensors"));
+  EXPECT_FALSE(fs::exists(run_dir / "samples" / ".weights_for_samples.safetensors"));
   std::ifstream metrics(run_dir / "metrics.jsonl");
   int listed = 0;
   for (std::string line; std::getline(metrics, line);) {

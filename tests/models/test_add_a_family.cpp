@@ -2,7 +2,8 @@
 // denoiser of image latents) is filled in as a family's folder would fill it, registered with one line, and
 // trained by the real path: a run file naming the family and its model file, `zest train`'s entry
 // (parse_run_config + run_training), then `zest merge`'s export to one safetensors file. Also what
-// register_model_family refuses, and the one error a family without a sampler gets for [sample].
+// register_model_family refuses, and the one error a family without a sampler gets for [sample]; and step 5,
+// a family's pipeline: [sample]'s rounds and `zest sample` drawn by a second test family's own.
 #include "common/keep_thread_count.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
@@ -13,6 +14,8 @@
 #include "models/model_export.h"
 #include "models/model_resolve.h"
 #include "models/registry.h"
+#include "pipelines/family_pipeline.h"
+#include "pipelines/sample_run.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -23,6 +26,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +133,57 @@ ModelFamily family() {
   return f;
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Step 5 (optional): the family's pipeline (pipelines/<family>_samples.cpp in the tree). Registered for a
+// second test family, "toysampled" (the same model under another name), so that "toylatent" stays a family
+// without one. Its "drawings" are text files: each tensor of the weights it draws with (name and mean) and
+// the prompt, so that a test sees which weights reached it.
+
+std::string toy_drawing(const std::string& weights_file, const std::string& prompt) {
+  const safetensors::Reader weights(weights_file);
+  std::ostringstream out;
+  for (const auto& info : weights.tensors())
+    out << info.name << " " << weights.read(info.name).mean().item<double>() << "\n";
+  out << "prompt: " << prompt << "\n";
+  return out.str();
+}
+
+class ToyValidation final : public ValidationDrawer {
+ public:
+  explicit ToyValidation(SampleConfig config) : config_(std::move(config)) {}
+
+  ValidationFiles draw(const ValidationWeights& weights, const torch::Device&, int64_t step,
+                       const std::filesystem::path& folder, nlohmann::json& listed) override {
+    ValidationFiles written;
+    for (size_t i = 0; i < config_.prompts.size(); ++i) {
+      const auto path = folder / ("step_" + std::to_string(step) + "_prompt_" + std::to_string(i) + ".txt");
+      std::ofstream(path) << toy_drawing(weights.file, config_.prompts[i]);
+      written.files.push_back(path.string());
+      written.pictures_by_prompt.push_back({});
+      listed.push_back({{"prompt", config_.prompts[i]}, {"file", "samples/" + path.filename().string()}});
+    }
+    return written;
+  }
+
+  std::string file_noun() const override { return "drawing"; }
+
+ private:
+  SampleConfig config_;
+};
+
+FamilyPipeline pipeline() {
+  FamilyPipeline p;
+  p.family = "toysampled";
+  p.owns_folder = [](const std::filesystem::path& folder) { return std::filesystem::exists(folder / "toy_pipeline.txt"); };
+  p.sample = [](const SampleOptions& args) {
+    std::ofstream(args.output) << toy_drawing(args.weights.weights_file, args.prompt);
+  };
+  p.validation = [](const SampleConfig& config, const ModelSelection&, const LossConfig&) {
+    return std::make_unique<ToyValidation>(config);
+  };
+  return p;
+}
+
 }  // namespace
 }  // namespace zest::toylatent
 
@@ -142,10 +198,10 @@ void write_file(const std::string& path, const std::string& text) { std::ofstrea
 
 // A run file as a user writes one: [model] names the family and its model file (beside the run file; the
 // data and run folders are absolute, as they are read against the working directory).
-std::string write_run_file(const TempDir& dir, const std::string& extra = "") {
-  write_file(dir.sub("toylatent_small.toml"), "channels = 4\ntext_dim = 6\n");
+std::string write_run_file(const TempDir& dir, const std::string& extra = "", const std::string& family = "toylatent") {
+  write_file(dir.sub(family + "_small.toml"), "channels = 4\ntext_dim = 6\n");
   const std::string run_file = dir.sub("run.toml");
-  write_file(run_file, "[model]\nconfig = \"toylatent_small.toml\"\nfamily = \"toylatent\"\n"
+  write_file(run_file, "[model]\nconfig = \"" + family + "_small.toml\"\nfamily = \"" + family + "\"\n"
                        "[data]\ndir = \"" + dir.sub("data") + "\"\nbatch_size = 4\nnum_workers = 1\n"
                        "[engine]\ndevice = \"cpu\"\nprecision = \"fp32\"\nstage = 2\n"
                        "[optimizer]\nlr = 0.05\n"
@@ -261,6 +317,100 @@ TEST(ModelFamilies, RegistrationRefusesIncompleteDuplicateAndMisnamedFamilies) {
   for (const ModelFamily& family : model_families())
     EXPECT_TRUE(family.name != "toyincomplete" && family.name != "toy_latent" && family.name != "toyformat")
         << family.name << " was registered although refused";
+}
+
+
+// Step 5's registration: the second family, then its pipeline (each once per process).
+const FamilyPipeline& toy_pipeline() {
+  [[maybe_unused]] static const bool registered = [] {
+    ModelFamily sampled = toylatent::family();
+    sampled.name = "toysampled";
+    register_model_family(std::move(sampled));
+    register_family_pipeline(toylatent::pipeline());
+    return true;
+  }();
+  return *find_family_pipeline("toysampled");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(ModelFamilies, HowToAddAFamilyPipeline) {
+  EXPECT_EQ(toy_pipeline().family, "toysampled");
+  const KeepThreadCount threads;
+  TempDir dir("family_pipeline");
+  const RunConfig config = parse_run_config(write_run_file(
+      dir, "[sample]\nevery_steps = 3\nprompts = [\"a red fox\", \"a blue bird\"]\n", "toysampled"));
+  synthesize_data(config);
+  run_training(config, TrainOptions{});
+
+  // [sample]: rounds at steps 3 and 6, each prompt drawn with the gathered weights (the model's own names,
+  // trained between the rounds), listed in metrics.jsonl; the gathered file removed.
+  const std::string samples = dir.sub("run") + "/samples/";
+  const std::string early = read_text(samples + "step_3_prompt_1.txt"), late = read_text(samples + "step_6_prompt_1.txt");
+  for (const char* name : {"cond.weight ", "cond.bias ", "mix.weight ", "mix.bias ", "prompt: a blue bird"})
+    EXPECT_NE(early.find(name), std::string::npos) << name << " not in\n" << early;
+  EXPECT_NE(early, late) << "the weights did not change between the rounds";
+  EXPECT_NE(read_text(samples + "step_6_prompt_0.txt").find("prompt: a red fox"), std::string::npos);
+  EXPECT_FALSE(fs::exists(samples + ".weights_for_samples.safetensors"));
+  std::vector<int64_t> rounds;
+  std::ifstream metrics(dir.sub("run") + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (!record.contains("validation_samples")) continue;
+    rounds.push_back(record.at("step").get<int64_t>());
+    EXPECT_EQ(record.at("validation_samples").size(), 2u) << line;
+  }
+  EXPECT_EQ(rounds, (std::vector<int64_t>{3, 6}));
+
+  // `zest sample`: a folder the pipeline owns goes to its sample, with the weights given.
+  const std::string merged = dir.sub("model.safetensors");
+  export_checkpoint(dir.sub("run") + "/checkpoints", merged, {}, "safetensors");
+  fs::create_directories(dir.sub("toy_folder"));
+  write_file(dir.sub("toy_folder/toy_pipeline.txt"), "");
+  EXPECT_EQ(&family_pipeline_for_folder(dir.sub("toy_folder")), &toy_pipeline());
+  SampleOptions args;
+  args.pretrained = dir.sub("toy_folder");
+  args.weights.weights_file = merged;
+  args.prompt = "a green frog";
+  args.output = dir.sub("frog.txt");
+  run_sample(args);
+  EXPECT_NE(read_text(args.output).find("prompt: a green frog"), std::string::npos);
+  EXPECT_EQ(family_pipeline_for_folder(dir.sub("data")).family, "unet") << "the folders no family claims are Stable "
+                                                                          "Diffusion's";
+}
+
+std::string pipeline_error(FamilyPipeline pipeline) {
+  try {
+    register_family_pipeline(std::move(pipeline));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(registered)";
+}
+
+TEST(ModelFamilies, PipelineRegistrationRefusesUnknownDuplicateAndIncompletePipelines) {
+  toy_pipeline();
+  toy_family();
+  FamilyPipeline unknown = toylatent::pipeline();
+  unknown.family = "nosuchfamily";
+  EXPECT_NE(pipeline_error(unknown).find("family pipeline 'nosuchfamily': no model family of that name"),
+            std::string::npos) << pipeline_error(unknown);
+  EXPECT_NE(pipeline_error(toylatent::pipeline()).find("family pipeline 'toysampled': the family has one already"),
+            std::string::npos);
+  FamilyPipeline unclaimed = toylatent::pipeline();
+  unclaimed.family = "toylatent";
+  unclaimed.owns_folder = nullptr;
+  EXPECT_NE(pipeline_error(unclaimed).find("owns_folder is empty, as unet's is"), std::string::npos)
+      << pipeline_error(unclaimed);
+  FamilyPipeline incomplete = toylatent::pipeline();
+  incomplete.family = "toylatent";
+  incomplete.validation = nullptr;
+  EXPECT_NE(pipeline_error(incomplete).find("family pipeline 'toylatent': validation is not set"), std::string::npos)
+      << pipeline_error(incomplete);
+  EXPECT_EQ(find_family_pipeline("toylatent"), nullptr) << "a refused pipeline was registered";
 }
 
 }  // namespace
