@@ -78,11 +78,9 @@ int64_t parse_params(const std::string& text) {
 }
 
 // "360 frames, 128 text tokens" or "64x64 latents, 77 text tokens"; a 0 (the family's default) is "default".
-std::string describe_shapes(const ActivationShapes& shapes, bool motion) {
-  const auto number = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("default"); };
-  const std::string tokens = number(shapes.text_tokens) + " text tokens";
-  if (motion) return number(shapes.length) + " frames, " + tokens;
-  return number(shapes.length) + "x" + number(shapes.width > 0 ? shapes.width : shapes.length) + " latents, " + tokens;
+std::string describe_shapes(const ActivationShapes& shapes, DatasetFormat format) {
+  const std::string tokens = shapes.text_tokens > 0 ? std::to_string(shapes.text_tokens) : std::string("default");
+  return dataset_format_spec(format).describe_size(shapes.length, shapes.width) + ", " + tokens + " text tokens";
 }
 
 // The activations of the run file's micro-batch, for the data's shapes (its dataset's first sample, or
@@ -109,7 +107,7 @@ void print_activations(const RunConfig& run, const ResolvedModel& model, const M
   if (plan.profile.units.empty()) return;
   std::printf("activations per rank and micro-batch (data.batch_size = %d, %s, %s, %s attention), from %s:\n",
               run.data.batch_size, to_string(run.engine.precision),
-              describe_shapes(shapes, model_features(model).format == DatasetFormat::motion).c_str(),
+              describe_shapes(shapes, model_features(model).format).c_str(),
               shapes.attention_keeps_probabilities ? "math-path" : "fused GPU", shapes_from.c_str());
   const auto line = [&](CheckpointPolicy policy) {
     MemoryModelInputs in = state;

@@ -1,11 +1,9 @@
-// Dataset base: shard files opened and indexed, tensor checks against dataset.json, the format
-// dispatch of open_dataset, and collation of samples into batches.
+// Dataset base: shard files opened and indexed, tensor checks against dataset.json, open_dataset (the
+// format's class from its row of dataset_format_specs()), and collation of samples into batches.
 #include "data/dataset.h"
 
 #include "checkpoint/checksum.h"
-#include "data/latent_dataset.h"
 #include "data/model_features.h"
-#include "data/motion_dataset.h"
 #include "core/check.h"
 
 #include <algorithm>
@@ -109,12 +107,8 @@ std::shared_ptr<const Dataset> open_dataset(const std::string& dir, const Datase
                                             const ExpectedFeatures* expected) {
   DatasetManifest manifest = read_manifest(dir);
   if (expected != nullptr) check_features(dir, manifest, *expected);
-  if (manifest.format == DatasetFormat::motion) {
-    ZEST_CHECK(options.caption_dropout == 0.0, dir, ": data.caption_dropout is for latent datasets (",
-               format_name(DatasetFormat::latents), "); this one is ", format_name(manifest.format));
-    return std::make_shared<MotionDataset>(dir, std::move(manifest), options);
-  }
-  return std::make_shared<LatentDataset>(dir, std::move(manifest), options.caption_dropout);
+  const DatasetFormatSpec& spec = dataset_format_spec(manifest.format);
+  return spec.open(dir, std::move(manifest), options);
 }
 
 Sample collate(const std::vector<Sample>& samples, bool pinned) {

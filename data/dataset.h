@@ -52,6 +52,8 @@ class Dataset {
   virtual Sample get(int64_t index, uint64_t seed) const = 0;
   // Computed from the shapes, without reading a sample: memory checks happen before any allocation.
   virtual SampleBytes sample_bytes() const = 0;
+  // What throughput counts in a batch of this dataset (DatasetFormatSpec::items_name), read on the host.
+  virtual int64_t items_in(const Sample& batch) const = 0;
   // "DIR/FILE (sample k of the shard)", for messages.
   std::string where(int64_t index) const;
   // 16 hex digits that tell this dataset from another of the same size: xxh64 of the listing (format,

@@ -70,33 +70,6 @@ std::vector<ShardEntry> parse_shards(const std::string& dir, const JsonField& do
 
 }  // namespace
 
-const std::vector<DatasetFormatSpec>& dataset_format_specs() {
-  static const std::vector<DatasetFormatSpec> specs = {
-      {DatasetFormat::motion, "motion", "zest.motion.v1", {"motion_dim", "text_tokens", "text_dim", "pooled_dim"},
-       {"pooled_dim"}, "frames"},
-      {DatasetFormat::latents, "latents", "zest.latents.v1",
-       {"channels", "height", "width", "text_tokens", "text_dim", "pooled_dim", "time_ids"},
-       {"pooled_dim", "time_ids"}, "latent px"},
-  };
-  return specs;
-}
-
-const DatasetFormatSpec& dataset_format_spec(DatasetFormat format) {
-  for (const DatasetFormatSpec& spec : dataset_format_specs())
-    if (spec.format == format) return spec;
-  ZEST_FAIL("dataset format ", static_cast<int>(format), " has no row in dataset_format_specs()");
-}
-
-DatasetFormat dataset_format_of_kind(const std::string& kind, const std::string& model) {
-  std::string kinds;
-  for (const DatasetFormatSpec& spec : dataset_format_specs()) {
-    if (spec.kind == kind) return spec.format;
-    kinds += (kinds.empty() ? "\"" : ", \"") + spec.kind + "\"";
-  }
-  ZEST_FAIL(model, " trains on an unknown dataset format '", kind, "' (known: ", kinds, ")");
-}
-
-const char* format_name(DatasetFormat format) { return dataset_format_spec(format).file_name.c_str(); }
 
 int64_t DatasetManifest::total_samples() const {
   int64_t total = 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,14 @@ namespace zest {
 
 enum class DatasetFormat { motion, latents };
 
-// What tells the dataset formats apart, one row each: their names, the widths dataset.json must give, the
-// unit of their throughput. What a format's data is (shards, samples, batches) is its dataset class's
-// (data/motion_dataset.h, data/latent_dataset.h; data/dataset.cpp opens one) and `zest data synth`'s.
+class Dataset;          // data/dataset.h
+struct DatasetManifest;  // below
+struct DatasetOptions;  // data/dataset.h
+
+// Everything a dataset format does differently, one row each (data/dataset_formats.cpp): its names, the
+// widths dataset.json must give, the unit of its throughput, its dataset class and how its sizes read. What
+// a sample and a batch hold is the dataset class's (data/motion_dataset.h, data/latent_dataset.h);
+// `zest data synth`'s generator of each format is data/synth.cpp's.
 struct DatasetFormatSpec {
   DatasetFormat format;
   std::string kind;                             // ModelFamily::dataset_features' name: "motion", "latents"
@@ -22,6 +28,10 @@ struct DatasetFormatSpec {
   std::vector<std::string> required_features;   // widths dataset.json must give
   std::vector<std::string> may_be_zero;         // of those, the ones of an optional tensor (0 = absent)
   std::string items_name;                       // what throughput counts: "frames", "latent px"
+  // The format's dataset class on a validated listing (open_dataset in data/dataset.h calls it).
+  std::shared_ptr<const Dataset> (*open)(std::string dir, DatasetManifest manifest, const DatasetOptions& options);
+  // A sample's size in words, "360 frames" or "64x64 latents" (0 = the family's default: "default").
+  std::string (*describe_size)(int64_t length, int64_t width);
 };
 const std::vector<DatasetFormatSpec>& dataset_format_specs();
 const DatasetFormatSpec& dataset_format_spec(DatasetFormat format);

@@ -9,8 +9,8 @@
 
 namespace zest {
 
-LatentDataset::LatentDataset(std::string dir, DatasetManifest manifest, double caption_dropout)
-    : Dataset(std::move(dir), std::move(manifest)), caption_dropout_(caption_dropout) {
+LatentDataset::LatentDataset(std::string dir, DatasetManifest manifest, const DatasetOptions& options)
+    : Dataset(std::move(dir), std::move(manifest)), caption_dropout_(options.caption_dropout) {
   const DatasetManifest& m = this->manifest();
   channels_ = m.feature("channels");
   height_ = m.feature("height");
@@ -77,6 +77,11 @@ Sample LatentDataset::get(int64_t index, uint64_t seed) const {
   if (pooled_dim_ > 0) s["text_embeds"] = dropped ? empty_pooled_.clone() : row("pooled", {pooled_dim_});
   if (time_ids_) s["time_ids"] = row("time_ids", {6});
   return s;
+}
+
+int64_t LatentDataset::items_in(const Sample& batch) const {
+  const torch::Tensor& latents = batch.at("sample");  // [batch, channels, height, width]
+  return latents.size(0) * latents.size(2) * latents.size(3);
 }
 
 SampleBytes LatentDataset::sample_bytes() const {

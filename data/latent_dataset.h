@@ -11,10 +11,11 @@ namespace zest {
 // [text_tokens, text_dim] float32, and when the dataset has them text_embeds [pooled_dim] and time_ids [6].
 class LatentDataset final : public Dataset {
  public:
-  LatentDataset(std::string dir, DatasetManifest manifest, double caption_dropout = 0.0);
+  LatentDataset(std::string dir, DatasetManifest manifest, const DatasetOptions& options);
 
   Sample get(int64_t index, uint64_t seed) const override;
   SampleBytes sample_bytes() const override;
+  int64_t items_in(const Sample& batch) const override;  // latent pixels
   std::vector<int64_t> sample_groups() const override;
 
   // Whether the sample with this seed trains on the empty caption (probability caption_dropout).

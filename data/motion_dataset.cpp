@@ -12,6 +12,8 @@ namespace zest {
 
 MotionDataset::MotionDataset(std::string dir, DatasetManifest manifest, const DatasetOptions& options)
     : Dataset(std::move(dir), std::move(manifest)) {
+  ZEST_CHECK(options.caption_dropout == 0.0, this->dir(), ": data.caption_dropout is for latent datasets (",
+             format_name(DatasetFormat::latents), "); this one is ", format_name(this->manifest().format));
   const DatasetManifest& m = this->manifest();
   motion_dim_ = m.feature("motion_dim");
   text_tokens_ = m.feature("text_tokens");
@@ -82,6 +84,10 @@ Sample MotionDataset::get(int64_t index, uint64_t seed) const {
   s["vtxt_input"] = r.read_flat_range("text_pooled", k * pooled_dim_, pooled_dim_).view({1, pooled_dim_})
                         .to(torch::kFloat32);
   return s;
+}
+
+int64_t MotionDataset::items_in(const Sample& batch) const {
+  return batch.at("x_mask_temporal").sum().item<int64_t>();  // padded frames do not count
 }
 
 SampleBytes MotionDataset::sample_bytes() const {

@@ -20,6 +20,7 @@ class MotionDataset final : public Dataset {
 
   Sample get(int64_t index, uint64_t seed) const override;
   SampleBytes sample_bytes() const override;
+  int64_t items_in(const Sample& batch) const override;  // valid frames only
 
   int64_t seq_len() const { return seq_len_; }
   int64_t clip_frames(int64_t index) const;  // frames of the stored clip

@@ -113,10 +113,12 @@ Widths resolve_widths(const ExpectedFeatures& model, const SynthOptions& o) {
     ZEST_CHECK(value > 0, "zest data synth: ", name, " = ", value, " must be > 0");
     w.all[name] = value;
   }
-  if (model.format == DatasetFormat::motion)
-    ZEST_CHECK(w["min_frames"] <= w["max_frames"], "zest data synth: min_frames ", w["min_frames"],
-               " > max_frames ", w["max_frames"]);
   return w;
+}
+
+void check_frame_range(const Widths& w) {
+  ZEST_CHECK(w["min_frames"] <= w["max_frames"], "zest data synth: min_frames ", w["min_frames"],
+             " > max_frames ", w["max_frames"]);
 }
 
 torch::Dtype text_dtype(const Widths& w) { return w["text_dim"] >= 1024 ? torch::kBFloat16 : torch::kFloat32; }
@@ -166,10 +168,38 @@ safetensors::NamedTensors latent_shard(const World& world, const Widths& w, uint
   return shard;
 }
 
-int64_t bytes_per_sample(const ExpectedFeatures& model, const Widths& w) {
+int64_t motion_bytes(const Widths& w) { return w["max_frames"] * w["motion_dim"] * 4; }
+int64_t latent_bytes(const Widths& w) { return w["channels"] * w["height"] * w["width"] * 4; }
+
+void write_stats(const fs::path& file, const std::string& staging, const DatasetManifest& m) {
+  write_motion_stats(file.string(), compute_motion_stats(staging, m));
+}
+
+// What `zest data synth` writes for each dataset format (the formats: data/dataset_formats.cpp), one row each.
+struct SynthFormat {
+  DatasetFormat format;
+  const char* channels;                        // the width of the target's channels
+  void (*check_widths)(const Widths&);         // beyond each being positive; nullptr = none
+  int64_t (*target_bytes)(const Widths&);      // one sample's target at its largest (shard sizing)
+  safetensors::NamedTensors (*shard)(const World&, const Widths&, uint64_t seed, int64_t first, int64_t n);
+  const char* stats_file;                      // the normalisation statistics written beside the shards, or ""
+  void (*stats)(const fs::path& file, const std::string& staging, const DatasetManifest& m);
+};
+
+const SynthFormat& synth_format(DatasetFormat format) {
+  static const SynthFormat formats[] = {
+      {DatasetFormat::motion, "motion_dim", check_frame_range, motion_bytes, motion_shard, "stats.safetensors",
+       write_stats},
+      {DatasetFormat::latents, "channels", nullptr, latent_bytes, latent_shard, "", nullptr},
+  };
+  for (const SynthFormat& f : formats)
+    if (f.format == format) return f;
+  ZEST_FAIL("zest data synth has no generator for ", format_name(format));
+}
+
+int64_t bytes_per_sample(const SynthFormat& format, const Widths& w) {
   const int64_t text = w["text_tokens"] * w["text_dim"] * (text_dtype(w) == torch::kBFloat16 ? 2 : 4);
-  if (model.format == DatasetFormat::motion) return text + w["max_frames"] * w["motion_dim"] * 4;
-  return text + w["channels"] * w["height"] * w["width"] * 4;
+  return text + format.target_bytes(w);
 }
 
 // Largest dataset `zest data synth` writes (and widths it accepts): far above any test or demo.
@@ -247,20 +277,23 @@ void commit(const std::string& dir, const Staging& staging, const std::vector<st
 DatasetManifest synthesize_dataset(const std::string& dir, const ExpectedFeatures& model, const SynthOptions& o) {
   ZEST_CHECK(o.samples >= 1 && o.samples <= kMaxSamples, "zest data synth: --samples ", o.samples,
              " must be in [1, ", kMaxSamples, "]");
+  const SynthFormat& format = synth_format(model.format);
   const Widths w = resolve_widths(model, o);
+  if (format.check_widths != nullptr) format.check_widths(w);
   for (const auto& [name, value] : w.all)
     ZEST_CHECK(value <= kMaxWidth, "zest data synth: ", name, " = ", value, " is more than the ", kMaxWidth,
                " accepted");
   fs::create_directories(dir);
   const std::vector<fs::path> previous = previous_files(dir, o.overwrite);
-  const bool motion = model.format == DatasetFormat::motion;
-  const int64_t channels = motion ? w["motion_dim"] : w["channels"];
+  const int64_t channels = w[format.channels];
   const int64_t per_shard = o.samples_per_shard > 0
                                 ? o.samples_per_shard
-                                : std::clamp<int64_t>((128 << 20) / bytes_per_sample(model, w), 1, 4096);
+                                : std::clamp<int64_t>((128 << 20) / bytes_per_sample(format, w), 1, 4096);
   std::vector<std::string> names;
   for (int64_t first = 0, shard = 0; first < o.samples; first += per_shard, ++shard) names.push_back(shard_name(shard));
-  if (motion) names.push_back("stats.safetensors");
+  const int64_t shards = static_cast<int64_t>(names.size());
+  const bool stats = *format.stats_file != '\0';
+  if (stats) names.push_back(format.stats_file);
   check_targets_free(dir, names, previous);
 
   const World world = make_world(o.seed, w["text_dim"], w["pooled_dim"], channels);
@@ -273,17 +306,16 @@ DatasetManifest synthesize_dataset(const std::string& dir, const ExpectedFeature
                                : str("zest data synth for ", model.model, ", ", o.samples, " samples, seed ", o.seed);
   const Staging staging(dir);
   for (int64_t first = 0, shard = 0; first < o.samples; first += per_shard, ++shard) {
-    throw_if_interrupted(str("writing ", dir, " (shard ", shard + 1, " of ", names.size() - (motion ? 1 : 0), ")"));
+    throw_if_interrupted(str("writing ", dir, " (shard ", shard + 1, " of ", shards, ")"));
     const int64_t n = std::min(per_shard, o.samples - first);
     const std::string name = shard_name(shard);
-    const safetensors::NamedTensors tensors =
-        motion ? motion_shard(world, w, o.seed, first, n) : latent_shard(world, w, o.seed, first, n);
+    const safetensors::NamedTensors tensors = format.shard(world, w, o.seed, first, n);
     safetensors::save_file((staging.path() / name).string(), tensors, {{"format", format_name(m.format)}});
     m.shards.push_back({name, n});
   }
-  if (motion) {
-    m.stats_file = "stats.safetensors";
-    write_motion_stats((staging.path() / m.stats_file).string(), compute_motion_stats(staging.path().string(), m));
+  if (stats) {
+    m.stats_file = format.stats_file;
+    format.stats(staging.path() / m.stats_file, staging.path().string(), m);
   }
   throw_if_interrupted(str("writing ", dir));
   commit(dir, staging, names, previous, m);

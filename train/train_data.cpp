@@ -52,7 +52,6 @@ struct TrainData::Impl {
   std::shared_ptr<const Dataset> dataset;
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<DevicePrefetcher> prefetch;  // draws from `loader`
-  bool is_motion = true;
   std::string items_name;   // the format's throughput unit (DatasetFormatSpec::items_name)
   std::string fingerprint;  // Dataset::fingerprint(), saved with the data position
 };
@@ -69,7 +68,6 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   dataset_options.seq_len = config.data.seq_len;
   dataset_options.caption_dropout = config.data.caption_dropout;
   impl_->dataset = open_dataset(dir, dataset_options, &expected);
-  impl_->is_motion = expected.format == DatasetFormat::motion;
   impl_->items_name = dataset_format_spec(expected.format).items_name;
   impl_->fingerprint = impl_->dataset->fingerprint();
   MemoryBudget budget = available_memory();
@@ -150,9 +148,7 @@ void TrainData::load_state(const JsonField& state, int saved_world_size) {
 std::string TrainData::items_name() const { return impl_->items_name; }
 
 int64_t TrainData::items_in(const TensorMap& batch) const {
-  if (impl_->is_motion) return batch.at("x_mask_temporal").sum().item<int64_t>();  // valid frames only
-  const auto& sample = batch.at("sample");
-  return sample.size(0) * sample.size(2) * sample.size(3);
+  return impl_->dataset->items_in(batch);
 }
 
 }  // namespace zest

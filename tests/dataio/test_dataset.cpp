@@ -205,7 +205,34 @@ TEST(Synth, SameSeedSameDataOtherSeedOtherData) {
                {a.path(), "--overwrite"});
 }
 
-// What tells the formats apart is one table (data/dataset_manifest.h): each row's names lead back to it, and
+// Throughput counts what each format's class says (Dataset::items_in): a motion batch's valid frames, not its
+// padding; a latent batch's pixels. And caption dropout belongs to latent datasets: asked of a motion one, it
+// is one error naming the folder.
+TEST(DatasetFormats, ItemsAreValidFramesAndLatentPixels) {
+  ScratchDir motion_dir("items-motion");
+  synth_small(motion_dir.path(), "hymotion_tiny", 6);
+  const auto motion = open_dataset(motion_dir.path(), {.seq_len = 64});  // longer than every clip: all padded
+  const auto& clips = dynamic_cast<const MotionDataset&>(*motion);
+  std::vector<Sample> samples;
+  int64_t frames = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    samples.push_back(motion->get(i, 0));
+    frames += clips.clip_frames(i);
+  }
+  ASSERT_LT(frames, 3 * 64);
+  EXPECT_EQ(motion->items_in(collate(samples, false)), frames);
+  expect_error([&] { open_dataset(motion_dir.path(), {.seq_len = 64, .caption_dropout = 0.1}); },
+               {motion_dir.path(), "data.caption_dropout is for latent datasets"});
+
+  ScratchDir latent_dir("items-latents");
+  synth_small(latent_dir.path(), "unet_tiny", 4);
+  const auto latents = open_dataset(latent_dir.path());
+  const Sample batch = collate({latents->get(0, 0), latents->get(1, 0)}, false);
+  const auto& sample = batch.at("sample");
+  EXPECT_EQ(latents->items_in(batch), 2 * sample.size(2) * sample.size(3));
+}
+
+// What tells the formats apart is one table (data/dataset_formats.cpp): each row's names lead back to it, and
 // a family's unknown dataset kind is one error listing the kinds.
 TEST(DatasetFormats, OneRowPerFormat) {
   for (const DatasetFormatSpec& spec : dataset_format_specs()) {
