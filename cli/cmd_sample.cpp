@@ -37,7 +37,8 @@ void add_sample_command(CLI::App& app) {
                   "LoRA adapters on top: a LoRA file (pytorch_lora_weights.safetensors, peft/diffusers names), a "
                   "folder holding one, or a LoRA run's checkpoint");
   cmd->add_option("--lora-scale", args->lora_scale, "the adapters' output times this (diffusers' lora_scale)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->lora_scale_given = true; });
   cmd->add_option("--prompt", args->prompt, "what to draw (Stable Diffusion), or the motion to make (HY-Motion: encoded "
                                             "by Qwen3-8B and CLIP-L as the release does)");
   cmd->add_option("--text-encoders", args->text_encoders, "HY-Motion --prompt: the folder holding Qwen3-8B/ and "

@@ -42,7 +42,7 @@ void add_lora(torch::nn::Module& network, const std::string& family, const Sampl
 
 void run_sample(const SampleOptions& args) {
   ZEST_CHECK(!args.weights.ema || !args.weights.checkpoint.empty(), "--ema needs --checkpoint");
-  ZEST_CHECK(args.lora_scale == 1.0 || !args.lora.empty(), "--lora-scale needs --lora");
+  ZEST_CHECK((args.lora_scale == 1.0 && !args.lora_scale_given) || !args.lora.empty(), "--lora-scale needs --lora");
   family_pipeline_for_folder(args.pretrained).sample(args);
 }
 

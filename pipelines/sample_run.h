@@ -28,6 +28,7 @@ struct SampleOptions {
   std::string output;
   std::string lora;         // --lora: adapters on top of the weights (models/lora_file.h)
   double lora_scale = 1.0;  // --lora-scale
+  bool lora_scale_given = false;  // --lora-scale on the command line, even as its default 1: it needs --lora
   // Stable Diffusion
   std::string prompt;
   std::string negative_prompt;

@@ -4,7 +4,9 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -71,6 +73,59 @@ TEST(EstimateCli, EmaAddsWhatTheMasterTakes) {
   EXPECT_EQ(check_status, 0) << checked;
   EXPECT_NE(checked.find("[ema]"), std::string::npos) << checked;
   EXPECT_NE(checked.find("decay = 0.995"), std::string::npos) << checked;
+}
+
+// The row of `stage` in the printed table: params, grads, master, optimizer, ema, total GB and total GiB.
+std::vector<double> stage_row(const std::string& out, int stage) {
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string first;
+    if (!(fields >> first) || first != std::to_string(stage)) continue;
+    std::vector<double> row(7);
+    for (double& value : row) fields >> value;
+    if (fields) return row;
+  }
+  ADD_FAILURE() << "no row for stage " << stage << " in:\n" << out;
+  return std::vector<double>(7, -1.0);
+}
+
+// A run file with [lora]: the adapters are what trains (their gradients, master and Adam state, sharded by the
+// stage), the base is frozen (its bf16 copy whole on every rank, at every stage). SD1.5's UNet, rank 4 on the
+// attention projections (diffusers' defaults), 4 ranks, bf16, fp32 gradient shards: P = 797,184 adapter parameters
+// (r·(in + out) per projection over the 16 transformer blocks: the size of diffusers' SD1.5 LoRA files) and
+// 859,520,964 frozen ones, 1.719 GB in bf16.
+TEST(EstimateCli, LoraCountsTheAdaptersAsTrainedAndTheBaseAsFrozen) {
+  const std::string plain = ::testing::TempDir() + "/sd15_run.toml", lora = ::testing::TempDir() + "/sd15_lora.toml";
+  std::ofstream(plain) << "[model]\nname = \"unet_sd15\"\n[data]\ndir = \"d\"\n";
+  std::ofstream(lora) << "[model]\nname = \"unet_sd15\"\n[data]\ndir = \"d\"\n[lora]\nrank = 4\n";
+  const auto [plain_status, without] = run("--config " + plain + " --world 4");
+  ASSERT_EQ(plain_status, 0) << without;
+  const auto [lora_status, with] = run("--config " + lora + " --world 4");
+  ASSERT_EQ(lora_status, 0) << with;
+  EXPECT_NE(without.find("859,520,964 parameters"), std::string::npos) << without;
+  EXPECT_EQ(without.find("frozen base"), std::string::npos) << without;
+  EXPECT_NE(with.find("797,184 parameters"), std::string::npos) << with;
+  EXPECT_NE(with.find("LoRA adapters"), std::string::npos) << with;
+  EXPECT_NE(with.find("frozen base: 859,520,964 parameters, 1.719 GB in bf16"), std::string::npos) << with;
+
+  enum Column { kParams, kGrads, kMaster, kOptimizer, kEma, kTotal };
+  // Without [lora], the whole UNet trains: 18P at stage 0 (2P bf16 parameters, 4P fp32 gradients, 4P master,
+  // 8P Adam) = 15.471 GB; 16P/N at stage 3 = 3.438 GB.
+  EXPECT_NEAR(stage_row(without, 0)[kMaster], 3.438, 1e-3) << without;
+  EXPECT_NEAR(stage_row(without, 0)[kTotal], 15.471, 1e-3) << without;
+  EXPECT_NEAR(stage_row(without, 3)[kTotal], 3.438, 1e-3) << without;
+  // With it, the same formula of the adapters' P plus the frozen base: stage 0 1.719 + 18P = 1.733 GB; stage 3
+  // 1.719 + 16P/N = 1.722 GB (frozen parameters stay outside the flat buffers: not sharded, even at stage 3).
+  EXPECT_NEAR(stage_row(with, 0)[kMaster], 0.003, 1e-3) << with;
+  EXPECT_NEAR(stage_row(with, 0)[kOptimizer], 0.006, 1e-3) << with;
+  EXPECT_NEAR(stage_row(with, 0)[kTotal], 1.733, 1e-3) << with;
+  EXPECT_NEAR(stage_row(with, 3)[kTotal], 1.722, 1e-3) << with;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::vector<double> row = stage_row(with, stage);
+    EXPECT_LT(row[kParams], 0.002 + 1e-9) << "stage " << stage << ": the frozen base is not in the params column";
+    EXPECT_GE(row[kTotal], 1.719) << "stage " << stage << ": the frozen base is in every stage's total";
+  }
 }
 
 }  // namespace

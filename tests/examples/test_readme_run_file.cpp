@@ -1,7 +1,7 @@
 // The README's own example run file ("## A run file"), extracted from README.md when the test runs and
 // trained verbatim on 2 ranks over data from `zest data synth`: what a new user copies must work.
-#include "common/read_text.h"
 #include "common/temp_dir.h"
+#include "readme_blocks.h"
 #include "train/run_config.h"
 #include "zest_run.h"
 
@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 namespace zest::testing {
@@ -17,26 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string readme_read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The body of the first ```toml block after the line `heading`, or "" when there is none before the
-// next "## " heading.
 std::string toml_block_under(const std::string& markdown, const std::string& heading) {
-  const size_t at = markdown.find("\n" + heading + "\n");
-  if (at == std::string::npos) return "";
-  const size_t section_end = markdown.find("\n## ", at + heading.size() + 1);
-  const std::string fence = "\n```toml\n";
-  const size_t open = markdown.find(fence, at);
-  if (open == std::string::npos || open > section_end) return "";
-  const size_t body = open + fence.size();
-  const size_t close = markdown.find("\n```", body);
-  if (close == std::string::npos) return "";
-  return markdown.substr(body, close - body + 1);
+  return fenced_block_under(markdown, heading, "toml");
 }
 
 TEST(ReadmeRunFile, ExtractsTheBlockUnderItsHeading) {
@@ -47,7 +28,7 @@ TEST(ReadmeRunFile, ExtractsTheBlockUnderItsHeading) {
 }
 
 TEST(ReadmeRunFile, TrainsVerbatimOnTwoRanks) {
-  const std::string toml = toml_block_under(readme_read_text(fs::path(ZEST_SOURCE_DIR) / "README.md"), "## A run file");
+  const std::string toml = toml_block_under(readme_markdown(), "## A run file");
   ASSERT_FALSE(toml.empty()) << "README.md has no ```toml block under \"## A run file\"";
   const TempDir work("readme");
   const fs::path dir = work.path();

@@ -67,7 +67,10 @@ inline Named write_diffusers_folder(const std::string& dir, torch::Dtype dtype, 
 // under "motion_transformer." + the six pipeline tensors}, config.yml in PyYAML's block style with the
 // pipeline section, comments and an argument the network ignores. Returns {network values, pipeline}.
 // motion_dim: the features per frame (hymotion_tiny's 12, or the released 201 for skeleton animations).
-inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, int64_t seed = 13, int64_t motion_dim = 12) {
+// trained: the tensors HY-Motion initialises to zero (modulations, the final layer) get small seeded values,
+// as a trained release has them (behind a zero final layer LoRA's adapters would get no gradient).
+inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, int64_t seed = 13, int64_t motion_dim = 12,
+                                                      bool trained = false) {
   std::filesystem::create_directories(dir);
   torch::manual_seed(seed);
   ResolvedModel resolved = builtin("hymotion_tiny");
@@ -77,6 +80,11 @@ inline std::pair<Named, Named> write_hymotion_release(const std::string& dir, in
       resolved.toml_text.replace(at, key.size() + 4, "\n" + key + std::to_string(motion_dim) + "\n");
   }
   auto model = build_model(resolved);
+  if (trained) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters())
+      if (p.numel() > 1 && p.abs().max().item<double>() == 0.0) p.normal_(0.0, 0.1);
+  }
   const nlohmann::ordered_json args = toml_to_json(resolved.toml_text, "hymotion_tiny");
   Named network = named_tensors(*model), pipeline;
   pipeline["null_vtxt_feat"] = torch::randn({1, 1, args["vtxt_input_dim"].get<int64_t>()});

@@ -1,22 +1,30 @@
-// HY-Motion from words, end to end on the CPU with tiny models: captioned clips → `zest data prepare motions`
-// (HY-Motion's text features made by its own encoders, bad clips skipped with their reason, all or nothing,
-// resumable) → `zest train` from the release → `zest sample --prompt` → motion .npy and skeleton GIF; and the
-// text-encoder folders found from the release's layout, or one clear message.
+// HY-Motion from words, end to end on the CPU with tiny models: captioned clips (name.txt or metadata.jsonl
+// captions) → `zest data prepare motions` (HY-Motion's text features made by its own encoders, bad clips skipped
+// with their reason, all or nothing, continued after a kill or SIGINT) → `zest train` from the release →
+// `zest sample --prompt` → motion .npy and skeleton GIF; and the text-encoder folders found from the release's
+// layout, or one clear message.
 #include "tiny_text_encoders.h"
 
 #include "cli/cli_test_util.h"
+#include "common/first_write_hook.h"
 #include "tests/finetune/finetune_test_util.h"
 #include "tensorboard/event_file_reader.h"
 
+#include "comm/self_communicator.h"
+#include "core/interrupt.h"
 #include "data/dataset.h"
+#include "data/image_prepare.h"
+#include "data/motion_prepare.h"
 #include "formats/npy.h"
 #include "models/hy_text/hy_text_encoder.h"
 #include "pipelines/motion_gif.h"
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 namespace zest::hytext::test {
 namespace {
@@ -187,6 +195,122 @@ TEST(MotionFromWords, TwoRanksEncodeTheirShareAndGiveTheSameDataset) {
   EXPECT_NE(r.out.find("[rank 1]: piece 2/5"), std::string::npos) << r.out;  // rank 1 took pieces 2 and 4
   for (const char* name : {"shard-00000.safetensors", "stats.safetensors", "skipped.txt"})
     EXPECT_EQ(file_bytes(w / "one" / name), file_bytes(w / "two" / name)) << name;
+}
+
+PrepareMotionsOptions in_process_options(const fs::path& w, const fs::path& out) {
+  PrepareMotionsOptions o;
+  o.pretrained = (w / "release").string();
+  o.text_encoders = (w / "enc").string();
+  o.motions = (w / "clips").string();
+  o.out = out.string();
+  o.text_tokens = 8;
+  o.max_frames = 30;
+  o.batch_size = 3;
+  o.piece_clips = 2;  // 9 captioned clips (write_clips): 5 pieces
+  o.device = "cpu";
+  return o;
+}
+
+void expect_same_files(const fs::path& a, const fs::path& b) {
+  for (const char* name : {"shard-00000.safetensors", "stats.safetensors", "skipped.txt", "dataset.json"}) {
+    ASSERT_TRUE(fs::exists(a / name)) << a / name;
+    EXPECT_EQ(file_bytes(a / name), file_bytes(b / name)) << name;
+  }
+}
+
+// The image prepare's PrepareImages.ResumesAfterAKillAndAfterSigint for motion clips: a prepare killed after
+// its first piece, then interrupted by SIGINT after its second, continues from its finished pieces and gives
+// the dataset of an uninterrupted prepare, byte for byte.
+TEST(MotionFromWords, PrepareResumesAfterAKillAndAfterSigint) {
+  const fs::path w = words_scratch("resume_after_stop");
+  write_hymotion_release((w / "release").string(), 13, kMotionFeatures);
+  write_tiny_text_encoders(w / "enc");
+  write_clips(w / "clips");
+  SelfCommunicator self;
+  std::ostringstream quiet;
+  const PrepareMotionsReport whole = prepare_motions(in_process_options(w, w / "whole"), self, quiet);
+  ASSERT_EQ(whole.pieces_total, 5);
+  ASSERT_EQ(whole.samples, 4);
+
+  // A kill after the first piece: the run ends there (the log throws); a piece cut off by it is left too.
+  zest::testing::FirstWriteHook killer([] { throw std::runtime_error("killed"); });
+  std::ostream killed_log(&killer);
+  killed_log.exceptions(std::ios::badbit);
+  EXPECT_ANY_THROW(prepare_motions(in_process_options(w, w / "data"), self, killed_log));
+  const fs::path work = prepare_work_folder((w / "data").string());
+  ASSERT_TRUE(fs::exists(work / "pieces" / "piece-000000.safetensors"));
+  EXPECT_FALSE(fs::exists(work / "pieces" / "piece-000001.safetensors"));
+  write_file(work / "pieces" / "piece-000001.safetensors.tmp", "half a piece");
+  EXPECT_FALSE(fs::exists(w / "data"));
+
+  // SIGINT after the second piece: the run stops at the next clip, keeps its finished pieces, writes no dataset.
+  {
+    const InterruptGuard guard;
+    zest::testing::FirstWriteHook interrupter([] { std::raise(SIGINT); });
+    std::ostream log(&interrupter);
+    try {
+      prepare_motions(in_process_options(w, w / "data"), self, log);
+      ADD_FAILURE() << "SIGINT did not stop the prepare";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rerun the same command to continue"), std::string::npos) << e.what();
+    }
+    reset_interrupt();
+  }
+  EXPECT_FALSE(fs::exists(w / "data"));
+  EXPECT_TRUE(fs::exists(work / "pieces" / "piece-000001.safetensors"));
+  EXPECT_FALSE(fs::exists(work / "pieces" / "piece-000001.safetensors.tmp"));
+  EXPECT_FALSE(fs::exists(work / "pieces" / "piece-000002.safetensors"));
+
+  // The same command through the CLI continues from the two finished pieces.
+  const CliResult finished = run_zest(prepare_args(w, w / "data", "2"));
+  ASSERT_EQ(finished.code(), 0) << finished.describe();
+  EXPECT_EQ(finished.out.find("piece 1/5"), std::string::npos) << "a finished piece was encoded again\n" << finished.out;
+  EXPECT_EQ(finished.out.find("piece 2/5"), std::string::npos) << "a finished piece was encoded again\n" << finished.out;
+  EXPECT_NE(finished.out.find("piece 5/5"), std::string::npos) << finished.out;
+  EXPECT_FALSE(fs::exists(work));
+  expect_same_files(w / "whole", w / "data");
+}
+
+// Captions from a metadata.jsonl of {"file_name": "walk.npy", "text": ...} lines (diffusers' ImageFolder form,
+// as the README shows for clips) give the dataset the name.txt captions give; a line naming no clip, a clip
+// the file does not list, and a caption list (its first caption is used) are handled as for images.
+TEST(MotionFromWords, MetadataJsonlCaptionsGiveTheSameDataset) {
+  const fs::path w = words_scratch("metadata");
+  write_hymotion_release((w / "release").string(), 13, kMotionFeatures);
+  write_tiny_text_encoders(w / "enc");
+  torch::manual_seed(3);
+  fs::create_directories(w / "txt");
+  fs::create_directories(w / "jsonl");
+  std::ostringstream metadata;
+  for (size_t i = 0; i < kCaptions.size(); ++i) {
+    const torch::Tensor clip = 0.3 * torch::randn({8 + 2 * static_cast<int64_t>(i), kMotionFeatures});
+    const std::string stem = "clip" + std::to_string(i);
+    write_clip(w / "txt", stem, clip, kCaptions[i]);
+    write_clip(w / "jsonl", stem, clip, "");
+    const nlohmann::json text = i == 1 ? nlohmann::json::array({kCaptions[i], "another caption"}) : nlohmann::json(kCaptions[i]);
+    metadata << nlohmann::json{{"file_name", stem + ".npy"}, {"text", text}}.dump() << "\n";
+  }
+  metadata << nlohmann::json{{"file_name", "gone.npy"}, {"text", "a clip that is not there"}}.dump() << "\n";
+  write_file(w / "jsonl" / "metadata.jsonl", metadata.str());
+  write_clip(w / "jsonl", "unlisted", torch::zeros({6, kMotionFeatures}), "");
+
+  auto prepare = [&](const std::string& clips, const std::string& out) {
+    const CliResult r = run_zest({"data", "prepare", "motions", "--pretrained", (w / "release").string(), "--text-encoders",
+                                  (w / "enc").string(), "--motions", (w / clips).string(), "--out", (w / out).string(),
+                                  "--text-tokens", "8"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    return r;
+  };
+  prepare("txt", "from_txt");
+  const CliResult from_jsonl = prepare("jsonl", "from_jsonl");
+  EXPECT_NE(from_jsonl.out.find("wrote 4 samples"), std::string::npos) << from_jsonl.out;
+  for (const char* name : {"shard-00000.safetensors", "stats.safetensors"})
+    EXPECT_EQ(file_bytes(w / "from_txt" / name), file_bytes(w / "from_jsonl" / name)) << name;
+  const std::string skipped = file_bytes(w / "from_jsonl" / "skipped.txt");
+  EXPECT_NE(skipped.find("metadata.jsonl line 5\tlists gone.npy, which is not a motion clip file in the folder"),
+            std::string::npos) << skipped;
+  EXPECT_NE(skipped.find("unlisted.npy\tnot listed in metadata.jsonl"), std::string::npos) << skipped;
+  EXPECT_NE(file_bytes(w / "from_jsonl" / "dataset.json").find("metadata.jsonl (column text)"), std::string::npos);
 }
 
 TEST(MotionFromWords, MissingFoldersAreOneClearMessage) {

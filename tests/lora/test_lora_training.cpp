@@ -1,15 +1,21 @@
 // LoRA training through the engine: at every ZeRO stage, on 1, 2 or 4 ranks (the Dist tests also run under
 // mpirun -np 2 and 4), with accumulation, clipping and the EMA, the adapters train to what one process
 // running plain LibTorch (AdamW, clip_grad_norm_) on the same global batch trains them to; the frozen base is
-// bit-unchanged and gets no gradient; checkpoints of the adapters resume at another world size.
+// bit-unchanged and gets no gradient; checkpoints of the adapters resume at another world size and export
+// (LoRA file, folded diffusers folder) on rank 0 as the same training on one rank does.
 #include "checkpoint/load.h"
 #include "checkpoint/save.h"
 #include "comm/self_communicator.h"
 #include "comm/world.h"
+#include "common/read_text.h"
 #include "engine/engine.h"
+#include "formats/safetensors.h"
 #include "lora_test_util.h"
+#include "models/lora_file.h"
+#include "models/model_export.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 
@@ -95,8 +101,31 @@ struct EngineRun {
   bool base_got_gradients = false;
 };
 
-EngineRun engine_run(const Case& c, const TensorMap& inputs, const std::string& checkpoint_dir = "") {
-  auto comm = world_communicator();
+// A checkpoint as `zest train` saves a LoRA run's: the model's configuration, where its base came from (the
+// seeded initialisation of tiny_model) and the LoRA record, which the exports read.
+checkpoint::SaveRequest lora_save_request(const Case& c, const std::string& dir, UnitModule& model) {
+  checkpoint::SaveRequest request;
+  request.dir = dir;
+  request.model_name = c.flavor;
+  request.model_config = builtin_model_config(c.flavor).toml_text;
+  const LoraConfig lora = lora_config();
+  LoraRecord record{lora.rank, lora.alpha, lora.dropout, {}, "", /*seed=*/3};
+  const std::string down = ".lora_A.weight";  // one per adapted layer, in model order (as attach_lora lists them)
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.size() > down.size() && name.compare(name.size() - down.size(), down.size(), down) == 0)
+      record.layers.push_back(name.substr(0, name.size() - down.size()));
+  }
+  const nlohmann::json extra{{"model_source", {{"family", family_of_flavor(c.flavor).name}, {"format", "zest"}}},
+                             {"lora", record.to_json()}};
+  request.extra_json = extra.dump();
+  return request;
+}
+
+// `comm`: the world's communicator unless given (a one-rank run beside the world's, on rank 0).
+EngineRun engine_run(const Case& c, const TensorMap& inputs, const std::string& checkpoint_dir = "",
+                     std::shared_ptr<Communicator> comm = nullptr) {
+  if (!comm) comm = world_communicator();
   auto model = lora_model(c);
   const torch::Tensor target = target_of(c, *model, inputs);
   EngineRun run;
@@ -119,11 +148,8 @@ EngineRun engine_run(const Case& c, const TensorMap& inputs, const std::string& 
     EXPECT_FALSE(engine.read_stats().skipped);
   }
   if (!checkpoint_dir.empty()) {
-    checkpoint::SaveRequest request;
-    request.dir = checkpoint_dir;
-    request.model_name = c.flavor;
     checkpoint::Saver saver;
-    saver.save(engine, request);
+    saver.save(engine, lora_save_request(c, checkpoint_dir, *model));
     saver.wait(*comm);
   }
   engine.gather_all_params();
@@ -217,11 +243,75 @@ TEST(DistLoraCheckpoint, ResumesAtAnotherWorldSize) {
     EmaConfig ema;
     ema.enabled = true;
     engine.enable_ema(ema);
-    checkpoint::load(engine, {dir, c.flavor, "", true});
+    checkpoint::load(engine, {dir, c.flavor, builtin_model_config(c.flavor).toml_text, true});
     engine.gather_all_params();
     std::string worst_name;
     EXPECT_EQ(worst_difference(trained.adapters, adapters_of(*model), worst_name), 0.0) << worst_name;
     std::filesystem::remove_all(dir);
+  }
+  comm->barrier();
+}
+
+// Tensor by tensor: `actual` equals `expected` to the reduction order's rounding, relative to how far the
+// training moved each tensor from `base` (an adapter's base is zero; a folded weight's, the frozen weight), and
+// a tensor training did not move is equal bit for bit.
+void expect_same_training(const std::string& what, const std::map<std::string, torch::Tensor>& base,
+                          const safetensors::Reader& expected, const safetensors::Reader& actual) {
+  ASSERT_EQ(expected.tensors().size(), actual.tensors().size()) << what;
+  int moved = 0;
+  for (const auto& t : expected.tensors()) {
+    ASSERT_TRUE(actual.contains(t.name)) << what << ": " << t.name;
+    const torch::Tensor e = expected.read(t.name), a = actual.read(t.name);
+    const auto b = base.find(t.name);
+    const torch::Tensor from = b == base.end() ? torch::zeros_like(e) : b->second;
+    const double change = (e - from).abs().max().item<double>();
+    if (change == 0.0) {
+      EXPECT_TRUE(a.equal(e)) << what << ": " << t.name << " was not trained, yet differs";
+      continue;
+    }
+    ++moved;
+    EXPECT_LE((a - e).abs().max().item<double>(), kAdapterTolerance * change) << what << ": " << t.name;
+  }
+  EXPECT_GT(moved, 0) << what << ": nothing trained";
+}
+
+// Saved by N ranks, exported on rank 0 as `zest merge --format lora` and `--format diffusers` export it: the
+// LoRA file holds every rank's slice of every adapter (bit for bit the trained values, under peft's names), and
+// both exports equal those of the same training on one rank.
+TEST(DistLoraCheckpoint, ExportsOnRankZeroAsTheOneRankRunDoes) {
+  namespace fs = std::filesystem;
+  const Case c{"unet_tiny", 2, 1, 0.0};
+  auto comm = world_communicator();
+  const fs::path root = fs::temp_directory_path() / ("zest_lora_export_" + std::to_string(comm->size()));
+  if (comm->rank() == 0) fs::remove_all(root);
+  comm->barrier();
+  auto inputs_model = tiny_model(c.flavor);
+  const TensorMap inputs = fixed_inputs(c.flavor, *inputs_model, kGlobalBatch, 5);
+  const EngineRun trained = engine_run(c, inputs, (root / "ranks").string());
+  comm->barrier();
+  if (comm->rank() == 0) {
+    engine_run(c, inputs, (root / "one").string(), std::make_shared<SelfCommunicator>());
+    for (const std::string run : {"ranks", "one"}) {
+      export_checkpoint((root / run).string(), (root / (run + "_lora")).string(), {}, kLoraFormat);
+      export_checkpoint((root / run).string(), (root / (run + "_unet")).string(), {}, "diffusers");
+    }
+    const safetensors::Reader ranks_lora((root / "ranks_lora" / kLoraFileName).string());
+    const safetensors::Reader one_lora((root / "one_lora" / kLoraFileName).string());
+    ASSERT_EQ(ranks_lora.tensors().size(), trained.adapters.size());
+    for (const auto& [name, value] : trained.adapters) {
+      ASSERT_TRUE(ranks_lora.contains("unet." + name)) << name;
+      EXPECT_TRUE(ranks_lora.read("unet." + name).equal(value)) << name;
+    }
+    EXPECT_EQ(ranks_lora.metadata().at("lora_adapter_metadata"), one_lora.metadata().at("lora_adapter_metadata"));
+    expect_same_training("the LoRA file", {}, one_lora, ranks_lora);
+
+    const std::string weights = "diffusion_pytorch_model.safetensors";
+    const safetensors::Reader ranks_unet((root / "ranks_unet" / weights).string());
+    const safetensors::Reader one_unet((root / "one_unet" / weights).string());
+    EXPECT_EQ(zest::testing::read_text(root / "ranks_unet" / "config.json"),
+              zest::testing::read_text(root / "one_unet" / "config.json"));
+    expect_same_training("the folded UNet", base_of(*tiny_model(c.flavor)), one_unet, ranks_unet);
+    fs::remove_all(root);
   }
   comm->barrier();
 }

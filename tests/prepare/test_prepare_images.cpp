@@ -3,6 +3,7 @@
 // the modules' own on the same images; skipped-and-listed bad files; clear errors; resume after a kill
 // and after SIGINT; aspect-ratio buckets batched within a bucket; SD1.5-shaped pipelines.
 #include "comm/self_communicator.h"
+#include "common/first_write_hook.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/interrupt.h"
@@ -213,19 +214,6 @@ TEST_F(PrepareImages, ClearErrorsAndNothingWritten) {
   EXPECT_FALSE(fs::exists(dir() / "other"));
 }
 
-// A log stream that runs `hook` at its first write: prepare writes a progress line after each finished piece.
-class HookBuf : public std::streambuf {
- public:
-  explicit HookBuf(std::function<void()> hook) : hook_(std::move(hook)) {}
- protected:
-  int overflow(int c) override {
-    if (hook_) std::exchange(hook_, nullptr)();
-    return c;
-  }
- private:
-  std::function<void()> hook_;
-};
-
 PrepareImagesOptions in_process_options(const fs::path& dir, const std::string& out) {
   PrepareImagesOptions o;
   o.pretrained = (dir / "pipe").string();
@@ -252,7 +240,7 @@ TEST_F(PrepareImages, ResumesAfterAKillAndAfterSigint) {
   prepare_images(in_process_options(dir(), "whole"), self, quiet);
 
   // A kill after the first piece: the run ends there (the log throws), one piece and a cut-off one stay.
-  HookBuf killer([] { throw std::runtime_error("killed"); });
+  FirstWriteHook killer([] { throw std::runtime_error("killed"); });
   std::ostream killed_log(&killer);
   killed_log.exceptions(std::ios::badbit);
   EXPECT_ANY_THROW(prepare_images(in_process_options(dir(), "data"), self, killed_log));
@@ -270,7 +258,7 @@ TEST_F(PrepareImages, ResumesAfterAKillAndAfterSigint) {
   // SIGINT during the second run: it stops between images, keeps its finished pieces, writes no dataset.
   {
     const InterruptGuard guard;
-    HookBuf interrupter([] { std::raise(SIGINT); });
+    FirstWriteHook interrupter([] { std::raise(SIGINT); });
     std::ostream log(&interrupter);
     EXPECT_THROW(prepare_images(in_process_options(dir(), "data"), self, log), Error);
     reset_interrupt();
