@@ -156,7 +156,7 @@ void run_estimate(const EstimateArgs& args) {
   in.optimizer_bytes_per_element = optimizer_state_bytes_per_element(optim);
   std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s\n",
               format_count(params).c_str(), source.c_str(), args.world, to_string(in.precision),
-              to_string(in.reduce_dtype), args.optimizer.c_str(), in.ema ? ", fp32 EMA" : "");
+              to_string(in.reduce_dtype), to_string(optim.name), in.ema ? ", fp32 EMA" : "");
   if (in.frozen_numel > 0)
     std::printf("frozen base: %s parameters, %.3f GB in %s on every rank at every stage (in the totals)\n",
                 format_count(in.frozen_numel).c_str(), in.frozen_numel * dtype_bytes(in.precision) / 1e9,

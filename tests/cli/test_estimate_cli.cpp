@@ -51,6 +51,26 @@ TEST(EstimateCli, FromARunFileAndBadArguments) {
   EXPECT_NE(bad_out.find("--precision must be bf16, fp16 or fp32"), std::string::npos) << bad_out;
 }
 
+// The header names the run file's optimizer, as its numbers use it (it printed --optimizer's default): a
+// run file with SGD (no state) against --optimizer adamw on the command line.
+TEST(EstimateCli, TheHeaderNamesTheRunFilesOptimizer) {
+  std::ifstream in(std::string(ZEST_SOURCE_DIR) + "/configs/hymotion_tiny.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string run_file = text.str();
+  const std::string adamw = "name = \"adamw\"";
+  ASSERT_NE(run_file.find(adamw), std::string::npos);
+  run_file.replace(run_file.find(adamw), adamw.size(), "name = \"sgd\"");
+  const size_t betas = run_file.find("betas");  // AdamW's own key: SGD refuses it
+  if (betas != std::string::npos) run_file.erase(betas, run_file.find('\n', betas) - betas);
+  const std::string path = ::testing::TempDir() + "estimate_sgd.toml";
+  std::ofstream(path) << run_file;
+  const auto [status, out] = run("--config " + path + " --world 2 --optimizer adamw");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("gradient shards, sgd"), std::string::npos) << out;
+  EXPECT_EQ(out.find("adamw"), std::string::npos) << out;
+}
+
 // An EMA costs what the master costs: 4P at stage 0, 4P/N when sharded. 1e9 parameters on 8 ranks, bf16:
 // stage 2 is 2P + 14P/N = 3.75 GB, 4.25 GB with the EMA's 0.5 GB.
 TEST(EstimateCli, EmaAddsWhatTheMasterTakes) {
