@@ -4,6 +4,7 @@
 // scripts/golden/make_sd_pipeline_golden.py; skipped while absent), and bad input as one clear message.
 #include "cli_test_util.h"
 #include "common/pixel_difference.h"
+#include "common/png_pixels.h"
 #include "sd_pipeline_test_util.h"
 #include "tensorboard/event_file_reader.h"
 
@@ -17,7 +18,6 @@
 #include <fstream>
 #include <map>
 
-#include <stb/stb_image.h>  // its implementation: tests/common/stb_image.cpp
 
 namespace zest::testing {
 namespace {
@@ -31,19 +31,6 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-// The PNG's pixels [H, W, 3].
-torch::Tensor read_png(const fs::path& path) {
-  int w = 0, h = 0, c = 0;
-  uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, 3);
-  if (pixels == nullptr) {
-    ADD_FAILURE() << path << ": not a readable PNG";
-    return {};
-  }
-  auto out = torch::from_blob(pixels, {h, w, 3}, torch::kUInt8).clone();
-  stbi_image_free(pixels);
-  return out;
 }
 
 CliResult sample(const std::vector<std::string>& extra) {
@@ -73,12 +60,12 @@ TEST(SdSample, WritesAPngOfTheRequestedSizeAndGridsForSeveral) {
   const auto one = sample({"--pretrained", tiny("sd15"), "--prompt", "a red fox in the snow", "--steps", "3",
                            "--size", "20x12", "-o", (out / "one.png").string()});
   ASSERT_EQ(one.code(), 0) << one.describe();
-  EXPECT_EQ(read_png(out / "one.png").sizes(), (std::vector<int64_t>{12, 20, 3}));
+  EXPECT_EQ(png_pixels(out / "one.png").sizes(), (std::vector<int64_t>{12, 20, 3}));
   EXPECT_NE(one.out.find("wrote "), std::string::npos) << one.out;
   const auto three = sample({"--pretrained", tiny("sd15"), "--prompt", "a red fox", "--steps", "2", "--size", "16x16",
                              "-n", "3", "--scheduler", "euler", "-o", (out / "grid.png").string()});
   ASSERT_EQ(three.code(), 0) << three.describe();
-  EXPECT_EQ(read_png(out / "grid.png").sizes(), (std::vector<int64_t>{32, 32, 3}));  // 2 × 2 cells, one black
+  EXPECT_EQ(png_pixels(out / "grid.png").sizes(), (std::vector<int64_t>{32, 32, 3}));  // 2 × 2 cells, one black
   EXPECT_FALSE(fs::exists(out / "grid.png.tmp"));
 }
 
@@ -101,7 +88,7 @@ TEST(SdSample, TheCliWritesTheLibrarysPixels) {
                          "--size", "16x16", "-n", "2", "--seed", "7", "--scheduler", "dpmpp", "--device", "cpu", "-o",
                          out.string()});
   ASSERT_EQ(r.code(), 0) << r.describe();
-  EXPECT_TRUE(torch::equal(read_png(out), expected));
+  EXPECT_TRUE(torch::equal(png_pixels(out), expected));
   // Another seed draws other noise, so other pixels.
   auto other = small_request(unet::SchedulerKind::dpmpp);
   other.seed = 8;
@@ -121,7 +108,7 @@ TEST(SdSample, SdxlUsesBothEncodersAndTheTimeIds) {
   const auto cli = sample({"--pretrained", tiny("sdxl"), "--prompt", "x", "--steps", "2", "--size", "8x16",
                            "--negative-prompt", "blurry", "-o", out.string()});
   ASSERT_EQ(cli.code(), 0) << cli.describe();
-  EXPECT_EQ(read_png(out).sizes(), (std::vector<int64_t>{16, 8, 3}));
+  EXPECT_EQ(png_pixels(out).sizes(), (std::vector<int64_t>{16, 8, 3}));
 }
 
 // The reference pipelines' decoded pixels on the same folders, prompts, seeds and schedulers.
@@ -203,7 +190,7 @@ TEST(ValidationSamples, ATinyRunWritesGridsAndListsThemInTheMetrics) {
   ASSERT_EQ(train.code(), 0) << train.describe();
   for (const char* name : {"step_00000002_prompt_0.png", "step_00000002_prompt_1.png"}) {
     ASSERT_TRUE(fs::exists(run_dir / "samples" / name)) << train.describe();
-    EXPECT_EQ(read_png(run_dir / "samples" / name).sizes(), (std::vector<int64_t>{16, 32, 3}));  // 2 × 2 cells of 16x8
+    EXPECT_EQ(png_pixels(run_dir / "samples" / name).sizes(), (std::vector<int64_t>{16, 32, 3}));  // 2 × 2 cells of 16x8
   }
   EXPECT_FALSE(fs::exists(run_dir / "samples" / ".weights_for_samples.safetensors"));
   std::ifstream metrics(run_dir / "metrics.jsonl");
@@ -251,8 +238,8 @@ TEST(ValidationSamples, NegativePromptIsUsedAndTheSeedDoesNotMoveWithTheStep) {
   slow.timeout_s = 120.0;
   const auto train = run_cli({zest_binary(), "train", run.string()}, slow);
   ASSERT_EQ(train.code(), 0) << train.describe();
-  const torch::Tensor first = read_png(run_dir / "samples" / "step_00000001_prompt_0.png");
-  const torch::Tensor second = read_png(run_dir / "samples" / "step_00000002_prompt_0.png");
+  const torch::Tensor first = png_pixels(run_dir / "samples" / "step_00000001_prompt_0.png");
+  const torch::Tensor second = png_pixels(run_dir / "samples" / "step_00000002_prompt_0.png");
   ASSERT_TRUE(first.defined() && second.defined()) << train.describe();
   EXPECT_TRUE(torch::equal(first, second)) << "the validation noise changed with the step";
   SdPipeline sd = load_sd_pipeline(tiny("sd15"), {}, torch::kCPU, torch::kFloat32);
@@ -283,7 +270,7 @@ TEST(SdSample, TheCliUsesTheNegativePrompt) {
                          "--size", "16x16", "-n", "2", "--seed", "7", "--scheduler", "dpmpp", "--device", "cpu",
                          "--negative-prompt", "blurry, dark", "-o", out.string()});
   ASSERT_EQ(r.code(), 0) << r.describe();
-  EXPECT_TRUE(torch::equal(read_png(out), with));
+  EXPECT_TRUE(torch::equal(png_pixels(out), with));
 }
 
 TEST(ValidationSamples, BadKeysAreOneClearMessage) {

@@ -5,6 +5,7 @@
 // compares with diffusers' pipeline), and diffusers' pixels when that script's output file is present.
 #include "cli_test_util.h"
 #include "common/pixel_difference.h"
+#include "common/png_pixels.h"
 
 #include "core/check.h"
 #include "formats/safetensors.h"
@@ -13,7 +14,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <stb/stb_image.h>  // its implementation: tests/common/stb_image.cpp
 
 #include <fstream>
 
@@ -37,15 +37,6 @@ fs::path v_prediction_folder() {
   return folder;
 }
 
-torch::Tensor v_png_pixels(const fs::path& path) {
-  int w = 0, h = 0, c = 0;
-  uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, 3);
-  if (pixels == nullptr) throw Error(path.string() + ": not a readable PNG");
-  auto out = torch::from_blob(pixels, {h, w, 3}, torch::kUInt8).clone();
-  stbi_image_free(pixels);
-  return out;
-}
-
 SampleRequest v_request(const std::string& scheduler) {
   SampleRequest r;
   r.prompt = "a watercolor lighthouse, 1920s";
@@ -66,19 +57,19 @@ TEST(SdSampleVPrediction, TheCliWritesTheCommittedPictures) {
                           "0.7", "--size", "16x16", "--seed", "7", "--scheduler", "ddim", "--device", "cpu", "--dtype",
                           "fp32", "-o", out.string()});
   ASSERT_EQ(r.code(), 0) << r.describe();
-  EXPECT_LE(largest_pixel_step(v_png_pixels(out), v_png_pixels(kSdTiny / "v_prediction" / "ddim.png")), kPixelRounding);
+  EXPECT_LE(largest_pixel_step(png_pixels(out), png_pixels(kSdTiny / "v_prediction" / "ddim.png")), kPixelRounding);
   SdPipeline p = load_sd_pipeline(folder, {}, torch::kCPU, torch::kFloat32);
   ASSERT_EQ(p.scheduler.prediction_type, unet::PredictionType::v_prediction);
   for (const std::string scheduler : {"euler", "dpmpp"}) {
     const auto ours = generate_images(p, v_request(scheduler))[0];
-    EXPECT_TRUE(torch::equal(ours, v_png_pixels(kSdTiny / "v_prediction" / (scheduler + ".png")))) << scheduler;
+    EXPECT_TRUE(torch::equal(ours, png_pixels(kSdTiny / "v_prediction" / (scheduler + ".png")))) << scheduler;
   }
   // The guidance rescale and the prediction type each change the picture.
   auto plain = v_request("euler");
   plain.guidance_rescale = 0.0;
-  EXPECT_FALSE(torch::equal(generate_images(p, plain)[0], v_png_pixels(kSdTiny / "v_prediction" / "euler.png")));
+  EXPECT_FALSE(torch::equal(generate_images(p, plain)[0], png_pixels(kSdTiny / "v_prediction" / "euler.png")));
   p.scheduler.prediction_type = unet::PredictionType::epsilon;
-  EXPECT_FALSE(torch::equal(generate_images(p, v_request("euler"))[0], v_png_pixels(kSdTiny / "v_prediction" / "euler.png")));
+  EXPECT_FALSE(torch::equal(generate_images(p, v_request("euler"))[0], png_pixels(kSdTiny / "v_prediction" / "euler.png")));
 }
 
 // diffusers' pixels, written on the GPU machine by check_v_prediction_pipeline.py check --out (skipped while absent).

@@ -4,6 +4,7 @@
 #include "cli/cli_test_util.h"
 #include "common/keep_thread_count.h"
 #include "common/pixel_difference.h"
+#include "common/png_pixels.h"
 #include "common/temp_dir.h"
 #include "core/config_reader.h"
 #include "data/model_features.h"
@@ -17,7 +18,6 @@
 #include <filesystem>
 #include <map>
 
-#include <stb/stb_image.h>  // its implementation: tests/common/stb_image.cpp
 
 namespace zest::lora_test {
 namespace {
@@ -27,22 +27,10 @@ using zest::testing::CliResult;
 using zest::testing::KeepThreadCount;
 using zest::testing::kPixelRounding;
 using zest::testing::largest_pixel_step;
+using zest::testing::png_pixels;
 using zest::testing::TempDir;
 
 std::string sd15_pipeline() { return std::string(ZEST_TEST_DATA) + "/sd_tiny/sd15"; }
-
-// The PNG's pixels [H, W, 3]; undefined (and a failure) when it cannot be read.
-torch::Tensor png_pixels(const std::string& path) {
-  int w = 0, h = 0, c = 0;
-  uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, 3);
-  if (pixels == nullptr) {
-    ADD_FAILURE() << path << ": not a readable PNG";
-    return {};
-  }
-  torch::Tensor out = torch::from_blob(pixels, {h, w, 3}, torch::kUInt8).clone();
-  stbi_image_free(pixels);
-  return out;
-}
 
 CliResult zest_sample(std::vector<std::string> args) {
   args.insert(args.begin(), {zest::testing::zest_binary(), "sample", "--pretrained", sd15_pipeline(), "--prompt",

@@ -4,6 +4,7 @@
 // (parse_run_config + run_training), then `zest merge`'s export to one safetensors file. Also what
 // register_model_family refuses, and the one error a family without a sampler gets for [sample]; and step 5,
 // a family's pipeline: [sample]'s rounds and `zest sample` drawn by a second test family's own.
+#include "common/error_of.h"
 #include "common/keep_thread_count.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
@@ -191,6 +192,7 @@ namespace zest::family_test {
 namespace {
 
 namespace fs = std::filesystem;
+using zest::testing::error_of;
 using zest::testing::KeepThreadCount;
 using zest::testing::TempDir;
 
@@ -287,12 +289,7 @@ TEST(ModelFamilies, SampleNeedsAFamilyWithASampler) {
 
 // register_model_family's checks: the same as the built-ins', one error naming the family and what is wrong.
 std::string registration_error(ModelFamily family) {
-  try {
-    register_model_family(std::move(family));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(registered)";
+  return error_of([&] { register_model_family(std::move(family)); });
 }
 
 TEST(ModelFamilies, RegistrationRefusesIncompleteDuplicateAndMisnamedFamilies) {
@@ -383,12 +380,7 @@ TEST(ModelFamilies, HowToAddAFamilyPipeline) {
 }
 
 std::string pipeline_error(FamilyPipeline pipeline) {
-  try {
-    register_family_pipeline(std::move(pipeline));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(registered)";
+  return error_of([&] { register_family_pipeline(std::move(pipeline)); });
 }
 
 TEST(ModelFamilies, PipelineRegistrationRefusesUnknownDuplicateAndIncompletePipelines) {
