@@ -90,7 +90,8 @@ class SdValidation final : public ValidationDrawer {
   ValidationFiles draw(const ValidationWeights& weights, const torch::Device& device, int64_t step,
                        const fs::path& folder, nlohmann::json& listed) override {
     const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
-    if (weights.lora) {  // the pipeline's own UNet with this round's adapters (reloaded whole: an adapter is attached once)
+    // A LoRA round: the pipeline's own UNet with this round's adapters, reloaded whole (an adapter is attached once).
+    if (weights.lora) {
       load(WeightsSource{}, device, dtype);
       load_lora(*pipeline_->unet_module, "unet", weights.file, 1.0);
     } else if (!pipeline_) {
