@@ -37,6 +37,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   cmd->add_option("--peak-tflops", args->options.peak_tflops, "MFU denominator")->capture_default_str();
+  cmd->add_flag("--loss-curve", args->options.loss_curve,
+                "every step's loss in the JSON line (\"loss_curve\", rank 0's last micro-batch; the synthetic "
+                "batches and noise follow [train] seed)");
   cmd->callback([args] {
     WorldGuard world;
     try {

@@ -60,6 +60,8 @@ const char* to_string(DeviceKind d) {
 const char* to_string(OffloadTarget t) { return t == OffloadTarget::cpu ? "cpu" : "none"; }
 const char* to_string(CudaGraphs g) { return g == CudaGraphs::off ? "off" : "auto"; }
 
+const char* to_string(MatmulPrecision m) { return m == MatmulPrecision::fp8 ? "fp8" : "bf16"; }
+
 bool is_cuda_available() {
 #ifdef ZEST_WITH_CUDA
   return torch::cuda::is_available();
@@ -81,6 +83,7 @@ constexpr CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPoli
 constexpr AtMinScale kAtMin[] = {AtMinScale::warn, AtMinScale::error};
 constexpr OffloadTarget kOffloadTargets[] = {OffloadTarget::none, OffloadTarget::cpu};
 constexpr CudaGraphs kCudaGraphs[] = {CudaGraphs::auto_, CudaGraphs::off};
+constexpr MatmulPrecision kMatmuls[] = {MatmulPrecision::bf16, MatmulPrecision::fp8};
 
 // DeepSpeed spellings people bring along, with the zest key to use instead.
 const std::map<std::string, std::string> kEngineHints = {
@@ -186,6 +189,20 @@ const FieldTable<EngineConfig>& engine_fields() {
     t.enumeration("reduce_dtype", &C::reduce_dtype, kPrecisions, "dtype gradients are reduced in: fp32|bf16|fp16")
         .reference("dtype gradients are accumulated and reduced in, at every stage (the full buffer at stages 0/1, "
                    "transient buckets and the shard at 2/3)");
+    t.enumeration("matmul", &C::matmul, kMatmuls, "the Linear layers' training products: bf16|fp8")
+        .check([](const C& c) { return c.matmul != MatmulPrecision::fp8 || c.precision == Precision::bf16; },
+               [](const C& c) {
+                 return std::string("\"fp8\" needs precision = \"bf16\" (precision is \"") + to_string(c.precision) +
+                        "\")";
+               })
+        .reference("precision of the Linear layers' training products: `bf16` runs them in the compute dtype; `fp8` "
+                   "casts both operands of the forward (x·Wᵀ) and input-gradient (dY·W) products to fp8 with one "
+                   "scale per tensor from its current absolute maximum (weights and activations e4m3, gradients "
+                   "e5m2) and runs them on fp8 tensor cores, while the weight-gradient products stay bf16 into the "
+                   "float32 gradient slots. Needs precision = \"bf16\" and an NVIDIA GPU with fp8 tensor cores "
+                   "(compute capability 8.9 or newer); sampling and validation stay bf16; a product fp8 cannot "
+                   "take (a dimension not a multiple of 16) runs in bf16 and `zest train`/`zest bench` say so "
+                   "(fused path `fp8_matmul`). Off by default (docs/models.md, \"fp8 products\")");
     t.integer("accumulation_steps", &C::accumulation_steps, "micro-batches per optimizer step").at_least(1, "must be >= 1");
     t.number("clip_norm", &C::clip_norm, "global gradient-norm clip; 0 = off").at_least(0, "must be >= 0 (0 = no clipping)");
     t.number("bucket_mb", &C::bucket_mb, "small neighbouring units are fused up to this size (MiB)")
@@ -265,6 +282,10 @@ void check_supported_here(ConfigTable& table, const EngineConfig& c) {
     table.fail(table.has("precision") ? "precision" : "device",
                "fp16 runs on CUDA GPUs only (LibTorch's CPU kernels have no fp16 matrix products); on the CPU "
                "use precision = \"bf16\" or \"fp32\"");
+  }
+  if (c.matmul == MatmulPrecision::fp8 && c.resolved_device() == DeviceKind::cpu) {
+    table.fail("matmul", "\"fp8\" products run on CUDA GPUs with fp8 tensor cores only; on the CPU use "
+                         "matmul = \"bf16\"");
   }
 }
 

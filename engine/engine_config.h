@@ -42,6 +42,11 @@ const char* to_string(OffloadTarget t);
 enum class CudaGraphs { auto_, off };
 const char* to_string(CudaGraphs g);
 
+// The precision of the Linear layers' training products (kernels/matmul_precision.h): the compute dtype
+// ("bf16"), or fp8 operands scaled per tensor on fp8 tensor cores.
+enum class MatmulPrecision { bf16, fp8 };
+const char* to_string(MatmulPrecision m);
+
 struct LossScaleConfig {
   double initial = 65536.0;   // 2^16
   int window = 1000;          // clean steps before the scale doubles
@@ -59,6 +64,7 @@ struct EngineConfig {
   int prefetch = 1;                             // stage 3: buckets gathered ahead of the running one
   Precision precision = Precision::bf16;        // compute dtype of parameters and activations
   Precision reduce_dtype = Precision::fp32;     // dtype gradients are reduced in
+  MatmulPrecision matmul = MatmulPrecision::bf16;  // the Linear layers' training products: bf16 or fp8
   int accumulation_steps = 1;                   // micro-batches per optimizer step
   double clip_norm = 0.0;                       // global grad-norm clip; 0 = off
   double bucket_mb = 25.0;                      // small neighbouring units are fused up to this size
@@ -86,8 +92,8 @@ struct EngineConfig {
 // True when this build has CUDA and at least one GPU is visible.
 bool is_cuda_available();
 
-// Whether this machine can run `config`: CUDA asked for without a GPU, and fp16 on the CPU (LibTorch's
-// CPU kernels lack fp16 matrix products), are errors at the [engine] key. Run files call this after
+// Whether this machine can run `config`: CUDA asked for without a GPU, fp16 on the CPU (LibTorch's CPU
+// kernels lack fp16 matrix products) and fp8 products without CUDA are errors at the [engine] key. Run files call this after
 // parsing (`zest train`, `zest config check`); parsing alone stays machine-independent.
 void check_supported_here(ConfigTable& engine_table, const EngineConfig& config);
 

@@ -1,16 +1,13 @@
-// The GELU-epilogue products (see gelu_epilogue_gemm.h) with cuBLASLt: the copy LibTorch loaded, its entry
-// points looked up in the process (as weight_grad_gemm_cuda.cpp does for cuBLAS), on LibTorch's cuBLASLt
-// handle and workspace for the current stream. A plan (descriptors and the heuristic's algorithm) is made
-// once per shape and thread and reused; only the pointers change between calls.
+// The GELU-epilogue products (see gelu_epilogue_gemm.h) with cuBLASLt as kernels/cublaslt.h calls it. A plan
+// (descriptors and the heuristic's algorithm) is made once per shape and thread and reused; only the pointers
+// change between calls.
 #include "kernels/gelu_epilogue_gemm.h"
 
 #include "core/kernel_switches.h"
+#include "kernels/cublaslt.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/record_function.h>
-#include <cublasLt.h>
-
-#include <dlfcn.h>
 
 #include <map>
 #include <tuple>
@@ -21,34 +18,6 @@ namespace {
 KernelSwitch& epilogue_switch() {  // [engine.kernels] gelu_epilogue (core/kernel_switches.h)
   static KernelSwitch& on = kernel_switch("gelu_epilogue");
   return on;
-}
-
-template <typename Fn>
-Fn lookup(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-}
-
-// The cuBLASLt entry points used here; `loaded` is false when the process has no cuBLASLt.
-struct LtApi {
-  decltype(&cublasLtMatmulDescCreate) desc_create = lookup<decltype(desc_create)>("cublasLtMatmulDescCreate");
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set =
-      lookup<decltype(desc_set)>("cublasLtMatmulDescSetAttribute");
-  decltype(&cublasLtMatrixLayoutCreate) layout_create = lookup<decltype(layout_create)>("cublasLtMatrixLayoutCreate");
-  decltype(&cublasLtMatmulPreferenceCreate) preference_create =
-      lookup<decltype(preference_create)>("cublasLtMatmulPreferenceCreate");
-  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set =
-      lookup<decltype(preference_set)>("cublasLtMatmulPreferenceSetAttribute");
-  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy =
-      lookup<decltype(preference_destroy)>("cublasLtMatmulPreferenceDestroy");
-  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = lookup<decltype(heuristic)>("cublasLtMatmulAlgoGetHeuristic");
-  decltype(&cublasLtMatmul) matmul = lookup<decltype(matmul)>("cublasLtMatmul");
-  bool loaded = desc_create && desc_set && layout_create && preference_create && preference_set &&
-                preference_destroy && heuristic && matmul;
-};
-
-const LtApi& lt() {
-  static const LtApi api;
-  return api;
 }
 
 // D [m, n] (column-major, ld m) = epilogue(op_a(A) [m, k] · B [k, n]), 16-bit A, B and D, float32
@@ -75,55 +44,31 @@ struct Plan {
   bool usable = false;
 };
 
-Plan make_plan(const Shape& s, size_t workspace_bytes) {
-  const LtApi& api = lt();
+Plan make_plan(const Shape& s) {
+  const CublasLtApi& api = cublas_lt();
   Plan plan;
   const bool a_transposed = s.op_a == CUBLAS_OP_T;
   const cublasOperation_t op_b = CUBLAS_OP_N;
-  bool ok = api.desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &s.op_a, sizeof(s.op_a)) == CUBLAS_STATUS_SUCCESS &&
-            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
-            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue, sizeof(s.epilogue)) ==
-                CUBLAS_STATUS_SUCCESS &&
-            api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &s.aux_ld, sizeof(s.aux_ld)) ==
-                CUBLAS_STATUS_SUCCESS &&
-            api.layout_create(&plan.a, s.type, a_transposed ? s.k : s.m, a_transposed ? s.m : s.k, s.lda) ==
-                CUBLAS_STATUS_SUCCESS &&
-            api.layout_create(&plan.b, s.type, s.k, s.n, s.ldb) == CUBLAS_STATUS_SUCCESS &&
-            api.layout_create(&plan.d, s.type, s.m, s.n, s.m) == CUBLAS_STATUS_SUCCESS;
-  if (!ok) return plan;
-  cublasLtMatmulPreference_t preference = nullptr;
-  if (api.preference_create(&preference) != CUBLAS_STATUS_SUCCESS) return plan;
-  const uint64_t max_workspace = workspace_bytes;
-  int found = 0;
-  ok = api.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-                          sizeof(max_workspace)) == CUBLAS_STATUS_SUCCESS;
-  for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    ok = ok && api.preference_set(preference, attribute, &s.alignment, sizeof(s.alignment)) == CUBLAS_STATUS_SUCCESS;
-  }
-  ok = ok &&
-       api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), plan.op, plan.a, plan.b, plan.d, plan.d, preference, 1,
-                     &plan.algorithm, &found) == CUBLAS_STATUS_SUCCESS;
-  api.preference_destroy(preference);
-  plan.usable = ok && found > 0;
+  const bool ok = api.desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                  api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &s.op_a, sizeof(s.op_a)) == CUBLAS_STATUS_SUCCESS &&
+                  api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
+                  api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue, sizeof(s.epilogue)) ==
+                      CUBLAS_STATUS_SUCCESS &&
+                  api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &s.aux_ld, sizeof(s.aux_ld)) ==
+                      CUBLAS_STATUS_SUCCESS &&
+                  api.layout_create(&plan.a, s.type, a_transposed ? s.k : s.m, a_transposed ? s.m : s.k, s.lda) ==
+                      CUBLAS_STATUS_SUCCESS &&
+                  api.layout_create(&plan.b, s.type, s.k, s.n, s.ldb) == CUBLAS_STATUS_SUCCESS &&
+                  api.layout_create(&plan.d, s.type, s.m, s.n, s.m) == CUBLAS_STATUS_SUCCESS;
+  plan.usable = ok && best_algorithm(plan.op, plan.a, plan.b, plan.d, s.alignment, &plan.algorithm);
   return plan;
 }
 
-const Plan& plan_for(const Shape& s, size_t workspace_bytes) {
+const Plan& plan_for(const Shape& s) {
   thread_local std::map<decltype(s.key()), Plan> plans;
   auto it = plans.find(s.key());
-  if (it == plans.end()) it = plans.emplace(s.key(), make_plan(s, workspace_bytes)).first;
+  if (it == plans.end()) it = plans.emplace(s.key(), make_plan(s)).first;
   return it->second;
-}
-
-// The largest power of two up to 256 that every pointer is a multiple of.
-uint32_t common_alignment(std::initializer_list<const void*> pointers) {
-  uint32_t alignment = 256;
-  for (const void* p : pointers) {
-    while (reinterpret_cast<uintptr_t>(p) % alignment != 0) alignment /= 2;
-  }
-  return alignment;
 }
 
 bool is_16bit(const torch::Tensor& t) {
@@ -133,7 +78,7 @@ bool is_16bit(const torch::Tensor& t) {
 // Whether the epilogue products may take these operands: CUDA, one 16-bit dtype, rows contiguous and every
 // leading dimension a multiple of 8 elements, pointers 16-byte aligned (cuBLASLt's vectorised epilogues).
 bool fits(std::initializer_list<const torch::Tensor*> operands) {
-  if (!epilogue_switch().enabled() || !lt().loaded) return false;
+  if (!epilogue_switch().enabled() || !cublas_lt().loaded) return false;
   const auto dtype = (*operands.begin())->scalar_type();
   for (const torch::Tensor* t : operands) {
     if (!t->is_cuda() || t->scalar_type() != dtype || !is_16bit(*t) || common_alignment({t->data_ptr()}) < 16) {
@@ -152,9 +97,8 @@ cudaDataType cuda_type_of(const torch::Tensor& t) {
 // Runs the plan's product into d with the given epilogue pointers; false when the plan has no algorithm
 // or cuBLASLt refuses the call (nothing was written then).
 bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias, void* aux) {
-  const LtApi& api = lt();
-  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
-  const Plan& plan = plan_for(s, workspace_bytes);
+  const CublasLtApi& api = cublas_lt();
+  const Plan& plan = plan_for(s);
   if (!plan.usable) return false;
   if (bias != nullptr &&
       api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
@@ -163,10 +107,7 @@ bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias
   if (api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)) != CUBLAS_STATUS_SUCCESS) {
     return false;
   }
-  const float one = 1.0f, zero = 0.0f;
-  return api.matmul(at::cuda::getCurrentCUDABlasLtHandle(), plan.op, &one, a, plan.a, b, plan.b, &zero, d, plan.d, d,
-                    plan.d, &plan.algorithm.algo, at::cuda::getCUDABlasLtWorkspace(), workspace_bytes,
-                    at::cuda::getCurrentCUDAStream()) == CUBLAS_STATUS_SUCCESS;
+  return run_matmul(plan.op, plan.algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
 }
 
 }  // namespace

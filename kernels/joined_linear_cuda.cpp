@@ -2,13 +2,11 @@
 // handed it) and two products over W's column blocks; backward takes each input's gradient from its own
 // block of W (right's through the GELU-backward epilogue where cuBLASLt has one) and accumulates each
 // block's weight gradient into the matching columns of the .grad slot.
-#include "kernels/gelu_epilogue_gemm.h"
 #include "kernels/joined_linear_op.h"
 #include "kernels/linear_backward.h"
 #include "kernels/weight_grad_gemm.h"
 
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
@@ -26,15 +24,8 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
     const auto left2 = left.reshape({-1, left_width});
     const torch::Tensor given = present(given_activation);
     const auto activated = (given.defined() ? given : gelu_tanh(right)).reshape({-1, right_width});
-    auto y = b.defined() ? torch::addmm(b, left2, w.narrow(1, 0, left_width).t())
-                         : torch::mm(left2, w.narrow(1, 0, left_width).t());
-    {
-      // beta = 1: into y, no temporary. Named for the profiler and the FLOP counter (profiling/flop_counter.cpp),
-      // which counts this name once and not ATen's in-place addmm_ (seen twice on CUDA).
-      const auto w_right_t = w.narrow(1, left_width, right_width).t();
-      RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({activated, w_right_t}));
-      y.addmm_(activated, w_right_t);
-    }
+    auto y = forward_product(ProductInput::activation(left2), w.narrow(1, 0, left_width), b);
+    add_forward_product(y, ProductInput::activation(activated), w.narrow(1, left_width, right_width));  // beta = 1
     // left is what attention keeps for its own backward, right what linear1's MLP half is: only the
     // activation, when kept, adds to what stays alive until backward.
     ctx->save_for_backward({left, right, keep_activation ? activated : absent_tensor(activated)});
@@ -61,13 +52,14 @@ struct JoinedGeluLinear : torch::autograd::Function<JoinedGeluLinear> {
     const auto left2 = left.reshape({-1, left_width}).contiguous();
 
     torch::Tensor dleft, dright;
-    if (ctx->needs_input_grad(0)) dleft = torch::mm(dy, w.narrow(1, 0, left_width)).view(left.sizes());
+    const ProductInput dy_input = ProductInput::gradient(dy);  // cast to fp8 once for both products, with fp8
+    if (ctx->needs_input_grad(0)) dleft = input_grad_product(dy_input, w.narrow(1, 0, left_width)).view(left.sizes());
     if (ctx->needs_input_grad(1)) {
       const auto w_right = w.narrow(1, left_width, right_width);
-      if (auto dh = gelu_backward_of_product(dy, w_right, right.reshape({-1, right_width}))) {
+      if (auto dh = gelu_input_grad_product(dy_input, w_right, right.reshape({-1, right_width}))) {
         dright = dh->view(right.sizes());
       } else {
-        dright = at::gelu_backward(torch::mm(dy, w_right).view(right.sizes()), right, "tanh");
+        dright = at::gelu_backward(input_grad_product(dy_input, w_right).view(right.sizes()), right, "tanh");
       }
     }
     torch::Tensor dweight, dbias;

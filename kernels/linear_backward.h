@@ -3,6 +3,8 @@
 // weight and bias gradients into their .grad slots (linear_op.h says when).
 #pragma once
 
+#include "kernels/linear_products.h"
+
 #include <torch/torch.h>
 
 namespace zest {
@@ -13,11 +15,11 @@ struct LinearGrads {
   torch::Tensor dbias;    // undefined when accumulated into bias.grad, or without a bias
 };
 
-// y [input_sizes…, out] = x2 [tokens, in] · Wᵀ + b.
-torch::Tensor linear_forward_2d(const torch::Tensor& x2, const torch::Tensor& weight, const torch::Tensor& bias,
+// y [input_sizes…, out] = x2 [tokens, in] · Wᵀ + b, in the training products' precision (linear_products.h).
+torch::Tensor linear_forward_2d(const ProductInput& x2, const torch::Tensor& weight, const torch::Tensor& bias,
                                 c10::IntArrayRef input_sizes);
 
-// From dY [.., out]: dX = dY·W (when wants_input_grad), and dW = dYᵀ·X2, db = Σ dY — accumulated into the
+// From dY [.., out]: dX = dY·W (when wants_input_grad; in the training products' precision), and dW = dYᵀ·X2, db = Σ dY — accumulated into the
 // parameters' .grad slots (float32 or the weight's dtype) with cuBLAS when both exist, else returned.
 LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool wants_input_grad);

@@ -1,5 +1,6 @@
 // The accumulating linear's autograd function (see linear_op.h): forward is ATen's (addmm with the bias
-// in cuBLASLt's epilogue, as torch::linear runs it); backward computes dX with ATen and has cuBLAS
+// in cuBLASLt's epilogue, as torch::linear runs it) or fp8's (linear_products.h); backward computes dX the
+// same way and has cuBLAS
 // accumulate the weight and bias gradients into their .grad slots (float32, or the weight's 16-bit dtype)
 // with the products of weight_grad_gemm.h.
 #include "core/check.h"
@@ -52,10 +53,9 @@ torch::Tensor matrix_of(const torch::Tensor& weight) {
   return weight.dim() == 2 ? weight : weight.view({weight.size(0), weight.size(1)});
 }
 
-torch::Tensor linear_forward_2d(const torch::Tensor& x2, const torch::Tensor& weight, const torch::Tensor& bias,
+torch::Tensor linear_forward_2d(const ProductInput& x2, const torch::Tensor& weight, const torch::Tensor& bias,
                                 c10::IntArrayRef input_sizes) {
-  const auto w = matrix_of(weight);
-  const auto y2 = bias.defined() ? torch::addmm(bias, x2, w.t()) : torch::mm(x2, w.t());
+  const auto y2 = forward_product(x2, matrix_of(weight), bias);
   auto out_sizes = input_sizes.vec();
   out_sizes.back() = weight.size(0);
   return y2.view(out_sizes);
@@ -66,7 +66,7 @@ LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tenso
   const auto dy = grad_output.reshape({-1, weight.size(0)}).to(weight.scalar_type()).contiguous();
   const auto x_c = x2.contiguous();
   LinearGrads g;
-  if (wants_input_grad) g.dinput = torch::mm(dy, matrix_of(weight));
+  if (wants_input_grad) g.dinput = input_grad_product(ProductInput::gradient(dy), matrix_of(weight));
   const GradSlots slots = grad_slots_of(weight, bias);
   if (slots.usable) {
     accumulate_weight_grads(dy, x_c, matrix_of(slots.weight), slots.bias, weight.scalar_type());
@@ -89,7 +89,7 @@ struct AccumulatingLinear : torch::autograd::Function<AccumulatingLinear> {
     ctx->saved_data["weight"] = weight;  // the parameter itself: backward reads its .grad slot
     ctx->saved_data["bias"] = b;
     ctx->saved_data["input_sizes"] = x.sizes().vec();
-    return linear_forward_2d(x2, weight, b, x.sizes());
+    return linear_forward_2d(ProductInput::activation(x2), weight, b, x.sizes());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

@@ -2,7 +2,6 @@
 // only; backward runs f again (with autograd on, over detached copies of them), takes the Linear's
 // gradients from that output, then f's input gradients from f's own backward — or, for a GELU handed in by
 // its producer's epilogue, a's gradient from the product with the GELU-backward epilogue.
-#include "kernels/gelu_epilogue_gemm.h"
 #include "kernels/linear_backward.h"
 #include "kernels/recomputed_linear_op.h"
 
@@ -25,7 +24,8 @@ struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
     ctx->saved_data["bias"] = bias_present;
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["gelu_epilogue"] = given.defined() && f == RecomputedActivation::gelu_tanh && !second.defined();
-    return linear_forward_2d(h.reshape({-1, weight.size(1)}), weight, bias_present, h.sizes());
+    return linear_forward_2d(ProductInput::activation(h.reshape({-1, weight.size(1)})), weight, bias_present,
+                             h.sizes());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -76,8 +76,9 @@ struct RecomputedLinear : torch::autograd::Function<RecomputedLinear> {
     torch::Tensor da;
     if (wants_a) {
       const auto w = matrix_of(weight);
-      auto product = gelu_backward_of_product(dy, w, a2.contiguous());
-      da = (product ? *product : at::gelu_backward(torch::mm(dy, w), a2, "tanh")).view(a.sizes());
+      const ProductInput dy_input = ProductInput::gradient(dy);
+      auto product = gelu_input_grad_product(dy_input, w, a2.contiguous());
+      da = (product ? *product : at::gelu_backward(input_grad_product(dy_input, w), a2, "tanh")).view(a.sizes());
     }
     return {da, torch::Tensor(), g.dweight, g.dbias, torch::Tensor(), torch::Tensor()};
   }

@@ -2,7 +2,6 @@
 // one through the GELU epilogue when asked for its activation); in backward dX accumulates over the parts in
 // one buffer and the weight and bias gradients go into row ranges of their .grad slots (weight_grad_gemm.h),
 // or are returned whole where no slots exist.
-#include "kernels/gelu_epilogue_gemm.h"
 #include "kernels/linear_backward.h"
 #include "kernels/split_linear_op.h"
 #include "kernels/weight_grad_gemm.h"
@@ -28,6 +27,7 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
     ctx->saved_data["input_sizes"] = x.sizes().vec();
     torch::autograd::variable_list parts;
     torch::Tensor activated = absent_tensor(x);  // GELU of the last part, when its epilogue made it
+    const ProductInput input = ProductInput::activation(x2);  // cast to fp8 once for every part, with fp8
     int64_t offset = 0;
     for (size_t i = 0; i < sizes.size(); offset += sizes[i], ++i) {
       const auto w = matrix_of(weight).narrow(0, offset, sizes[i]);
@@ -36,13 +36,13 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
       out_sizes.back() = sizes[i];
       const bool last = i + 1 == sizes.size();
       if (gelu_of_last && last && b.defined()) {
-        if (auto product = linear_gelu(x2, w, b_rows)) {
+        if (auto product = gelu_forward_product(input, w, b_rows)) {
           parts.push_back(product->pre_activation.view(out_sizes));
           activated = product->activated.view(out_sizes);
           continue;
         }
       }
-      parts.push_back(linear_forward_2d(x2, w, b_rows, x.sizes()));
+      parts.push_back(linear_forward_2d(input, w, b_rows, x.sizes()));
     }
     if (gelu_of_last) {
       parts.push_back(activated);
@@ -70,7 +70,11 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
       const int64_t rows = sizes[i];
       const auto dy = grads[i].reshape({-1, rows}).to(dtype).contiguous();
       const auto w = matrix_of(weight).narrow(0, offset, rows);
-      if (ctx->needs_input_grad(0)) dx = dx.defined() ? dx.addmm_(dy, w) : torch::mm(dy, w);
+      if (ctx->needs_input_grad(0)) {
+        const ProductInput dy_input = ProductInput::gradient(dy);
+        if (dx.defined()) add_input_grad_product(dx, dy_input, w);
+        else dx = input_grad_product(dy_input, w);
+      }
       if (slots.usable) {
         accumulate_weight_grads(dy, x, matrix_of(slots.weight).narrow(0, offset, rows),
                                 bias.defined() ? slots.bias.narrow(0, offset, rows) : torch::Tensor(), dtype);

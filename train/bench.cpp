@@ -74,6 +74,16 @@ SyntheticShapes resolve_shapes(const RunConfig& config, SyntheticShapes shapes) 
 
 }  // namespace
 
+namespace {
+
+// The losses of a --loss-curve run, read from the device once at the end.
+std::vector<double> curve_values(const std::vector<torch::Tensor>& losses) {
+  const torch::Tensor host = torch::stack(losses).to(torch::kCPU, torch::kFloat64).contiguous();
+  return {host.data_ptr<double>(), host.data_ptr<double>() + host.numel()};
+}
+
+}  // namespace
+
 nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   ZEST_CHECK(options.steps >= 1 && options.warmup >= 0, "bench: --steps must be >= 1 and --warmup >= 0");
   auto comm = world_communicator();
@@ -94,13 +104,16 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const ModelFamily& family = *resolved.family;
   ZEST_CHECK(family.synthetic_batch != nullptr, "bench: family ", family.name, " has no synthetic batches");
 
-  torch::Generator gen = device_generator(device, 1000 + static_cast<uint64_t>(comm->rank()));
+  // The synthetic batches and the noise follow [train] seed (0: the seed every earlier benchmark used).
+  torch::Generator gen = device_generator(
+      device, 1000 + static_cast<uint64_t>(comm->rank()) + 7919 * static_cast<uint64_t>(config.train.seed));
   const SyntheticShapes shapes = resolve_shapes(config, options.shapes);
   const int64_t batch = config.data.batch_size;
   const std::vector<TensorMap> batches = {family.synthetic_batch(*model, shapes, batch, device, gen),
                                           family.synthetic_batch(*model, shapes, batch, device, gen)};
   int64_t next = 0;
   torch::Tensor first_loss, last_loss;  // kept on the device, read once at the end (no sync per step)
+  std::vector<torch::Tensor> loss_curve;  // with --loss-curve: each step's last loss, copied on the device
   // Every step goes through StepGraphs, as in `zest train`: captured and replayed where it can be.
   StepGraphs graphs(engine, {gen});
   const TrainingObjective objective = family.make_training_loss(config.loss, resolved.pretrained);  // as zest train
@@ -114,6 +127,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
     const torch::Tensor losses = graphs.step(micro_batches, loss_of);
     last_loss = losses[-1];
     if (!first_loss.defined()) first_loss = losses[0];
+    if (options.loss_curve) loss_curve.push_back(last_loss.clone());  // a replay rewrites the graph's output
   };
 
   // The FLOP-counting step first: it must run eagerly (a replayed graph dispatches no operators).
@@ -227,6 +241,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"stage", config.engine.stage},
           {"precision", to_string(config.engine.precision)},
           {"reduce_dtype", to_string(config.engine.reduce_dtype)},
+          {"matmul", to_string(config.engine.matmul)},
           {"activation_checkpointing", to_string(config.engine.activation_checkpointing)},
           {"batch_size", batch},
           {"accumulation_steps", config.engine.accumulation_steps},
@@ -253,6 +268,7 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"activation_bytes_per_sample", activation_bytes_per_sample},
           {"loss_first", loss_first},
           {"loss_last", loss_last},
+          {"loss_curve", loss_curve.empty() ? nlohmann::json() : nlohmann::json(curve_values(loss_curve))},
           {"kernel_launches_per_step", launches},
           {"fused_paths", fused_paths},
           {"kernels", nlohmann::json::parse(record_json(kernels_fields().values(kernels_in_force)).dump())},

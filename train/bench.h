@@ -19,6 +19,7 @@ struct BenchOptions {
   double peak_tflops = 790.0;  // the MFU denominator (dense bf16 of one H200, measured)
   std::string profile_dir;     // non-empty: profile_steps more steps traced (profiling/step_trace.h), traces and tables here
   int profile_steps = 2;
+  bool loss_curve = false;     // every step's loss (rank 0's last micro-batch) in the JSON line, as "loss_curve"
 };
 
 // Needs a live WorldGuard; every rank calls it. Returns the result (the same on every rank).

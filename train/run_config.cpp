@@ -5,6 +5,7 @@
 #include "core/config_reader.h"
 #include "core/config_writer.h"
 #include "core/field_table.h"
+#include "kernels/matmul_precision.h"
 #include "models/model_memory.h"
 
 #include <algorithm>
@@ -155,7 +156,25 @@ void check_run_model(const RunConfig& config) {
 
 #ifdef ZEST_WITH_CUDA
 void apply_sdpa_backend();  // kernels/sdpa_backend_cuda.cpp
+std::string fp8_products_unavailable_here();  // kernels/fp8_product_cuda.cpp
 #endif
+
+namespace {
+
+// [engine] matmul into the process (kernels/matmul_precision.h), once the run file was read; check_supported_here
+// already refused fp8 without CUDA.
+void apply_matmul_precision(const EngineConfig& engine) {
+  const bool fp8 = engine.matmul == MatmulPrecision::fp8;
+#ifdef ZEST_WITH_CUDA
+  if (fp8) {
+    const std::string why_not = fp8_products_unavailable_here();
+    if (!why_not.empty()) throw Error("engine.matmul = \"fp8\": " + why_not + "; use matmul = \"bf16\"");
+  }
+#endif
+  set_fp8_training_products(fp8);
+}
+
+}  // namespace
 
 KernelsConfig apply_run_kernels(const RunConfig& config, bool print) {
   std::vector<std::string> overrides;
@@ -165,6 +184,7 @@ KernelsConfig apply_run_kernels(const RunConfig& config, bool print) {
 #ifdef ZEST_WITH_CUDA
   apply_sdpa_backend();
 #endif
+  apply_matmul_precision(config.engine);
   return in_force;
 }
 

@@ -77,7 +77,9 @@ std::string to_toml(const RunConfig& config);
 
 // Sets the process's kernel switches from [engine.kernels] (core/kernel_switches.h), once, at the start of
 // `zest train` and `zest bench`: a set environment variable still wins, and `print` (rank 0) says so in one
-// line each on stderr. With CUDA also the attention backend. Returns the values in force.
+// line each on stderr. With CUDA also the attention backend. Also the training products' precision
+// ([engine] matmul; fp8 on a GPU without fp8 tensor cores is an error naming the key). Returns the switches'
+// values in force.
 KernelsConfig apply_run_kernels(const RunConfig& config, bool print);
 
 // The run file: every table above, nested in run-file order (core/field_table.h). From it come reading,

@@ -46,6 +46,29 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   EXPECT_NEAR(ratio, 1.0, 1e-3);
 }
 
+// --loss-curve: every step's loss in the JSON line (the FLOP-counting step, warm-up, timed and pipelined
+// steps), its first and last entries the loss_first and loss_last of the line; [train] seed chooses the
+// synthetic batches and noise, the same seed the same curve; "matmul" says the products' precision.
+TEST(Bench, LossCurveHasEveryStepAndFollowsTheSeed) {
+  const std::string config = std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml";
+  auto curve_of = [&](const std::string& seed) {
+    const CliResult r = run_cli({zest_binary(), "bench", config, "--steps", "3", "--warmup", "1", "--loss-curve",
+                                 "--set", "train.seed=" + seed},
+                                {120.0});
+    EXPECT_TRUE(r.exited() && r.code() == 0) << r.describe();
+    return nlohmann::json::parse(r.out);
+  };
+  const auto j = curve_of("0");
+  ASSERT_TRUE(j["loss_curve"].is_array()) << j.dump();
+  const auto curve = j["loss_curve"].get<std::vector<double>>();
+  ASSERT_EQ(curve.size(), 1u + 1u + 3u + 3u);
+  EXPECT_DOUBLE_EQ(curve.front(), j["loss_first"].get<double>());
+  EXPECT_DOUBLE_EQ(curve.back(), j["loss_last"].get<double>());
+  EXPECT_EQ(j["matmul"], "bf16");
+  EXPECT_EQ(curve_of("0")["loss_curve"].get<std::vector<double>>(), curve) << "the same seed, the same curve";
+  EXPECT_NE(curve_of("3")["loss_curve"].get<std::vector<double>>(), curve) << "another seed, other batches";
+}
+
 // [engine.kernels] reaches the JSON ("kernels": the switches in force), and a set environment variable wins
 // over the run file with one line on stderr saying what it changed.
 TEST(Bench, KernelSwitchesAreInTheJson) {

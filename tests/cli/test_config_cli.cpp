@@ -155,15 +155,18 @@ TEST_F(RunConfigTest, OverridesAreValidatedLikeTheFile) {
                {"engine.loss_scale.window=10"});
 }
 
-// fp16 needs a GPU: a run file asking for it where the run would execute on the CPU is refused at the key,
-// with where fp16 runs; so is device = "cuda" without a GPU.
-TEST_F(RunConfigTest, Fp16AndCudaAreRefusedWhereThereIsNoGpu) {
+// fp16 and fp8 products need a GPU: a run file asking for them where the run would execute on the CPU is
+// refused at the key, with where they run; so is device = "cuda" without a GPU.
+TEST_F(RunConfigTest, Fp16Fp8AndCudaAreRefusedWhereThereIsNoGpu) {
   if (is_cuda_available()) GTEST_SKIP() << "this machine has a GPU";
   expect_error(kMinimal + "[engine]\nprecision = \"fp16\"\n",
                {"engine.precision: fp16 runs on CUDA GPUs only", "use precision = \"bf16\" or \"fp32\""});
   expect_error(kMinimal, {"--set engine.device=cuda: engine.device: \"cuda\" was asked for, but this zest build or "
                           "machine has no CUDA GPU"}, {"engine.device=cuda"});
   expect_error(kMinimal + "[engine]\nprecision = \"fp16\"\ndevice = \"cpu\"\n", {"fp16 runs on CUDA GPUs only"});
+  expect_error(kMinimal + "[engine]\nmatmul = \"fp8\"\n",
+               {"engine.matmul: \"fp8\" products run on CUDA GPUs with fp8 tensor cores only",
+                "use matmul = \"bf16\""});
 }
 
 // Runs `command` through the shell; returns its exit status and combined output.

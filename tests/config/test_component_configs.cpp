@@ -157,6 +157,17 @@ TEST(EngineConfigToml, LossScaleOnlyWithFp16) {
                {"engine.loss_scale.at_min: \"abort\" is not one of \"warn\", \"error\""});
 }
 
+// [engine] matmul: bf16 by default, fp8 read as such, and fp8 only over bf16 compute.
+TEST(EngineConfigToml, MatmulPrecision) {
+  EXPECT_EQ(engine("").matmul, MatmulPrecision::bf16);
+  EXPECT_EQ(engine("matmul = \"fp8\"\n").matmul, MatmulPrecision::fp8);
+  EXPECT_EQ(engine("precision = \"bf16\"\nmatmul = \"fp8\"\n").matmul, MatmulPrecision::fp8);
+  expect_error([] { engine("precision = \"fp16\"\nmatmul = \"fp8\"\n"); },
+               {"cfg.toml:3:10: engine.matmul: \"fp8\" needs precision = \"bf16\" (precision is \"fp16\")"});
+  expect_error([] { engine("precision = \"fp32\"\nmatmul = \"fp8\"\n"); }, {"(precision is \"fp32\")"});
+  expect_error([] { engine("matmul = \"fp4\"\n"); }, {"engine.matmul: \"fp4\" is not one of \"bf16\", \"fp8\""});
+}
+
 TEST(EngineConfigToml, UnknownKeysSuggestOrTranslateDeepSpeed) {
   expect_error([] { engine("stgae = 1\n"); }, {"cfg.toml:2:1: engine.stgae: unknown key (did you mean 'stage'?)"});
   expect_error([] { engine("gradient_accumulation_steps = 4\n"); },

@@ -1,0 +1,42 @@
+// cuBLASLt as zest's own products call it (CUDA builds only; cublaslt_cuda.cpp): the copy LibTorch loaded,
+// its entry points looked up in the process, used on LibTorch's cuBLASLt handle and workspace for the current
+// stream. The GELU-epilogue products (gelu_epilogue_gemm_cuda.cpp) and the fp8 products
+// (fp8_product_cuda.cpp) share it.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace zest {
+
+// The cuBLASLt entry points zest uses; `loaded` is false when the process has no cuBLASLt.
+struct CublasLtApi {
+  decltype(&cublasLtMatmulDescCreate) desc_create;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmul) matmul;
+  bool loaded = false;
+};
+const CublasLtApi& cublas_lt();
+
+// The largest power of two up to 256 that every pointer is a multiple of (what a plan tells the heuristic:
+// by default it assumes 256 and may pick a kernel that needs it).
+uint32_t common_alignment(std::initializer_list<const void*> pointers);
+
+// The heuristic's best algorithm for these descriptors (C laid out as D), within LibTorch's workspace and
+// for operands aligned to `alignment` bytes; false when it has none.
+bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm);
+
+// cublasLtMatmul on the current stream with LibTorch's handle and workspace (D = alpha·op(A)·op(B) + beta·D).
+bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
+                cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, float beta, void* d,
+                cublasLtMatrixLayout_t d_layout);
+
+}  // namespace zest
