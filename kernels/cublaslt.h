@@ -30,11 +30,18 @@ const CublasLtApi& cublas_lt();
 uint32_t common_alignment(std::initializer_list<const void*> pointers);
 
 // The heuristic's best algorithm for these descriptors (C laid out as D), within LibTorch's workspace and
-// for operands aligned to `alignment` bytes; false when it has none.
+// for operands aligned to `alignment` bytes; false when it has none. `status`, when given, receives the
+// heuristic's return status (CUBLAS_STATUS_SUCCESS with no algorithm found: CUBLAS_STATUS_NOT_SUPPORTED).
 bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm);
+                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
+                    cublasStatus_t* status = nullptr);
 
-// cublasLtMatmul on the current stream with LibTorch's handle and workspace (D = alpha·op(A)·op(B) + beta·D).
+// cublasLtMatmul on the current stream with LibTorch's handle and workspace (D = alpha·op(A)·op(B) + beta·D);
+// its status.
+cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
+                             cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
+                             float beta, void* d, cublasLtMatrixLayout_t d_layout);
+// matmul_status(...) == CUBLAS_STATUS_SUCCESS.
 bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                 cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, float beta, void* d,
                 cublasLtMatrixLayout_t d_layout);

@@ -44,7 +44,8 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
 }
 
 bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm) {
+                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
+                    cublasStatus_t* status) {
   const CublasLtApi& api = cublas_lt();
   cublasLtMatmulPreference_t preference = nullptr;
   if (api.preference_create(&preference) != CUBLAS_STATUS_SUCCESS) return false;
@@ -56,20 +57,29 @@ bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtM
     ok = ok && api.preference_set(preference, attribute, &alignment, sizeof(alignment)) == CUBLAS_STATUS_SUCCESS;
   }
   int found = 0;
-  ok = ok && api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), op, a, b, d, d, preference, 1, algorithm, &found) ==
-                 CUBLAS_STATUS_SUCCESS;
+  const cublasStatus_t heuristic_status =
+      ok ? api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), op, a, b, d, d, preference, 1, algorithm, &found)
+         : CUBLAS_STATUS_INVALID_VALUE;
   api.preference_destroy(preference);
-  return ok && found > 0;
+  if (status != nullptr) {
+    *status = heuristic_status == CUBLAS_STATUS_SUCCESS && found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : heuristic_status;
+  }
+  return heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0;
+}
+
+cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
+                             cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
+                             float beta, void* d, cublasLtMatrixLayout_t d_layout) {
+  const float one = 1.0f;
+  return cublas_lt().matmul(at::cuda::getCurrentCUDABlasLtHandle(), op, &one, a, a_layout, b, b_layout, &beta, d,
+                            d_layout, d, d_layout, &algorithm.algo, at::cuda::getCUDABlasLtWorkspace(),
+                            at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
 }
 
 bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                 cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, float beta, void* d,
                 cublasLtMatrixLayout_t d_layout) {
-  const float one = 1.0f;
-  return cublas_lt().matmul(at::cuda::getCurrentCUDABlasLtHandle(), op, &one, a, a_layout, b, b_layout, &beta, d,
-                            d_layout, d, d_layout, &algorithm.algo, at::cuda::getCUDABlasLtWorkspace(),
-                            at::cuda::getCUDABlasLtWorkspaceSize(),
-                            at::cuda::getCurrentCUDAStream()) == CUBLAS_STATUS_SUCCESS;
+  return matmul_status(op, algorithm, a, a_layout, b, b_layout, beta, d, d_layout) == CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace zest

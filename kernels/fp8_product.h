@@ -41,8 +41,9 @@ struct Fp8ProductOptions {
 };
 
 // y [M, N] (bf16 or fp16, rows contiguous) = epilogue(a [M, K] · bᵀ), b [N, K], scaled back by both
-// factors. False, with y untouched, where cuBLASLt offers no algorithm for the shapes.
-bool fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y, const Fp8ProductOptions& options);
+// factors. Returns "" when it ran; else why not (cuBLASLt offers no algorithm for the shapes, or refused the
+// call), with y untouched.
+std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y, const Fp8ProductOptions& options);
 
 // Why fp8 products cannot run here ("" when they can): this process's GPU needs fp8 tensor cores (compute
 // capability 8.9 or newer) and the cuBLASLt LibTorch loaded.

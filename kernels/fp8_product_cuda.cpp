@@ -51,36 +51,60 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, result = nullptr;  // cuBLASLt's A (our b), B (our a), D
   cublasLtMatmulHeuristicResult_t algorithm{};
-  bool usable = false;
+  std::string failure;  // why there is no plan ("" when usable)
+  bool usable() const { return failure.empty(); }
 };
 
 template <typename V>
-bool set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const V& value) {
-  return cublas_lt().desc_set(op, attribute, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+cublasStatus_t set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const V& value) {
+  return cublas_lt().desc_set(op, attribute, &value, sizeof(value));
+}
+
+// "" when `status` is success, else what failed.
+std::string failed(const char* step, cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? "" : std::string(step) + " (cuBLAS status " + std::to_string(status) + ")";
+}
+
+// The descriptors of one attempt; `tuned`: the heuristic is told the operands' alignment and fast
+// accumulation is set as asked (the attempts without them say which of the two cuBLASLt refused).
+std::string describe(const Shape& s, bool tuned, Plan& plan) {
+  const CublasLtApi& api = cublas_lt();
+  const cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+  const int32_t result_type_id = s.result;
+  std::string why = failed("descriptor", api.desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  auto step = [&](const char* name, cublasStatus_t status) {
+    if (why.empty()) why = failed(name, status);
+  };
+  step("TRANSA", set(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, transposed));
+  step("TRANSB", set(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, plain));
+  if (tuned) step("FAST_ACCUM", set(plan.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{s.fast_accumulation ? 1 : 0}));
+  step("EPILOGUE", set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(s.epilogue)));
+  if (s.epilogue == Fp8Epilogue::bias || s.epilogue == Fp8Epilogue::gelu_aux_bias) {
+    step("BIAS_DATA_TYPE", set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, result_type_id));
+  }
+  if (s.epilogue == Fp8Epilogue::gelu_aux_bias || s.epilogue == Fp8Epilogue::dgelu) {
+    step("EPILOGUE_AUX_LD", set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, s.aux_ld));
+    step("EPILOGUE_AUX_DATA_TYPE", set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, result_type_id));
+  }
+  // cuBLASLt's view, column-major: D [N, M] = op_T(b stored [K, N]) · a stored [K, M].
+  step("layout A", api.layout_create(&plan.first, fp8_type(s.b_format), s.k, s.n, s.k));
+  step("layout B", api.layout_create(&plan.second, fp8_type(s.a_format), s.k, s.m, s.k));
+  step("layout D", api.layout_create(&plan.result, s.result, s.n, s.m, s.ldy));
+  if (!why.empty()) return why;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  best_algorithm(plan.op, plan.first, plan.second, plan.result, tuned ? s.alignment : 16, &plan.algorithm, &status);
+  return failed("heuristic", status);
 }
 
 Plan make_plan(const Shape& s) {
-  const CublasLtApi& api = cublas_lt();
   Plan plan;
-  const cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
-  const int8_t fast = s.fast_accumulation ? 1 : 0;
-  const int32_t result_type_id = s.result;
-  // cuBLASLt's view, column-major: D [N, M] = op_T(b stored [K, N]) · a stored [K, M].
-  bool ok = api.desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-            set(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, transposed) && set(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, plain) &&
-            set(plan.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast) &&
-            set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(s.epilogue)) &&
-            api.layout_create(&plan.first, fp8_type(s.b_format), s.k, s.n, s.k) == CUBLAS_STATUS_SUCCESS &&
-            api.layout_create(&plan.second, fp8_type(s.a_format), s.k, s.m, s.k) == CUBLAS_STATUS_SUCCESS &&
-            api.layout_create(&plan.result, s.result, s.n, s.m, s.ldy) == CUBLAS_STATUS_SUCCESS;
-  if (ok && (s.epilogue == Fp8Epilogue::bias || s.epilogue == Fp8Epilogue::gelu_aux_bias)) {
-    ok = set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, result_type_id);
+  plan.failure = describe(s, /*tuned=*/true, plan);
+  if (!plan.usable()) {
+    Plan plain;
+    const std::string plain_failure = describe(s, /*tuned=*/false, plain);
+    if (plain_failure.empty()) return plain;
+    plan.failure += "; without the alignment and accumulation hints: " + plain_failure;
   }
-  if (ok && (s.epilogue == Fp8Epilogue::gelu_aux_bias || s.epilogue == Fp8Epilogue::dgelu)) {
-    ok = set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, s.aux_ld) &&
-         set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, result_type_id);
-  }
-  plan.usable = ok && best_algorithm(plan.op, plan.first, plan.second, plan.result, s.alignment, &plan.algorithm);
   return plan;
 }
 
@@ -108,27 +132,34 @@ Fp8Matrix to_fp8(const torch::Tensor& m, Fp8Format format, bool transposed) {
   return {data, factors.narrow(0, 1, 1), format};
 }
 
-bool fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y, const Fp8ProductOptions& options) {
+std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y, const Fp8ProductOptions& options) {
   const int64_t m = a.data.size(0), k = a.data.size(1), n = b.data.size(0);
   TORCH_CHECK(b.data.size(1) == k && y.dim() == 2 && y.size(0) == m && y.size(1) == n && y.stride(1) == 1,
               "fp8_product: shapes");
   TORCH_CHECK(!(a.format == Fp8Format::e5m2 && b.format == Fp8Format::e5m2), "fp8_product: two e5m2 operands");
-  if (!cublas_lt().loaded || m == 0) return false;
+  if (!cublas_lt().loaded) return "this process has no cuBLASLt";
+  if (m == 0) return "no rows";
   const bool has_aux = options.epilogue == Fp8Epilogue::gelu_aux_bias || options.epilogue == Fp8Epilogue::dgelu;
   const Shape shape{options.epilogue, options.fast_accumulation, a.format, b.format, m, n, k, y.stride(0),
                     has_aux ? options.aux.stride(0) : 0, result_type(y),
                     common_alignment({a.data.data_ptr(), b.data.data_ptr(), y.data_ptr()})};
   const Plan& plan = plan_for(shape);
-  if (!plan.usable) return false;
+  if (!plan.usable()) return plan.failure;
   const void* first_scale = b.scale_inv.data_ptr();
   const void* second_scale = a.scale_inv.data_ptr();
-  bool ok = set(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, first_scale) &&
-            set(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, second_scale);
-  if (ok && options.bias.defined()) ok = set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, options.bias.data_ptr());
-  if (ok && has_aux) ok = set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, options.aux.data_ptr());
+  std::string why = failed("A_SCALE_POINTER", set(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, first_scale));
+  if (why.empty()) why = failed("B_SCALE_POINTER", set(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, second_scale));
+  if (why.empty() && options.bias.defined()) {
+    why = failed("BIAS_POINTER", set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, options.bias.data_ptr()));
+  }
+  if (why.empty() && has_aux) {
+    why = failed("EPILOGUE_AUX_POINTER", set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, options.aux.data_ptr()));
+  }
+  if (!why.empty()) return why;
   RECORD_FUNCTION("zest::mm_fp8", std::vector<c10::IValue>({a.data, b.data}));
-  return ok && run_matmul(plan.op, plan.algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second,
-                          options.accumulate ? 1.0f : 0.0f, y.data_ptr(), plan.result);
+  return failed("cublasLtMatmul",
+                matmul_status(plan.op, plan.algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second,
+                              options.accumulate ? 1.0f : 0.0f, y.data_ptr(), plan.result));
 }
 
 std::string fp8_products_unavailable_here() {

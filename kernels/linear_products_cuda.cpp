@@ -52,11 +52,15 @@ bool fp8_takes(const torch::Tensor& input, int64_t n, int64_t k) {
   return why.empty();
 }
 
-// Records whether cuBLASLt ran the fp8 product; returns `ran`.
-bool noted(bool ran, const torch::Tensor& input, int64_t n, int64_t k, std::string_view epilogue = {}) {
+// Records whether cuBLASLt ran the fp8 product (`failure` empty) or why not; returns whether it ran.
+bool noted(const std::string& failure, const torch::Tensor& input, int64_t n, int64_t k,
+           std::string_view epilogue = {}) {
+  const bool ran = failure.empty();
   note_fused_path(kFp8Path, ran,
-                  ran ? std::string() : "cuBLASLt has no fp8 algorithm for " + shape_text(input.size(0), n, k) +
-                                             (epilogue.empty() ? "" : " with the " + std::string(epilogue) + " epilogue"));
+                  ran ? std::string()
+                      : "cuBLASLt did not run the fp8 product " + shape_text(input.size(0), n, k) +
+                            (epilogue.empty() ? "" : " with the " + std::string(epilogue) + " epilogue") + ": " +
+                            failure);
   return ran;
 }
 
