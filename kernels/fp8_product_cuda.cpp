@@ -122,14 +122,17 @@ Fp8Matrix to_fp8(const torch::Tensor& m, Fp8Format format, bool transposed) {
   const torch::Tensor rows_contiguous = m.stride(1) == 1 ? m : m.contiguous();
   const Fp8Source source{kernel_dtype_of(m.scalar_type()), rows_contiguous.data_ptr(), m.size(0), m.size(1),
                          rows_contiguous.stride(0)};
-  auto factors = torch::empty({2}, m.options().dtype(torch::kFloat32));  // [amax, scale_inv]
+  // [scale_inv, …, amax, …]: cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED, when the product runs) a scale
+  // pointer that is not 16-byte aligned, so each value starts its own 16 bytes.
+  auto factors = torch::empty({8}, m.options().dtype(torch::kFloat32));
+  float* const scale_inv = factors.data_ptr<float>();
+  float* const amax = scale_inv + 4;
   auto data = transposed ? torch::empty({m.size(1), m.size(0)}, m.options().dtype(torch::kByte))
                          : torch::empty({m.size(0), m.size(1)}, m.options().dtype(torch::kByte));
   void* stream = current_stream_of(m);
-  launch_fp8_amax(source, factors.data_ptr<float>(), stream);
-  launch_fp8_cast(source, factors.data_ptr<float>(), format, transposed, data.data_ptr<uint8_t>(),
-                  factors.data_ptr<float>() + 1, stream);
-  return {data, factors.narrow(0, 1, 1), format};
+  launch_fp8_amax(source, amax, stream);
+  launch_fp8_cast(source, amax, format, transposed, data.data_ptr<uint8_t>(), scale_inv, stream);
+  return {data, factors.narrow(0, 0, 1), format};
 }
 
 std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y, const Fp8ProductOptions& options) {
