@@ -8,8 +8,6 @@
 
 #include <ATen/record_function.h>
 
-#include <cstdlib>
-
 namespace zest {
 namespace {
 
@@ -34,19 +32,9 @@ std::string fp8_refusal(const torch::Tensor& input, int64_t n, int64_t k) {
   return "";
 }
 
-// ZEST_FP8_MIN_WIDTH (measurement only): fp8 only for products at least this wide, where the product's
-// saving outweighs the casts' passes over the input.
-int64_t fp8_min_width() {
-  static const int64_t width = [] {
-    const char* value = std::getenv("ZEST_FP8_MIN_WIDTH");
-    return value == nullptr ? int64_t{0} : std::atoll(value);
-  }();
-  return width;
-}
-
 // Whether fp8 takes this product (the setting is on and the shapes allow it); a refusal is recorded.
 bool fp8_takes(const torch::Tensor& input, int64_t n, int64_t k) {
-  if (!fp8_training_products() || !input.is_cuda() || input.size(0) == 0 || n < fp8_min_width()) return false;
+  if (!fp8_training_products() || !input.is_cuda() || input.size(0) == 0) return false;
   const std::string why = fp8_refusal(input, n, k);
   if (!why.empty()) note_fused_path(kFp8Path, false, why);
   return why.empty();
@@ -91,15 +79,15 @@ torch::Tensor forward_product(const ProductInput& x, const torch::Tensor& weight
 void add_forward_product(torch::Tensor& y, const ProductInput& x, const torch::Tensor& weight) {
   const torch::Tensor& x2 = x.matrix();
   const int64_t out = weight.size(0), in = weight.size(1);
-  // Named for the profiler and the FLOP counter (profiling/flop_counter.cpp), which counts this name once
-  // and not ATen's in-place addmm_ (seen twice on CUDA).
-  RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({x2, weight.t()}));
   if (fp8_takes(x2, out, in)) {
     Fp8ProductOptions options;
     options.accumulate = true;
     options.fast_accumulation = true;
     if (noted(fp8_product(x.fp8(), weight_as_fp8(weight, false), y, options), x2, out, in)) return;
   }
+  // Named for the profiler and the FLOP counter (profiling/flop_counter.cpp), which counts this name once
+  // and not ATen's in-place addmm_ (seen twice on CUDA).
+  RECORD_FUNCTION("zest::mm_accumulate", std::vector<c10::IValue>({x2, weight.t()}));
   y.addmm_(x2, weight.t());
 }
 

@@ -69,7 +69,9 @@ int64_t count(const at::RecordFunction& fn) {
   // gradient (kernels/weight_grad_gemm_cuda.cpp), the joined linear's second product
   // (kernels/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
   // zest::mm_epilogue: a cuBLASLt product with a GELU epilogue (kernels/gelu_epilogue_gemm_cuda.cpp).
-  if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate" || name == "zest::mm_epilogue") {
+  // zest::mm_fp8: an fp8 product, whatever its epilogue (kernels/fp8_product_cuda.cpp).
+  if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate" || name == "zest::mm_epilogue" ||
+      name == "zest::mm_fp8") {
     return matmul_flops(in(0), in(1));
   }
   if (name == "aten::addmm" || name == "aten::baddbmm") return matmul_flops(in(1), in(2));
