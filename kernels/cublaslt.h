@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 
 namespace zest {
 
@@ -45,5 +46,16 @@ cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuris
 bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                 cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, float beta, void* d,
                 cublasLtMatrixLayout_t d_layout);
+
+// The plan (descriptors and the heuristic's algorithm) for `shape`, made by make_plan(shape) the first time
+// this thread asks and reused after: only the pointers change between calls. Plans live as long as the
+// process (a few dozen shapes); a thread keeps its own, as cuBLASLt's descriptors are not shared.
+template <typename Plan, typename Shape>
+const Plan& cached_plan(const Shape& shape, Plan (*make_plan)(const Shape&)) {
+  thread_local std::map<decltype(shape.key()), Plan> plans;
+  auto it = plans.find(shape.key());
+  if (it == plans.end()) it = plans.emplace(shape.key(), make_plan(shape)).first;
+  return it->second;
+}
 
 }  // namespace zest

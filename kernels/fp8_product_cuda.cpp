@@ -11,7 +11,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/record_function.h>
 
-#include <map>
 #include <tuple>
 
 namespace zest {
@@ -101,13 +100,6 @@ Plan make_plan(const Shape& s) {
   return plan;
 }
 
-const Plan& plan_for(const Shape& s) {
-  thread_local std::map<decltype(s.key()), Plan> plans;
-  auto it = plans.find(s.key());
-  if (it == plans.end()) it = plans.emplace(s.key(), make_plan(s)).first;
-  return it->second;
-}
-
 }  // namespace
 
 Fp8Matrix to_fp8(const torch::Tensor& m, Fp8Format format, bool transposed) {
@@ -139,7 +131,7 @@ std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y
   const Shape shape{options.epilogue, options.fast_accumulation, a.format, b.format, m, n, k, y.stride(0),
                     has_aux ? options.aux.stride(0) : 0, result_type(y),
                     common_alignment({a.data.data_ptr(), b.data.data_ptr(), y.data_ptr()})};
-  const Plan& plan = plan_for(shape);
+  const Plan& plan = cached_plan(shape, make_plan);
   if (!plan.usable()) return plan.failure;
   const void* first_scale = b.scale_inv.data_ptr();
   const void* second_scale = a.scale_inv.data_ptr();

@@ -9,7 +9,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/record_function.h>
 
-#include <map>
 #include <tuple>
 
 namespace zest {
@@ -64,13 +63,6 @@ Plan make_plan(const Shape& s) {
   return plan;
 }
 
-const Plan& plan_for(const Shape& s) {
-  thread_local std::map<decltype(s.key()), Plan> plans;
-  auto it = plans.find(s.key());
-  if (it == plans.end()) it = plans.emplace(s.key(), make_plan(s)).first;
-  return it->second;
-}
-
 bool is_16bit(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
@@ -98,7 +90,7 @@ cudaDataType cuda_type_of(const torch::Tensor& t) {
 // or cuBLASLt refuses the call (nothing was written then).
 bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias, void* aux) {
   const CublasLtApi& api = cublas_lt();
-  const Plan& plan = plan_for(s);
+  const Plan& plan = cached_plan(s, make_plan);
   if (!plan.usable) return false;
   if (bias != nullptr &&
       api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
