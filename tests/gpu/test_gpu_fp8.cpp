@@ -3,8 +3,9 @@
 // from a column block, NaN kept, zeros kept); the products equal the float64 products of their dequantised
 // operands with each epilogue (bias, GELU_AUX_BIAS, DGELU, accumulation) at shapes that are not the
 // release's; a Linear trained with fp8 runs its forward and input-gradient products in fp8 (its error is
-// fp8's, not bf16's) and says where a width keeps it in bf16; and a HY-Motion model at a config that is not
-// the release trains through every fused path with fp8 products, tracking float32.
+// fp8's, not bf16's) and says where a width keeps it in bf16; the run file's key reaches the products; and a
+// HY-Motion model at a config that is not the release trains through every fused path with fp8 products,
+// tracking float32.
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "hymotion/hymotion_test_util.h"
@@ -12,6 +13,8 @@
 #include "kernels/fused_paths.h"
 #include "kernels/linear_op.h"
 #include "kernels/matmul_precision.h"
+#include "train/bench.h"
+#include "train/run_config.h"
 
 #include <gtest/gtest.h>
 
@@ -197,6 +200,23 @@ TEST(GpuFp8, ALinearTrainsWithFp8ProductsAndSaysWhereAWidthKeepsBf16) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("fp8_matmul"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("not a multiple of 16"), std::string::npos) << lines[0];
+  reset_fused_path_uses();
+}
+
+// [engine] matmul = "fp8" in a run file reaches the products: `zest bench`'s run on the tiny HY-Motion takes
+// fp8 products and its JSON says so; the process-wide setting is put back afterwards.
+TEST(GpuFp8, TheRunFilesMatmulKeyReachesTheProducts) {
+  const auto restore = fp8_switch(false);
+  const RunConfig config = parse_run_config(std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml",
+                                            {"engine.matmul=\"fp8\""});
+  reset_fused_path_uses();
+  BenchOptions options;
+  options.steps = 2;
+  options.warmup = 1;
+  const nlohmann::json j = run_bench(config, options);
+  EXPECT_EQ(j["matmul"], "fp8");
+  ASSERT_TRUE(j["fused_paths"].contains("fp8_matmul")) << j["fused_paths"].dump();
+  EXPECT_GT(j["fused_paths"]["fp8_matmul"]["taken"].get<int64_t>(), 0) << j["fused_paths"].dump();
   reset_fused_path_uses();
 }
 
