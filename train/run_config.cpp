@@ -6,6 +6,9 @@
 #include "core/config_writer.h"
 #include "core/field_table.h"
 #include "kernels/matmul_precision.h"
+#ifdef ZEST_WITH_CUDA
+#include "kernels/fp8_product.h"  // fp8_products_unavailable_here (CUDA builds only)
+#endif
 #include "models/model_memory.h"
 
 #include <algorithm>
@@ -156,7 +159,6 @@ void check_run_model(const RunConfig& config) {
 
 #ifdef ZEST_WITH_CUDA
 void apply_sdpa_backend();  // kernels/sdpa_backend_cuda.cpp
-std::string fp8_products_unavailable_here();  // kernels/fp8_product_cuda.cpp
 #endif
 
 namespace {
