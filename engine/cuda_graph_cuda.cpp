@@ -16,6 +16,7 @@ namespace zest {
 namespace {
 
 using PoolId = decltype(std::declval<at::cuda::CUDAGraph&>().pool());  // the allocator's private-pool id
+constexpr int kAllPools = 0;  // the caching allocator's StatType::AGGREGATE
 
 class CudaCapturedGraph final : public CapturedGraph {
  public:
@@ -23,7 +24,12 @@ class CudaCapturedGraph final : public CapturedGraph {
       : pool_(pool) {
     for (const auto& generator : generators) graph_.register_generator_state(generator);
   }
-  void begin_capture() override { graph_.capture_begin(*pool_, cudaStreamCaptureModeThreadLocal); }
+  void begin_capture(int64_t pool_bytes) override {
+    graph_.capture_begin(*pool_, cudaStreamCaptureModeThreadLocal);
+    // Allocated and freed at once: no kernel is recorded, the pool keeps the block free for the step.
+    if (pool_bytes > 0)
+      (void)at::empty({pool_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
+  }
   void end_capture() override {
     graph_.capture_end();
     if (pool_->first == 0 && pool_->second == 0) *pool_ = graph_.pool();  // later graphs share it
@@ -68,9 +74,15 @@ class CudaGraphDevice final : public GraphDevice {
   void used_on_caller_stream(const torch::Tensor& t) override {
     if (t.is_cuda() && caller_) t.record_stream(*caller_);
   }
-  void release_cached_memory() override {
+  int64_t release_cached_memory() override {
     c10::cuda::device_synchronize();
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index_);
+    const int64_t cached = stats.reserved_bytes[kAllPools].current - stats.allocated_bytes[kAllPools].current;
     c10::cuda::CUDACachingAllocator::emptyCache();
+    return cached;
+  }
+  int64_t reserved_bytes() const override {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device_index_).reserved_bytes[kAllPools].current;
   }
   std::unique_ptr<CapturedGraph> new_graph() override {
     return std::make_unique<CudaCapturedGraph>(&pool_, generators_);

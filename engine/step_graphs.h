@@ -54,6 +54,10 @@ class StepGraphs {
   const std::string& disabled_reason() const { return disabled_reason_; }
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
+  // The memory the graphs' private pool took from the device (every capture), and what the eager steps'
+  // cache held when the first capture released it: the cost of the graphs in memory, beside the eager one.
+  int64_t pool_bytes() const { return pool_bytes_; }
+  int64_t eager_cache_bytes() const { return eager_cache_bytes_; }
 
  private:
   struct Shape;
@@ -71,6 +75,8 @@ class StepGraphs {
   bool said_cache_full_ = false;
   int64_t captures_ = 0;
   int64_t replays_ = 0;
+  int64_t pool_bytes_ = 0;
+  int64_t eager_cache_bytes_ = 0;
 };
 
 // "x:f32[8,360,201];mask:b8[8,360]|…": the micro-batches' names, dtypes and sizes (the graph cache key).

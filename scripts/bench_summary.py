@@ -14,7 +14,9 @@ def line(d):
             f"{s['median']:8.1f} ms [{s['min']:.0f}-{s['max']:.0f}] {d['samples_per_s']:6.1f} samples/s/GPU "
             f"MFU {d['mfu'] * 100:4.1f}% alloc {d['peak_allocated_gib']:5.1f} GiB res {d['peak_reserved_gib']:5.1f} "
             f"exposed {d['comm_exposed_ms']:5.1f} ms state {state * 100:+.2f}%"
-            + (f" pipelined {d['pipelined_step_ms']:.1f} ms" if "pipelined_step_ms" in d else ""))
+            + (f" pipelined {d['pipelined_step_ms']:.1f} ms" if "pipelined_step_ms" in d else "")
+            + (f" graph pool {d['graph_pool_gib']:.2f} GiB (eager cache {d['eager_cache_gib']:.2f})"
+               if d.get("graph_pool_gib") else ""))
 
 
 def peer_line(d):

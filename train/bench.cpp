@@ -257,6 +257,9 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
           {"mfu", tflops / options.peak_tflops},
           {"peak_allocated_gib", max_over_ranks(*comm, memory.peak_allocated_bytes / kGiB)},
           {"peak_reserved_gib", max_over_ranks(*comm, memory.peak_reserved_bytes / kGiB)},
+          // Of the reserved memory: the CUDA graphs' private pool, and the eager steps' cache it replaced.
+          {"graph_pool_gib", max_over_ranks(*comm, static_cast<double>(graphs.pool_bytes()) / kGiB)},
+          {"eager_cache_gib", max_over_ranks(*comm, static_cast<double>(graphs.eager_cache_bytes()) / kGiB)},
           {"offload_optimizer", to_string(config.engine.offload_optimizer)},
           {"model_state_bytes", state.total()},
           {"model_state_formula_bytes", formula.total()},

@@ -28,7 +28,8 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   for (const char* key : {"step_ms", "samples_per_s", "tflops", "mfu", "peak_allocated_gib", "peak_reserved_gib",
                           "model_state_bytes", "model_state_formula_bytes", "comm_exposed_ms", "flops_per_step",
                           "pipelined_step_ms", "pipelined_samples_per_s", "loss_first", "loss_last",
-                          "activation_bytes_per_sample", "kernel_launches_per_step"}) {
+                          "activation_bytes_per_sample", "kernel_launches_per_step", "graph_pool_gib",
+                          "eager_cache_gib"}) {
     EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
   }
   EXPECT_EQ(j["model"], "hymotion_tiny");
@@ -40,6 +41,7 @@ TEST(Bench, TinyHyMotionOnTheCpuPrintsOneJsonLine) {
   EXPECT_GT(j["loss_first"].get<double>(), 0.0);
   EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
   EXPECT_TRUE(j["kernel_launches_per_step"].is_null()) << "launches are counted on GPUs only";
+  EXPECT_EQ(j["graph_pool_gib"].get<double>(), 0.0) << "no CUDA graphs on the CPU";
   EXPECT_TRUE(j["profile"].is_null()) << "no kernel table without --profile";
   // The engine's model state is the formula's plus padding only.
   const double ratio = j["model_state_bytes"].get<double>() / j["model_state_formula_bytes"].get<double>();
