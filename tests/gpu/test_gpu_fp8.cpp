@@ -208,7 +208,7 @@ TEST(GpuFp8, ALinearTrainsWithFp8ProductsAndSaysWhereAWidthKeepsBf16) {
 TEST(GpuFp8, TheRunFilesMatmulKeyReachesTheProducts) {
   const auto restore = fp8_switch(false);
   const RunConfig config = parse_run_config(std::string(ZEST_SOURCE_DIR) + "/bench/configs/hymotion_tiny.toml",
-                                            {"engine.matmul=\"fp8\""});
+                                            {"engine.precision=\"bf16\"", "engine.matmul=\"fp8\""});
   reset_fused_path_uses();
   BenchOptions options;
   options.steps = 2;
