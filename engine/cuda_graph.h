@@ -13,9 +13,7 @@ namespace zest {
 class CapturedGraph {
  public:
   virtual ~CapturedGraph() = default;
-  // The step stream records from here (this thread only). With pool_bytes > 0 the graph's pool first takes
-  // one free block of that size, which the step's tensors are then cut from (see StepGraphs::capture).
-  virtual void begin_capture(int64_t pool_bytes) = 0;
+  virtual void begin_capture() = 0;  // the step stream records from here (this thread only)
   virtual void end_capture() = 0;
   virtual void abort_capture() = 0;  // after a failure: the stream stops recording, the partial graph goes
   virtual void replay() = 0;
@@ -32,8 +30,9 @@ class GraphDevice {
   // is done with it: a batch made on the caller's stream, losses read there.
   virtual void used_on_step_stream(const torch::Tensor& t) = 0;
   virtual void used_on_caller_stream(const torch::Tensor& t) = 0;
-  // Returns cached, unused memory to the device (before the first capture: the graph's pool then
-  // takes the eager steps' place instead of adding to it); returns how many bytes the cache held.
+  // Returns cached, unused memory to the device (before the first step: the caller's stream's cache; before
+  // the first capture: the graph's pool then takes the eager steps' place instead of adding to it); returns
+  // how many bytes the cache held.
   virtual int64_t release_cached_memory() = 0;
   virtual int64_t reserved_bytes() const = 0;  // what the caching allocator holds on the device, every pool
   // A graph in the shared pool that also replays the random streams of `generators` (the default CUDA

@@ -9,9 +9,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cstdlib>
-#include <iostream>
-#include <map>
 #include <optional>
 #include <utility>
 
@@ -27,12 +24,7 @@ class CudaCapturedGraph final : public CapturedGraph {
       : pool_(pool) {
     for (const auto& generator : generators) graph_.register_generator_state(generator);
   }
-  void begin_capture(int64_t pool_bytes) override {
-    graph_.capture_begin(*pool_, cudaStreamCaptureModeThreadLocal);
-    // Allocated and freed at once: no kernel is recorded, the pool keeps the block free for the step.
-    if (pool_bytes > 0)
-      (void)at::empty({pool_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-  }
+  void begin_capture() override { graph_.capture_begin(*pool_, cudaStreamCaptureModeThreadLocal); }
   void end_capture() override {
     graph_.capture_end();
     if (pool_->first == 0 && pool_->second == 0) *pool_ = graph_.pool();  // later graphs share it
@@ -49,38 +41,6 @@ class CudaCapturedGraph final : public CapturedGraph {
   PoolId* pool_;
   at::cuda::CUDAGraph graph_;
 };
-
-// Measurement only (this session): the caching allocator's segments holding free memory after emptyCache.
-void print_segments_with_free_memory() {
-  const auto snapshot = c10::cuda::CUDACachingAllocator::snapshot();
-  int64_t stranded = 0;
-  for (const auto& segment : snapshot.segments) {
-    const int64_t free_bytes = static_cast<int64_t>(segment.total_size) - static_cast<int64_t>(segment.allocated_size);
-    stranded += free_bytes;
-    if (free_bytes < (32 << 20)) continue;
-    std::cerr << "segment " << segment.total_size / 1048576.0 << " MiB, allocated " << segment.allocated_size / 1048576.0
-              << " MiB, stream " << segment.stream << ", pool " << segment.owner_private_pool_id.first << ":"
-              << segment.owner_private_pool_id.second << ", blocks:";
-    int shown = 0;
-    for (const auto& block : segment.blocks) {
-      if (shown++ < 24) std::cerr << " " << (block.allocated ? "+" : "-") << block.size / 1048576.0;
-    }
-    std::cerr << (segment.blocks.size() > 24 ? " ..." : "") << "\n";
-  }
-  std::cerr << "free memory in segments after emptyCache: " << stranded / 1073741824.0 << " GiB in "
-            << snapshot.segments.size() << " segments\n";
-  int64_t live = 0;
-  std::map<int64_t, int> live_sizes;  // MiB -> count, the live blocks of every segment
-  for (const auto& segment : snapshot.segments)
-    for (const auto& block : segment.blocks)
-      if (block.allocated) {
-        live += static_cast<int64_t>(block.size);
-        ++live_sizes[static_cast<int64_t>(block.size >> 20)];
-      }
-  std::cerr << "live: " << live / 1073741824.0 << " GiB; by MiB:";
-  for (auto it = live_sizes.rbegin(); it != live_sizes.rend(); ++it) std::cerr << " " << it->first << "x" << it->second;
-  std::cerr << "\n";
-}
 
 class CudaGraphDevice final : public GraphDevice {
  public:
@@ -114,7 +74,6 @@ class CudaGraphDevice final : public GraphDevice {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index_);
     const int64_t cached = stats.reserved_bytes[kAllPools].current - stats.allocated_bytes[kAllPools].current;
     c10::cuda::CUDACachingAllocator::emptyCache();
-    if (std::getenv("ZEST_MEMORY_SEGMENTS")) print_segments_with_free_memory();  // measurement only
     return cached;
   }
   int64_t reserved_bytes() const override {

@@ -4,7 +4,6 @@
 #include "core/check.h"
 #include "engine/cuda_graph.h"
 
-#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -63,6 +62,10 @@ StepGraphs::StepGraphs(Engine& engine, std::vector<torch::Generator> generators,
   }
 #ifdef ZEST_WITH_CUDA
   device_ = make_graph_device(engine.device(), std::move(generators));
+  // The caller's stream's cache cannot serve the step stream's tensors (the caching allocator keeps each
+  // stream's freed blocks for that stream): the engine's construction-time gradients (the fp32 gradients'
+  // size) would otherwise stay reserved beside the warm-up steps' own cache.
+  device_->release_cached_memory();
   device_->enter();
   engine.rebind_grad_hooks();  // the accumulators belong to the step stream from now on
   device_->leave();
@@ -148,23 +151,13 @@ void StepGraphs::make_static_inputs(Shape& shape, const std::vector<Inputs>& mic
 }
 
 void StepGraphs::capture(Shape& shape, const LossFn& loss_of) {
-  // The first graph's pool replaces the warm-up's cache, and takes its size as one free block to begin
-  // with. Filled from empty, it would give each tensor its own segment: the holes the freed activations
-  // leave in backward are then too small for the gradients made there, and the pool grows by about the
-  // gradients' size (3.9 GiB for HY-Motion 1B) over the eager steps' cache. Cut from one block, the holes
-  // merge as in the eager steps' warm cache. Later graphs reuse the pool as it is.
-  int64_t prefill = 0;
-  if (captures_ == 0) {
-    eager_cache_bytes_ = device_->release_cached_memory();
-    const char* knob = std::getenv("ZEST_GRAPH_POOL_PREFILL");  // measurement only, to be removed
-    if (!(knob && std::string(knob) == "0")) prefill = eager_cache_bytes_;
-  }
+  if (captures_ == 0) eager_cache_bytes_ = device_->release_cached_memory();  // the graph's pool replaces it
   const int accumulation = engine_.config().accumulation_steps;
   shape.losses = torch::zeros({accumulation}, torch::TensorOptions().dtype(torch::kFloat32).device(engine_.device()));
   const int64_t reserved_before = device_->reserved_bytes();
   shape.graph = device_->new_graph();
   engine_.begin_step_capture();
-  shape.graph->begin_capture(prefill);
+  shape.graph->begin_capture();
   try {
     for (int m = 0; m < accumulation; ++m) {
       const torch::Tensor loss = loss_of(shape.static_inputs[static_cast<size_t>(m)], m);
