@@ -2,9 +2,9 @@
 #include "engine/step_graphs.h"
 
 #include "core/check.h"
+#include "core/number_text.h"
 #include "engine/cuda_graph.h"
 
-#include <iomanip>
 #include <iostream>
 #include <sstream>
 
@@ -21,12 +21,6 @@ namespace {
 
 void say(const Engine& engine, const std::string& message) {
   if (engine.comm().rank() == 0) std::cerr << "zest: " << message << "\n";
-}
-
-std::string gib_text(int64_t bytes) {
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(2) << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
-  return text.str();
 }
 
 }  // namespace
@@ -180,8 +174,8 @@ void StepGraphs::capture(Shape& shape, const LossFn& loss_of) {
   if (captures_ == 0) {
     say(engine_, "CUDA graphs: steps are captured (after " + std::to_string(kWarmupSteps) +
                      " eager ones per batch shape) and replayed; the graphs' memory pool holds " +
-                     gib_text(pool_bytes_) + " GiB (the eager steps' cache held " + gib_text(eager_cache_bytes_) +
-                     " GiB)");
+                     gigabytes_text(pool_bytes_) + " (the eager steps' cache held " +
+                     gigabytes_text(eager_cache_bytes_) + ")");
   }
   ++captures_;
 }
