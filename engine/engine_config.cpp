@@ -235,11 +235,11 @@ const FieldTable<EngineConfig>& engine_fields() {
     t.enumeration("cuda_graphs", &C::cuda_graphs, kCudaGraphs, "auto|off: replay whole steps as CUDA graphs (auto: where capturable)")
         .reference("replay whole training steps as CUDA graphs (engine/step_graphs.h): auto = on for CUDA, except "
                    "with optimizer offload or a checkpointed unit seen drawing random numbers in the eager steps "
-                   "(dropout; then every step runs eagerly, said once in the log). The graph's private pool adds reserved "
-                   "memory: with activation checkpointing +1.8 to +3.8 GiB for HY-Motion at 32 sequences, for a step "
-                   "of the same speed; at 8 sequences 23.3 GiB reserved against 19.5 eagerly, for 55.0 against 66.7 "
-                   "ms a step on an H100 (bench/RESULTS.md). So \"off\" suits a run whose reserved memory is "
-                   "tight; up to 4 batch shapes are captured, each after 2 eager steps");
+                   "(dropout; then every step runs eagerly, said once in the log). The graphs' private pool takes the place "
+                   "of the eager steps' cache (the log states both), so the device reserves what eager steps reserve: "
+                   "HY-Motion 1B at 8 sequences on an H100, 19.6 GiB, as the tuned compiled peer, for 55.3 ms a step "
+                   "against 66.7 eagerly (bench/RESULTS.md). Up to 4 batch shapes are captured, each after 2 eager "
+                   "steps; steps of other shapes run eagerly");
     t.boolean("cudnn_benchmark", &C::cudnn_benchmark, "CUDA: time cuDNN's convolution algorithms per shape, keep the fastest")
         .reference("on a GPU, time cuDNN's convolution algorithms once per shape and keep the fastest (LibTorch's "
                    "process-wide switch, `torch.backends.cudnn.benchmark` in Python); the timing runs in the first "
