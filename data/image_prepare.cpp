@@ -2,15 +2,14 @@
 // save), resume from finished pieces, and the final assembly of the dataset (shards by latent size).
 #include "data/image_prepare.h"
 
-#include "checkpoint/checksum.h"
 #include "formats/safetensors.h"
 #include "comm/communicator.h"
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/untrusted_file.h"
-#include "formats/json_text.h"
 #include "data/aspect_buckets.h"
 #include "data/image_preprocess.h"
+#include "data/prepare_work.h"
 #include "data/seed.h"
 #include "models/clip/clip_text_model.h"
 #include "models/clip/clip_tokenizer.h"
@@ -20,9 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -55,15 +52,6 @@ void require_folder(const fs::path& pipeline, const std::string& name, const std
   const fs::path p = pipeline / name;
   ZEST_CHECK(fs::is_directory(p), printable(p.string()), ": missing (", why, "; a pipeline folder as diffusers' ",
              "save_pretrained writes it holds unet/ vae/ text_encoder/ tokenizer/, for SDXL also text_encoder_2/ tokenizer_2/)");
-}
-
-torch::Device choose_device(const std::string& requested, int local_rank) {
-  if (!requested.empty()) return torch::Device(requested);
-  if (torch::cuda::is_available()) {
-    const auto count = static_cast<int>(torch::cuda::device_count());
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
-  }
-  return torch::Device(torch::kCPU);
 }
 
 Encoders load_encoders(const std::string& pipeline_dir, torch::Device device) {
@@ -137,11 +125,6 @@ torch::Tensor encode_images(const Encoders& e, const torch::Tensor& pixels, cons
 }
 
 std::string job_description(const PrepareImagesOptions& o, const ImageFolderListing& listing) {
-  checkpoint::Xxh64Stream hash;
-  for (const CaptionedImage& image : listing.images) {
-    hash.update(image.file.data(), image.file.size() + 1);  // with the terminating NUL as separator
-    hash.update(image.caption.data(), image.caption.size() + 1);
-  }
   const Json job = {{"format", "zest.prepare.v1"},
                     {"pretrained", fs::absolute(o.pretrained).lexically_normal().string()},
                     {"images", fs::absolute(o.images).lexically_normal().string()},
@@ -153,14 +136,8 @@ std::string job_description(const PrepareImagesOptions& o, const ImageFolderList
                     {"seed", o.seed},
                     {"piece_images", o.piece_images},
                     {"image_count", listing.images.size()},
-                    {"listing_xxh64", checkpoint::to_hex(hash.digest())}};
+                    {"listing_xxh64", listing_digest(listing)}};
   return job.dump(2) + "\n";
-}
-
-std::string piece_path(const fs::path& work, int64_t piece) {
-  char name[64];
-  std::snprintf(name, sizeof name, "piece-%06lld.safetensors", static_cast<long long>(piece));
-  return (work / "pieces" / name).string();
 }
 
 // One sample waiting for its batch: the pixels and everything else its piece records.
@@ -239,27 +216,21 @@ struct SampleRef {
   int64_t height = 0, width = 0;
 };
 
-void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces, const Encoders& e,
+void write_dataset(const fs::path& staging, const PrepareWork& work, int64_t pieces, const Encoders& e,
                    const PrepareImagesOptions& o, const ImageFolderListing& listing, PrepareImagesReport& report) {
   std::vector<SampleRef> samples;
   for (int64_t p = 0; p < pieces; ++p) {
-    const PieceRecords records(safetensors::Reader(piece_path(work, p)));
+    const PieceRecords records(safetensors::Reader(work.piece_path(p)));
     const std::vector<JsonField> items = records.items();
     for (size_t k = 0; k < items.size(); ++k)
       samples.push_back({p, static_cast<int64_t>(k), items[k].at("index").integer(0), items[k].at("height").integer(1),
                          items[k].at("width").integer(1)});
     for (SkippedFile& s : records.skipped()) report.skipped.push_back(std::move(s));
   }
-  if (samples.empty()) {
-    fs::remove_all(work);  // nothing to resume: a rerun starts afresh
-    std::string why = report.skipped.empty() ? "" : " (" + report.skipped.front().file + ": " + report.skipped.front().reason + ")";
-    ZEST_FAIL(printable(o.images), ": none of the ", listing.images.size(), " images could be used", why);
-  }
+  if (samples.empty()) work.fail_nothing_usable(o.images, listing.images.size(), "images", report.skipped);
   std::stable_sort(samples.begin(), samples.end(), [](const SampleRef& a, const SampleRef& b) {
     return a.height != b.height ? a.height < b.height : a.width != b.width ? a.width < b.width : a.index < b.index;
   });
-  fs::remove_all(staging);
-  fs::create_directories(staging);
   DatasetManifest m;
   m.format = DatasetFormat::latents;
   const int64_t f = e.downscale();
@@ -269,7 +240,7 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
   std::map<int64_t, std::unique_ptr<safetensors::Reader>> readers;
   auto reader = [&](int64_t piece) -> const safetensors::Reader& {
     auto& r = readers[piece];
-    if (!r) r = std::make_unique<safetensors::Reader>(piece_path(work, piece));
+    if (!r) r = std::make_unique<safetensors::Reader>(work.piece_path(piece));
     return *r;
   };
   for (size_t start = 0; start < samples.size();) {
@@ -310,11 +281,7 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
   if (e.sdxl()) empty_prompt.emplace_back("pooled", empty.pooled[0].contiguous());
   safetensors::save_file((staging / "empty_prompt.safetensors").string(), empty_prompt);
   m.empty_prompt_file = "empty_prompt.safetensors";
-  {
-    std::ofstream skipped(staging / "skipped.txt");
-    for (const SkippedFile& s : report.skipped) skipped << printable(s.file) << "\t" << printable(s.reason, 1000) << "\n";
-    ZEST_CHECK(skipped.good(), (staging / "skipped.txt").string(), ": write failed");
-  }
+  write_skipped_list(staging, report.skipped);
   m.source = str("zest data prepare images --pretrained ", o.pretrained, " --images ", o.images, " --resolution ",
                  o.resolution, o.center_crop ? " --center-crop" : " --random-crop", o.random_flip ? " --random-flip" : "",
                  o.buckets ? " --buckets" : "", " --seed ", o.seed, " (", listing.captions_from, ")");
@@ -325,43 +292,12 @@ void write_dataset(const fs::path& staging, const fs::path& work, int64_t pieces
 
 }  // namespace
 
-namespace {
-
-JsonDocument piece_record(const safetensors::Reader& piece, const char* key) {
-  const auto it = piece.metadata().find(key);
-  if (it == piece.metadata().end()) {
-    ZEST_FAIL(piece.path(), ": its metadata has no \"", key, "\" (not a piece written by zest data prepare; remove "
-              "the unfinished work folder to start afresh)");
-  }
-  return JsonDocument(parse_ordered_json(it->second, piece.path() + ": metadata " + key), piece.path(),
-                      std::string("__metadata__.") + key);
-}
-
-}  // namespace
-
-PieceRecords::PieceRecords(const safetensors::Reader& piece)
-    : items_(piece_record(piece, "items")), skipped_(piece_record(piece, "skipped")) {}
-
-std::vector<SkippedFile> PieceRecords::skipped() const {
-  std::vector<SkippedFile> out;
-  for (const JsonField& s : skipped_.root().items()) out.push_back({s.at("file").string(), s.at("reason").string()});
-  return out;
-}
-
-std::string prepare_work_folder(const std::string& out) {
-  fs::path p = fs::path(out).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "out/" → "out"
-  return p.string() + ".partial";
-}
-
 PrepareImagesReport prepare_images(const PrepareImagesOptions& o, Communicator& comm, std::ostream& log) {
   ZEST_CHECK(!o.out.empty(), "zest data prepare images: --out DATASET is required");
   ZEST_CHECK(o.resolution >= 8 && o.resolution <= 8192, "--resolution ", o.resolution, " must be between 8 and 8192 pixels");
   ZEST_CHECK(o.batch_size >= 1 && o.piece_images >= 1 && o.shard_samples >= 1, "batch, piece and shard sizes must be >= 1");
-  const fs::path out(o.out);
-  ZEST_CHECK(!fs::exists(out) || (fs::is_directory(out) && fs::is_empty(out)), printable(o.out),
-             ": already exists and is not an empty folder; choose a new --out (a dataset is written whole, never over another)");
-  const Encoders e = load_encoders(o.pretrained, choose_device(o.device, comm.local_rank()));
+  check_new_dataset_folder(o.out);
+  const Encoders e = load_encoders(o.pretrained, prepare_device(o.device, comm.local_rank()));
   // Bucket sides are multiples of 8 latent pixels, so that the UNet's downsamplings (3 in SD) divide them.
   const int64_t bucket_multiple = 8 * e.downscale();
   ZEST_CHECK(o.resolution % (o.buckets ? bucket_multiple : e.downscale()) == 0, "--resolution ", o.resolution,
@@ -374,42 +310,13 @@ PrepareImagesReport prepare_images(const PrepareImagesOptions& o, Communicator& 
 
   PrepareImagesReport report;
   report.captions_from = listing.captions_from;
-  const auto total = static_cast<int64_t>(listing.images.size());
-  const int64_t pieces = (total + o.piece_images - 1) / o.piece_images;
-  report.pieces_total = pieces;
-  const fs::path work(prepare_work_folder(o.out));
-  const std::string job = job_description(o, listing);
-  if (comm.rank() == 0) {
-    if (fs::exists(work / "job.json")) {
-      const std::string saved = read_text_file((work / "job.json").string(), "prepare job description");
-      ZEST_CHECK(saved == job, printable((work / "job.json").string()), ": an unfinished prepare into ", printable(o.out),
-                 " was started with other options or another image listing; rerun it with the same ones to continue, ",
-                 "or remove ", printable(work.string()), " to start over");
-    } else {
-      fs::create_directories(work / "pieces");
-      std::ofstream(work / "job.json.tmp") << job;
-      fs::rename(work / "job.json.tmp", work / "job.json");
-    }
-    for (const auto& entry : fs::directory_iterator(work / "pieces"))  // a piece cut off by a kill
-      if (entry.path().extension() == ".tmp") fs::remove(entry.path());
-  }
-  comm.barrier();
-
+  PrepareWork work(comm, o.out, job_description(o, listing), "images", "image listing");
   torch::NoGradGuard no_grad;
-  const auto started = std::chrono::steady_clock::now();
-  int64_t done = 0, mine = 0;
-  for (int64_t p = comm.rank(); p < pieces; p += comm.size()) {
-    const std::string path = piece_path(work, p);
-    const int64_t first = p * o.piece_images, last = std::min(total, first + o.piece_images);
-    if (fs::exists(path)) {
-      ++report.pieces_reused;
-      continue;
-    }
+  const auto write_piece = [&](int64_t first, int64_t last, const std::string& path) {
     PieceWriter writer(e, o);
     for (int64_t i = first; i < last; ++i) {
-      throw_if_interrupted(str("preparing ", listing.images[i].file, " (finished pieces are kept in ", work.string(),
-                               "; rerun the same command to continue)"));
-      const std::string file = listing.images[i].file;
+      const std::string& file = listing.images[i].file;
+      work.throw_if_interrupted_preparing(file);
       std::optional<PreparedImage> prepared;
       try {
         const RgbImage image = decode_image_file((fs::path(o.images) / file).string(), o.limits);
@@ -428,26 +335,14 @@ PrepareImagesReport prepare_images(const PrepareImagesOptions& o, Communicator& 
       writer.add(i, listing.images[i].caption, std::move(*prepared));
     }
     writer.save(path);
-    done += last - first;
-    ++mine;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    log << "prepare" << (comm.size() > 1 ? str(" [rank ", comm.rank(), "]") : std::string()) << ": piece " << p + 1
-        << "/" << pieces << ", " << done << " images in " << str(static_cast<int64_t>(seconds * 10) / 10.0) << " s ("
-        << str(static_cast<int64_t>(done / std::max(seconds, 1e-3) * 10) / 10.0) << " images/s)\n"
-        << std::flush;
-  }
-  comm.barrier();  // every piece is finished
-  if (comm.rank() == 0) {
+  };
+  const PieceCount pieces = work.write_pieces(static_cast<int64_t>(listing.images.size()), o.piece_images, log, write_piece);
+  report.pieces_total = pieces.total;
+  report.pieces_reused = pieces.reused;
+  work.publish([&](const fs::path& staging) {
     report.skipped = listing.skipped;
-    const fs::path staging = work / "dataset";
-    write_dataset(staging, work, pieces, e, o, listing, report);
-    throw_if_interrupted("writing the dataset");
-    if (fs::exists(out)) fs::remove(out);  // the empty folder the user made
-    if (out.has_parent_path()) fs::create_directories(out.parent_path());
-    fs::rename(staging, out);
-    fs::remove_all(work);
-  }
-  comm.barrier();
+    write_dataset(staging, work, pieces.total, e, o, listing, report);
+  });
   return report;
 }
 

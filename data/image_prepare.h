@@ -6,7 +6,6 @@
 #include "data/dataset_manifest.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
-#include "formats/json_field.h"
 
 #include <cstdint>
 #include <iosfwd>
@@ -14,10 +13,6 @@
 #include <vector>
 
 namespace zest {
-
-namespace safetensors {
-class Reader;
-}
 
 class Communicator;  // comm/communicator.h
 
@@ -53,21 +48,5 @@ struct PrepareImagesReport {
 // complete or not at all. A stop signal (core/interrupt.h) ends the run between images, keeping the
 // finished pieces. Progress lines (images/s) go to `log`.
 PrepareImagesReport prepare_images(const PrepareImagesOptions& options, Communicator& comm, std::ostream& log);
-
-// Where the unfinished work of a prepare into `out` is kept.
-std::string prepare_work_folder(const std::string& out);
-
-// What a finished work piece records in its metadata besides the tensors: "items" (one object per sample)
-// and "skipped" ({"file", "reason"} per file passed over), as the prepare commands wrote them; read back
-// when the dataset is assembled. Errors name the piece and the field (formats/json_field.h).
-class PieceRecords {
- public:
-  explicit PieceRecords(const safetensors::Reader& piece);
-  std::vector<JsonField> items() const { return items_.root().items(); }
-  std::vector<SkippedFile> skipped() const;
-
- private:
-  JsonDocument items_, skipped_;
-};
 
 }  // namespace zest

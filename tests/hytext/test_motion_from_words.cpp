@@ -14,6 +14,7 @@
 #include "core/interrupt.h"
 #include "data/dataset.h"
 #include "data/image_prepare.h"
+#include "data/prepare_work.h"
 #include "data/motion_prepare.h"
 #include "formats/npy.h"
 #include "models/hy_text/hy_text_encoder.h"

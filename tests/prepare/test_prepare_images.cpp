@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/aspect_buckets.h"
 #include "data/image_prepare.h"
+#include "data/prepare_work.h"
 #include "data/image_preprocess.h"
 #include "data/latent_dataset.h"
 #include "data/loader.h"
