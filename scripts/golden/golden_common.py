@@ -1,5 +1,5 @@
-"""What the golden scripts share: the recipe's perturbation of constant tensors (README.md, step 2) and
-diffusers imported from the anchor's sources (ref_src.tar.gz, or a folder holding src/diffusers)."""
+"""What the golden scripts share: the recipe's perturbation of constant tensors (README.md, step 2), byte-level
+BPE's byte table, and diffusers imported from the anchor's sources (ref_src.tar.gz, or a folder holding src/diffusers)."""
 
 import os
 import sys
@@ -29,6 +29,21 @@ def perturb_constant_tensors(model, seed=PERTURB_SEED):
                 continue
             perturbed.append(name)
     return perturbed
+
+
+def bytes_to_unicode():
+    """The byte → printable character table of byte-level BPE (GPT-2's, also CLIP's and Qwen's): the printable
+    Latin-1 bytes stand for themselves, every other byte for a character from 256 up, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, [chr(c) for c in chars]))
 
 
 def import_diffusers(ref_src, tmp):

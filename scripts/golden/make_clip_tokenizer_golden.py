@@ -20,24 +20,12 @@ import random
 import sys
 import tempfile
 
+from golden_common import bytes_to_unicode
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 MERGES = os.path.join(REPO, "tests", "data", "clip", "merges.txt")
 MAX_LENGTH = 77
-
-
-def bytes_to_unicode():
-    """The byte → printable character table of byte-level BPE (openai/CLIP simple_tokenizer.py)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, [chr(c) for c in chars]))
 
 
 def vocab_from_merges(merges_path):

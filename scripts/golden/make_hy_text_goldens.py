@@ -30,6 +30,8 @@ import traceback
 
 import torch
 
+from golden_common import bytes_to_unicode, perturb_constant_tensors
+
 # No hub: every model and tokenizer is a local folder made here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -185,39 +187,6 @@ TRAINING_CAPTIONS = [
     "一个人向前走，然后挥手。", "一个人跳起来然后转身。", "人が歩いてから手を振る。",
     "numbers 1 2 3 4 5 6 7 8 9 0 and steps 10 20 30",
 ]
-
-
-def bytes_to_unicode():
-    """The byte → printable character table of byte-level BPE (GPT-2's, also CLIP's and Qwen's)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, [chr(c) for c in chars]))
-
-
-def perturb_constant_tensors(model, seed=PERTURB_SEED):
-    """As golden_common.py: identically-0 floating tensors become 0.1·N(0,1), identically-1 ones 1 + 0.1·N(0,1),
-    in state-dict order from torch.Generator().manual_seed(seed) (so RMSNorm weights are not all 1)."""
-    generator = torch.Generator().manual_seed(seed)
-    perturbed = []
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            if not tensor.is_floating_point():
-                continue
-            if bool((tensor == 0).all()):
-                tensor.copy_(0.1 * torch.randn(tensor.shape, generator=generator))
-            elif bool((tensor == 1).all()):
-                tensor.copy_(1 + 0.1 * torch.randn(tensor.shape, generator=generator))
-            else:
-                continue
-            perturbed.append(name)
-    return perturbed
 
 
 def find_ref_src(given):
