@@ -12,6 +12,7 @@
 #include "models/registry.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -137,15 +138,15 @@ double alpha_for(const FileConfig& config, const std::string& layer, int64_t ran
   return config.alpha.value_or(static_cast<double>(rank));
 }
 
-LoadedLora load_lora_file(torch::nn::Module& model, const std::string& family, const std::string& path,
-                          double multiplier) {
-  const safetensors::Reader reader(path);
-  const std::string prefix = lora_name_prefix(family);
-  const std::map<std::string, FilePair> layers = layers_of(reader, prefix);
-  const FileConfig config = file_config(reader.metadata(), prefix, path);
-  std::map<std::string, AdaptableLayer> by_name;
-  for (const AdaptableLayer& layer : adaptable_layers(model)) by_name.emplace(layer.name, layer);
-  // Every check before the first adapter is attached.
+// Whether a file's factors go into new adapters (load_lora) or into the ones a file of the same layers put
+// there before (load_lora_values).
+enum class AdapterValues { attach, replace };
+
+// Every refusal of load_lora_file, made before the first adapter is attached or changed.
+void check_file_fits(const safetensors::Reader& reader, const std::string& family,
+                     const std::map<std::string, FilePair>& layers, const FileConfig& config,
+                     const std::map<std::string, AdaptableLayer>& by_name, AdapterValues values) {
+  const std::string& path = reader.path();
   for (const auto& [name, pair] : layers) {
     const auto it = by_name.find(name);
     if (it == by_name.end()) throw Error(str(path, ": a LoRA file for another model: this ", family, " model has no layer ",
@@ -158,24 +159,62 @@ LoadedLora load_lora_file(torch::nn::Module& model, const std::string& family, c
                       up[0] == layer.out && down[0] >= 1 && (!layer.is_conv || (up[2] == 1 && up[3] == 1));
     if (!fits) throw Error(str(path, ": a LoRA file for another model: the factors of ", name, " do not fit its ",
                layer.in, " → ", layer.out, layer.is_conv ? " convolution" : " Linear"));
-    if (layer.adapter() != nullptr) throw Error(str(path, ": layer ", name, " already has an adapter"));
+    const LowRankAdapter* adapter = layer.adapter();
+    if (values == AdapterValues::attach && adapter != nullptr)
+      throw Error(str(path, ": layer ", name, " already has an adapter"));
+    if (values == AdapterValues::replace &&
+        (adapter == nullptr || adapter->rank() != down[0] || adapter->alpha() != alpha_for(config, name, down[0])))
+      throw Error(str(path, ": layer ", name, adapter == nullptr ? " has no adapter" : " has an adapter of another rank or alpha",
+                      " (a LoRA file of the same layers, ranks and alphas replaces another's values)"));
   }
+  if (values == AdapterValues::replace) {
+    int64_t adapted = 0;
+    for (const auto& [name, layer] : by_name) adapted += layer.adapter() != nullptr ? 1 : 0;
+    if (adapted != static_cast<int64_t>(layers.size()))
+      throw Error(str(path, ": holds ", layers.size(), " adapted layers where the model has ", adapted,
+                      " (a LoRA file of the same layers replaces another's values)"));
+  }
+}
+
+LoadedLora load_lora_file(torch::nn::Module& model, const std::string& family, const std::string& path,
+                          double multiplier, AdapterValues values) {
+  const safetensors::Reader reader(path);
+  const std::string prefix = lora_name_prefix(family);
+  const std::map<std::string, FilePair> layers = layers_of(reader, prefix);
+  const FileConfig config = file_config(reader.metadata(), prefix, path);
+  std::map<std::string, AdaptableLayer> by_name;
+  for (const AdaptableLayer& layer : adaptable_layers(model)) by_name.emplace(layer.name, layer);
+  check_file_fits(reader, family, layers, config, by_name, values);
   LoadedLora loaded;
   torch::NoGradGuard no_grad;
   for (const auto& [name, pair] : layers) {
     const AdaptableLayer& layer = by_name.at(name);
     const int64_t rank = reader.info(pair.down).shape[0];
-    layer.attach({rank, alpha_for(config, name, rank), 0.0});
+    if (values == AdapterValues::attach) layer.attach({rank, alpha_for(config, name, rank), 0.0});
     LowRankAdapter& adapter = *layer.adapter();
     adapter.down().copy_(reader.read(pair.down));  // converted to the layer's dtype and device
     adapter.up().copy_(reader.read(pair.up));
-    adapter.down().set_requires_grad(false);  // loaded to be used, not trained
-    adapter.up().set_requires_grad(false);
-    adapter.set_multiplier(multiplier);
+    if (values == AdapterValues::attach) {
+      adapter.down().set_requires_grad(false);  // loaded to be used, not trained
+      adapter.up().set_requires_grad(false);
+      adapter.set_multiplier(multiplier);
+    }
     if (loaded.layers == 0) loaded = {0, rank, adapter.alpha()};
     ++loaded.layers;
   }
   return loaded;
+}
+
+// A LoRA file from `path` as load_lora takes it (a file, a folder holding kLoraFileName, a LoRA run's
+// checkpoint), loaded by `load`.
+LoadedLora with_lora_file(const std::string& path, const std::function<LoadedLora(const std::string& file)>& load) {
+  if (!fs::exists(path)) throw Error(str(path, ": LoRA file or checkpoint not found"));
+  if (fs::is_regular_file(path)) return load(path);
+  if (fs::is_regular_file(fs::path(path) / kLoraFileName)) return load((fs::path(path) / kLoraFileName).string());
+  const std::string step_dir = checkpoint::resolve_checkpoint(path);
+  const TemporaryFile file;
+  write_lora_file(step_dir, file.path(), {});
+  return load(file.path());
 }
 
 }  // namespace
@@ -207,14 +246,15 @@ LoraRecord lora_record_of_checkpoint(const std::string& step_dir) {
 }
 
 LoadedLora load_lora(torch::nn::Module& model, const std::string& family, const std::string& path, double multiplier) {
-  if (!fs::exists(path)) throw Error(str(path, ": LoRA file or checkpoint not found"));
-  if (fs::is_regular_file(path)) return load_lora_file(model, family, path, multiplier);
-  if (fs::is_regular_file(fs::path(path) / kLoraFileName))
-    return load_lora_file(model, family, (fs::path(path) / kLoraFileName).string(), multiplier);
-  const std::string step_dir = checkpoint::resolve_checkpoint(path);
-  const TemporaryFile file;
-  write_lora_file(step_dir, file.path(), {});
-  return load_lora_file(model, family, file.path(), multiplier);
+  return with_lora_file(path, [&](const std::string& file) {
+    return load_lora_file(model, family, file, multiplier, AdapterValues::attach);
+  });
+}
+
+LoadedLora load_lora_values(torch::nn::Module& model, const std::string& family, const std::string& path) {
+  return with_lora_file(path, [&](const std::string& file) {
+    return load_lora_file(model, family, file, 1.0, AdapterValues::replace);
+  });
 }
 
 checkpoint::MergeResult export_lora_file(const std::string& ckpt, const std::string& out,
@@ -244,7 +284,7 @@ std::shared_ptr<UnitModule> folded_lora_model(const std::string& step_dir, bool 
   checkpoint::MergeOptions options;
   options.ema = ema;
   write_lora_file(step_dir, file.path(), options);
-  load_lora_file(*model, family.name, file.path(), 1.0);
+  load_lora_file(*model, family.name, file.path(), 1.0, AdapterValues::attach);
   fold_adapters(*model);
   return model;
 }

@@ -37,6 +37,12 @@ struct LoadedLora {
 // [lora].
 LoadedLora load_lora(torch::nn::Module& model, const std::string& family, const std::string& path, double multiplier);
 
+// The values of `path` (as load_lora takes it) put into the adapters that load_lora attached from a file of
+// the same layers, ranks and alphas, e.g. a later step of the same run: what a validation round does instead of
+// loading the pipeline anew. The multiplier stays. Refused before any value changes, naming the file, where a
+// layer has no adapter or one of another rank or alpha, or the model has adapters the file does not fill.
+LoadedLora load_lora_values(torch::nn::Module& model, const std::string& family, const std::string& path);
+
 // The LoRA record of a checkpoint's manifest, or an error naming `step_dir` when its run had no [lora].
 LoraRecord lora_record_of_checkpoint(const std::string& step_dir);
 bool is_lora_checkpoint(const std::string& step_dir);

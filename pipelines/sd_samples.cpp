@@ -74,7 +74,8 @@ std::string grid_name(int64_t step, size_t prompt) {
 }
 
 // A UNet run's validation grids, one per prompt. The pipeline is loaded on the first round and its UNet's
-// values replaced on the next; a LoRA run's adapters are attached once per load, so each round reloads it.
+// values replaced on the next: the whole UNet's, or a LoRA run's adapters' (attached to the pipeline's own
+// UNet in the first round).
 class SdValidation final : public ValidationDrawer {
  public:
   SdValidation(SampleConfig config, const ModelSelection& model, LossConfig loss)
@@ -90,12 +91,11 @@ class SdValidation final : public ValidationDrawer {
   ValidationFiles draw(const ValidationWeights& weights, const torch::Device& device, int64_t step,
                        const fs::path& folder, nlohmann::json& listed) override {
     const auto dtype = device.is_cuda() ? torch::kHalf : torch::kFloat32;
-    // A LoRA round: the pipeline's own UNet with this round's adapters, reloaded whole (an adapter is attached once).
-    if (weights.lora) {
-      load(WeightsSource{}, device, dtype);
-      load_lora(*pipeline_->unet_module, "unet", weights.file, 1.0);
-    } else if (!pipeline_) {
-      load(WeightsSource{weights.file, "", false}, device, dtype);
+    if (!pipeline_) {
+      load(weights.lora ? WeightsSource{} : WeightsSource{weights.file, "", false}, device, dtype);
+      if (weights.lora) load_lora(*pipeline_->unet_module, "unet", weights.file, 1.0);
+    } else if (weights.lora) {
+      load_lora_values(*pipeline_->unet_module, "unet", weights.file);
     } else {
       load_unet_values(*pipeline_, weights.file);
     }

@@ -243,6 +243,53 @@ TEST(LoraFiles, LoadedOntoAFreshBaseGivesTheTrainedOutput) {
   }
 }
 
+// A later file of the same adapters replaces the values in place (what a validation round does): the model
+// then gives what a fresh base with that file gives, the multiplier stays, and what does not fit is refused
+// with nothing changed.
+TEST(LoraFiles, ValuesOfALaterFileReplaceTheAttachedOnes) {
+  const std::string flavor = "unet_tiny";
+  const std::string family = family_of_flavor(flavor).name;
+  const auto run = saved_lora_run(flavor);
+  const std::string trained_file = run->dir + ".safetensors", other_file = run->dir + "_other.safetensors";
+  export_checkpoint(run->dir, trained_file, {}, kLoraFormat);
+  {  // the same layers, other values
+    const safetensors::Reader trained(trained_file);
+    safetensors::NamedTensors other;
+    for (const auto& t : trained.tensors()) other.emplace_back(t.name, trained.read(t.name) * 0.5 + 0.01);
+    safetensors::save_file(other_file, other, trained.metadata());
+  }
+  auto model = tiny_model(flavor, /*seed=*/3);
+  load_lora(*model, family, other_file, 1.0);
+  set_adapter_multiplier(*model, 0.5);
+  const LoadedLora loaded = load_lora_values(*model, family, trained_file);
+  EXPECT_EQ(loaded.rank, 2);
+  auto fresh = tiny_model(flavor, /*seed=*/3);
+  load_lora(*fresh, family, trained_file, 0.5);
+  EXPECT_LE((forward(flavor, *model, run->inputs) - forward(flavor, *fresh, run->inputs)).abs().max().item<double>(), 1e-6);
+
+  auto bare = tiny_model(flavor, /*seed=*/3);
+  const std::string no_adapter = error_of([&] { load_lora_values(*bare, family, trained_file); });
+  EXPECT_NE(no_adapter.find(trained_file + ": layer "), std::string::npos) << no_adapter;
+  EXPECT_NE(no_adapter.find(" has no adapter"), std::string::npos) << no_adapter;
+  EXPECT_TRUE(adapters_of(*bare).empty());
+  {  // fewer layers than the model has adapters: the rest would keep stale values
+    const safetensors::Reader trained(trained_file);
+    const std::string first = trained.tensors().front().name;
+    const std::string layer = first.substr(0, first.rfind(".lora_"));
+    safetensors::NamedTensors first_layer;
+    for (const auto& t : trained.tensors())
+      if (t.name.rfind(layer + ".lora_", 0) == 0) first_layer.emplace_back(t.name, trained.read(t.name));
+    ASSERT_EQ(first_layer.size(), 2u);
+    safetensors::save_file(other_file, first_layer, trained.metadata());
+  }
+  const torch::Tensor before = forward(flavor, *model, run->inputs);
+  const std::string partial = error_of([&] { load_lora_values(*model, family, other_file); });
+  EXPECT_NE(partial.find(other_file + ": holds 1 adapted layers where the model has "), std::string::npos) << partial;
+  EXPECT_TRUE(forward(flavor, *model, run->inputs).equal(before));
+  fs::remove(trained_file);
+  fs::remove(other_file);
+}
+
 TEST(LoraFiles, FoldedExportEqualsTheAdapters) {
   const auto run = saved_lora_run("unet_tiny");
   const torch::Tensor trained = forward("unet_tiny", *run->model, run->inputs).detach();

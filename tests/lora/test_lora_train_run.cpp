@@ -15,12 +15,17 @@
 #include "models/common/lora.h"
 #include "models/lora_file.h"
 #include "models/model_export.h"
+#include "pipelines/family_pipeline.h"
+#include "pipelines/sample_run.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 namespace zest::lora_test {
 namespace {
@@ -78,8 +83,15 @@ TEST(LoraTrainRun, WritesThePeftFileAndResumesWithItsBase) {
   EXPECT_EQ(safetensors::Reader(dir.sub("lora.safetensors")).tensors().size(), lora.tensors().size());
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // From a diffusers pipeline's UNet (the committed tiny SD1.5 pipeline), with validation samples drawn by
-// the pipeline's UNet with the step's adapters; the folded export reads the base from where the run did.
+// the pipeline's UNet with the step's adapters: the second round's grid is what `zest sample --lora` draws
+// with the run's final adapters (the first round's pipeline kept, its adapters' values replaced); the folded
+// export reads the base from where the run did.
 TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
   const KeepThreadCount threads;
   TempDir dir("lora_pipeline");
@@ -88,16 +100,29 @@ TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
   synth.samples = 8;
   ConfigTable table = ConfigTable::parse_string(
       "[model]\npretrained = \"" + pipeline + "/unet\"\n[data]\ndir = \"" + dir.sub("data") +
-          "\"\nbatch_size = 2\nnum_workers = 1\n[engine]\ndevice = \"cpu\"\nprecision = \"fp32\"\n[optimizer]\nlr = 0.01\n"
-          "[lora]\nrank = 2\n[train]\nmax_steps = 2\nlog_every = 1\nrun_dir = \"" + dir.sub("run") +
+          "\"\nbatch_size = 2\nnum_workers = 1\n[engine]\ndevice = \"cpu\"\nprecision = \"fp32\"\n[optimizer]\nlr = 0.05\n"
+          "[lora]\nrank = 2\n[train]\nmax_steps = 4\nlog_every = 1\nrun_dir = \"" + dir.sub("run") +
           "\"\n[sample]\nevery_steps = 2\nprompts = [\"a red fox\"]\nsteps = 2\nsize = \"16x8\"\nnum_images = 1\n",
       "run.toml");
   const RunConfig config = run_config_from_toml(table);
   const ResolvedModel resolved = resolve_run_model(config);
   synthesize_dataset(dir.sub("data"), model_features(resolved), synth);
   run_training(config, TrainOptions{});
-  EXPECT_TRUE(fs::exists(dir.sub("run") + "/samples/step_00000002_prompt_0.png"));
-  EXPECT_TRUE(fs::exists(dir.sub("run") + "/" + kLoraFileName));
+  const std::string first = dir.sub("run") + "/samples/step_00000002_prompt_0.png";
+  const std::string second = dir.sub("run") + "/samples/step_00000004_prompt_0.png";
+  ASSERT_TRUE(fs::exists(first) && fs::exists(second));
+  ASSERT_TRUE(fs::exists(dir.sub("run") + "/" + kLoraFileName));
+  EXPECT_TRUE(file_bytes(first) != file_bytes(second)) << "the adapters moved between the rounds: " << second;
+  SampleOptions sample;
+  sample.pretrained = pipeline;
+  sample.lora = dir.sub("run") + "/" + kLoraFileName;
+  sample.steps = 2;
+  sample.size = "16x8";
+  sample.prompt = "a red fox";
+  sample.device = "cpu";
+  sample.output = dir.sub("sampled.png");
+  find_family_pipeline("unet")->sample(sample);
+  EXPECT_TRUE(file_bytes(second) == file_bytes(sample.output)) << second << " differs from " << sample.output;
   export_checkpoint(dir.sub("run") + "/checkpoints", dir.sub("unet"), {}, "diffusers");
   EXPECT_TRUE(fs::exists(dir.sub("unet") + "/diffusion_pytorch_model.safetensors"));
 }
