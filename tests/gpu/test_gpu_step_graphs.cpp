@@ -10,12 +10,14 @@
 #include "engine/step_graphs.h"
 #include "models/model_resolve.h"
 #include "../engine/toy_models.h"
+#include "common/temp_dir.h"
+#include "common/zest_cli_run.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 
 namespace zest::testing {
@@ -216,21 +218,17 @@ TEST(GpuStepGraphs, AUnitDrawingRandomNumbersRunsEagerlyAndSaysWhy) {
 // segments, which neither an eager nor a graphed run could free (the peaks were 1.2-2.4 GiB above a fresh
 // process's).
 nlohmann::json bench_in_own_process(const std::string& graphs) {
-  const std::string command = "timeout 240 " + std::string(ZEST_BINARY_DIR) + "/zest bench " + ZEST_SOURCE_DIR +
-                              "/bench/configs/hymotion_d1024_hd128_l21.toml --steps 3 --warmup 3"
-                              " --set data.batch_size=8 --set 'engine.cuda_graphs=\"" +
-                              graphs + "\"' 2>&1 < /dev/null";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {};
-  std::string output, json_line;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
-    output += buffer;
-    if (buffer[0] == '{') json_line = buffer;
-  }
-  const int status = ::pclose(pipe);
-  EXPECT_EQ(status, 0) << command << "\n" << output;
-  EXPECT_FALSE(json_line.empty()) << command << "\n" << output;
+  const TempDir dir("graph_reserve");
+  const std::string args = "bench " + std::string(ZEST_SOURCE_DIR) +
+                           "/bench/configs/hymotion_d1024_hd128_l21.toml --steps 3 --warmup 3"
+                           " --set data.batch_size=8 --set 'engine.cuda_graphs=\"" + graphs + "\"'";
+  const ZestRun run = run_zest(args, dir.sub("bench.log"));
+  EXPECT_EQ(run.status, 0) << "zest " << args << "\n" << run.output;
+  std::istringstream lines(run.output);
+  std::string line, json_line;
+  while (std::getline(lines, line))
+    if (!line.empty() && line.front() == '{') json_line = line;
+  EXPECT_FALSE(json_line.empty()) << "zest " << args << "\n" << run.output;
   return json_line.empty() ? nlohmann::json{} : nlohmann::json::parse(json_line);
 }
 

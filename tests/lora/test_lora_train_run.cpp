@@ -3,6 +3,7 @@
 // [lora] refuses what it cannot do yet.
 #include "checkpoint/directory.h"
 #include "common/keep_thread_count.h"
+#include "common/read_text.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/config_reader.h"
@@ -23,15 +24,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <string>
 
 namespace zest::lora_test {
 namespace {
 
 namespace fs = std::filesystem;
 using zest::testing::KeepThreadCount;
+using zest::testing::read_text;
 using zest::testing::TempDir;
 
 RunConfig lora_run(const TempDir& dir, int64_t max_steps, const std::string& extra = "") {
@@ -83,11 +82,6 @@ TEST(LoraTrainRun, WritesThePeftFileAndResumesWithItsBase) {
   EXPECT_EQ(safetensors::Reader(dir.sub("lora.safetensors")).tensors().size(), lora.tensors().size());
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // From a diffusers pipeline's UNet (the committed tiny SD1.5 pipeline), with validation samples drawn by
 // the pipeline's UNet with the step's adapters: the second round's grid is what `zest sample --lora` draws
 // with the run's final adapters (the first round's pipeline kept, its adapters' values replaced); the folded
@@ -112,7 +106,7 @@ TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
   const std::string second = dir.sub("run") + "/samples/step_00000004_prompt_0.png";
   ASSERT_TRUE(fs::exists(first) && fs::exists(second));
   ASSERT_TRUE(fs::exists(dir.sub("run") + "/" + kLoraFileName));
-  EXPECT_TRUE(file_bytes(first) != file_bytes(second)) << "the adapters moved between the rounds: " << second;
+  EXPECT_TRUE(read_text(first) != read_text(second)) << "the adapters moved between the rounds: " << second;
   SampleOptions sample;
   sample.pretrained = pipeline;
   sample.lora = dir.sub("run") + "/" + kLoraFileName;
@@ -122,7 +116,7 @@ TEST(LoraTrainRun, FromAPretrainedPipelineWithValidationSamples) {
   sample.device = "cpu";
   sample.output = dir.sub("sampled.png");
   find_family_pipeline("unet")->sample(sample);
-  EXPECT_TRUE(file_bytes(second) == file_bytes(sample.output)) << second << " differs from " << sample.output;
+  EXPECT_TRUE(read_text(second) == read_text(sample.output)) << second << " differs from " << sample.output;
   export_checkpoint(dir.sub("run") + "/checkpoints", dir.sub("unet"), {}, "diffusers");
   EXPECT_TRUE(fs::exists(dir.sub("unet") + "/diffusion_pytorch_model.safetensors"));
 }
