@@ -218,15 +218,12 @@ struct SampleRef {
 
 void write_dataset(const fs::path& staging, const PrepareWork& work, int64_t pieces, const Encoders& e,
                    const PrepareImagesOptions& o, const ImageFolderListing& listing, PrepareImagesReport& report) {
+  std::optional<FinishedPieces> finished(std::in_place, work, pieces);
   std::vector<SampleRef> samples;
-  for (int64_t p = 0; p < pieces; ++p) {
-    const PieceRecords records(safetensors::Reader(work.piece_path(p)));
-    const std::vector<JsonField> items = records.items();
-    for (size_t k = 0; k < items.size(); ++k)
-      samples.push_back({p, static_cast<int64_t>(k), items[k].at("index").integer(0), items[k].at("height").integer(1),
-                         items[k].at("width").integer(1)});
-    for (SkippedFile& s : records.skipped()) report.skipped.push_back(std::move(s));
-  }
+  for (const FinishedPieces::Sample& s : finished->samples())
+    samples.push_back({s.piece, s.key, s.record.at("index").integer(0), s.record.at("height").integer(1),
+                       s.record.at("width").integer(1)});
+  report.skipped.insert(report.skipped.end(), finished->skipped().begin(), finished->skipped().end());
   if (samples.empty()) work.fail_nothing_usable(o.images, listing.images.size(), "images", report.skipped);
   std::stable_sort(samples.begin(), samples.end(), [](const SampleRef& a, const SampleRef& b) {
     return a.height != b.height ? a.height < b.height : a.width != b.width ? a.width < b.width : a.index < b.index;
@@ -237,12 +234,6 @@ void write_dataset(const fs::path& staging, const PrepareWork& work, int64_t pie
   m.features = {{"channels", e.vae->config().latent_channels}, {"height", o.resolution / f}, {"width", o.resolution / f},
                 {"text_tokens", e.text_tokens()}, {"text_dim", e.text_dim()}, {"pooled_dim", e.pooled_dim()},
                 {"time_ids", e.sdxl() ? 1 : 0}};
-  std::map<int64_t, std::unique_ptr<safetensors::Reader>> readers;
-  auto reader = [&](int64_t piece) -> const safetensors::Reader& {
-    auto& r = readers[piece];
-    if (!r) r = std::make_unique<safetensors::Reader>(work.piece_path(piece));
-    return *r;
-  };
   for (size_t start = 0; start < samples.size();) {
     size_t end = start;
     while (end < samples.size() && static_cast<int64_t>(end - start) < o.shard_samples &&
@@ -251,12 +242,11 @@ void write_dataset(const fs::path& staging, const PrepareWork& work, int64_t pie
     throw_if_interrupted("writing the dataset");
     std::vector<torch::Tensor> latents, tokens, pooled, time_ids;
     for (size_t i = start; i < end; ++i) {
-      const safetensors::Reader& r = reader(samples[i].piece);
-      const std::string key = "." + std::to_string(samples[i].key);
-      latents.push_back(r.read("latents" + key));
-      tokens.push_back(r.read("text_embeds_seq" + key));
-      if (e.sdxl()) pooled.push_back(r.read("pooled" + key));
-      time_ids.push_back(r.read("time_ids" + key));
+      auto read = [&](const std::string& name) { return finished->read(samples[i].piece, samples[i].key, name); };
+      latents.push_back(read("latents"));
+      tokens.push_back(read("text_embeds_seq"));
+      if (e.sdxl()) pooled.push_back(read("pooled"));
+      time_ids.push_back(read("time_ids"));
     }
     safetensors::NamedTensors shard{{"latents", torch::stack(latents)}, {"text_embeds_seq", torch::stack(tokens)}};
     if (e.sdxl()) {
@@ -274,7 +264,7 @@ void write_dataset(const fs::path& staging, const PrepareWork& work, int64_t pie
     m.shards.push_back(entry);
     start = end;
   }
-  readers.clear();
+  finished.reset();  // the pieces' files close before the text encoder runs again
   // The empty caption's embedding, for caption dropout ([data] caption_dropout).
   const TextStates empty = encode_text(e, {""});
   safetensors::NamedTensors empty_prompt{{"text_embeds_seq", empty.tokens[0].contiguous()}};

@@ -110,27 +110,20 @@ struct MotionSampleRef {
   int64_t piece = 0, key = 0, index = 0;
 };
 
-void write_shards(const fs::path& staging, const PrepareWork& work, const std::vector<MotionSampleRef>& samples,
+void write_shards(const fs::path& staging, FinishedPieces& finished, const std::vector<MotionSampleRef>& samples,
                   int64_t shard_samples, DatasetManifest& m) {
-  std::map<int64_t, std::unique_ptr<safetensors::Reader>> readers;
-  auto reader = [&](int64_t piece) -> const safetensors::Reader& {
-    auto& r = readers[piece];
-    if (!r) r = std::make_unique<safetensors::Reader>(work.piece_path(piece));
-    return *r;
-  };
   for (size_t start = 0; start < samples.size(); start += static_cast<size_t>(shard_samples)) {
     throw_if_interrupted("writing the dataset");
     const size_t end = std::min(samples.size(), start + static_cast<size_t>(shard_samples));
     std::vector<torch::Tensor> motion, tokens, mask, pooled;
     std::vector<int64_t> offsets{0};
     for (size_t i = start; i < end; ++i) {
-      const safetensors::Reader& r = reader(samples[i].piece);
-      const std::string key = "." + std::to_string(samples[i].key);
-      motion.push_back(r.read("motion" + key));
+      auto read = [&](const std::string& name) { return finished.read(samples[i].piece, samples[i].key, name); };
+      motion.push_back(read("motion"));
       offsets.push_back(offsets.back() + motion.back().size(0));
-      tokens.push_back(r.read("text_tokens" + key));
-      mask.push_back(r.read("text_mask" + key));
-      pooled.push_back(r.read("text_pooled" + key));
+      tokens.push_back(read("text_tokens"));
+      mask.push_back(read("text_mask"));
+      pooled.push_back(read("text_pooled"));
     }
     char name[48];
     std::snprintf(name, sizeof name, "shard-%05zu.safetensors", m.shards.size());
@@ -145,19 +138,17 @@ void write_shards(const fs::path& staging, const PrepareWork& work, const std::v
 void write_motion_dataset(const fs::path& staging, const PrepareWork& work, int64_t pieces,
                           const hytext::HyTextEncoder& encoder, const std::map<std::string, int64_t>& widths,
                           const PrepareMotionsOptions& o, const ImageFolderListing& listing, PrepareMotionsReport& report) {
+  FinishedPieces finished(work, pieces);
   std::vector<MotionSampleRef> samples;
-  for (int64_t p = 0; p < pieces; ++p) {
-    const PieceRecords records(safetensors::Reader(work.piece_path(p)));
-    const std::vector<JsonField> items = records.items();
-    for (size_t k = 0; k < items.size(); ++k) samples.push_back({p, static_cast<int64_t>(k), items[k].at("index").integer(0)});
-    for (SkippedFile& s : records.skipped()) report.skipped.push_back(std::move(s));
-  }
+  for (const FinishedPieces::Sample& s : finished.samples())
+    samples.push_back({s.piece, s.key, s.record.at("index").integer(0)});
+  report.skipped.insert(report.skipped.end(), finished.skipped().begin(), finished.skipped().end());
   if (samples.empty()) work.fail_nothing_usable(o.motions, listing.images.size(), "motion clips", report.skipped);
   DatasetManifest m;
   m.format = DatasetFormat::motion;
   m.features = {{"motion_dim", widths.at("motion_dim")}, {"text_tokens", encoder.max_length()},
                 {"text_dim", encoder.ctxt_dim()}, {"pooled_dim", encoder.vtxt_dim()}};
-  write_shards(staging, work, samples, o.shard_samples, m);
+  write_shards(staging, finished, samples, o.shard_samples, m);
   m.stats_file = "stats.safetensors";
   write_motion_stats((staging / m.stats_file).string(), compute_motion_stats(staging.string(), m));
   write_skipped_list(staging, report.skipped);

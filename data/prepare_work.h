@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,19 +39,6 @@ std::string listing_digest(const ImageFolderListing& listing);
 
 // The file of finished piece `piece` in the work folder.
 std::string prepare_piece_path(const std::filesystem::path& work, int64_t piece);
-
-// What a finished work piece records in its metadata besides the tensors: "items" (one object per sample)
-// and "skipped" ({"file", "reason"} per file passed over), as the prepare commands wrote them; read back
-// when the dataset is assembled. Errors name the piece and the field (formats/json_field.h).
-class PieceRecords {
- public:
-  explicit PieceRecords(const safetensors::Reader& piece);
-  std::vector<JsonField> items() const { return items_.root().items(); }
-  std::vector<SkippedFile> skipped() const;
-
- private:
-  JsonDocument items_, skipped_;
-};
 
 struct PieceCount {
   int64_t total = 0;
@@ -92,6 +81,35 @@ class PrepareWork {
   std::string out_;
   std::filesystem::path work_;
   std::string items_noun_;
+};
+
+// The finished pieces read back on rank 0 to assemble the dataset. Each piece records in its metadata, besides
+// its tensors "NAME.K", "items" (one object per sample K) and "skipped" ({"file", "reason"} per file passed
+// over), as the prepare commands wrote them. Errors name the piece and the field (formats/json_field.h).
+class FinishedPieces {
+ public:
+  struct Sample {
+    int64_t piece = 0;
+    int64_t key = 0;  // K of the piece's tensors
+    JsonField record;
+  };
+
+  FinishedPieces(const PrepareWork& work, int64_t pieces);
+  ~FinishedPieces();
+
+  // Every piece's samples, in piece order.
+  const std::vector<Sample>& samples() const { return samples_; }
+  // The files every piece passed over.
+  const std::vector<SkippedFile>& skipped() const { return skipped_; }
+  // Tensor "NAME.KEY" of piece `piece`; each piece's file is opened once.
+  torch::Tensor read(int64_t piece, int64_t key, const std::string& name);
+
+ private:
+  const PrepareWork& work_;
+  std::vector<std::unique_ptr<JsonDocument>> documents_;  // the records the samples' fields point into
+  std::vector<Sample> samples_;
+  std::vector<SkippedFile> skipped_;
+  std::map<int64_t, std::unique_ptr<safetensors::Reader>> readers_;
 };
 
 // skipped.txt of a staged dataset: a line per file passed over, "FILE<TAB>REASON".
