@@ -7,8 +7,10 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
+#include <vector>
 
 namespace zest {
 
@@ -37,6 +39,24 @@ bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtM
                     cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
                     cublasStatus_t* status = nullptr);
 
+// Up to `count` of the heuristic's algorithms for these descriptors (as best_algorithm asks), its best first;
+// empty when it has none.
+std::vector<cublasLtMatmulHeuristicResult_t> candidate_algorithms(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                                                  cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
+                                                                  uint32_t alignment, int count);
+
+// Whether plans time the heuristic's candidates on their first product (ZEST_LT_AUTOTUNE=1, a measurement
+// knob of issue 38's calls; off by default).
+bool autotune_algorithms();
+
+// The fastest of `candidates` by the device's clock, each timed over a few calls of `run(algorithm)` (which
+// launches the product on the current stream and returns whether cuBLASLt took it); candidates it refuses are
+// passed over. The first candidate, untimed, when the current stream is capturing a CUDA graph (nothing may
+// wait there) or when there is one. `candidates` must not be empty.
+cublasLtMatmulHeuristicResult_t fastest_algorithm(
+    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+    const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run);
+
 // cublasLtMatmul on the current stream with LibTorch's handle and workspace (D = alpha·op(A)·op(B) + beta·D);
 // its status.
 cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
@@ -51,7 +71,7 @@ bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& 
 // this thread asks and reused after: only the pointers change between calls. Plans live as long as the
 // process (a few dozen shapes); a thread keeps its own, as cuBLASLt's descriptors are not shared.
 template <typename Plan, typename Shape>
-const Plan& cached_plan(const Shape& shape, Plan (*make_plan)(const Shape&)) {
+Plan& cached_plan(const Shape& shape, Plan (*make_plan)(const Shape&)) {
   thread_local std::map<decltype(shape.key()), Plan> plans;
   auto it = plans.find(shape.key());
   if (it == plans.end()) it = plans.emplace(shape.key(), make_plan(shape)).first;

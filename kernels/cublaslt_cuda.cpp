@@ -3,7 +3,12 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cuda_runtime.h>
 #include <dlfcn.h>
+
+#include <cstdlib>
+#include <limits>
+#include <string>
 
 namespace zest {
 namespace {
@@ -43,10 +48,15 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   return alignment;
 }
 
-bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
-                    cublasStatus_t* status) {
+namespace {
+
+// cuBLASLt's heuristic: up to `count` algorithms into `results`, `*returned` of them; false when the call failed
+// (`*status`, when given, has its status: CUBLAS_STATUS_NOT_SUPPORTED for a success with nothing found).
+bool heuristic_results(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                       cublasLtMatrixLayout_t d, uint32_t alignment, int count,
+                       cublasLtMatmulHeuristicResult_t* results, int* returned, cublasStatus_t* status = nullptr) {
   const CublasLtApi& api = cublas_lt();
+  *returned = 0;
   cublasLtMatmulPreference_t preference = nullptr;
   if (api.preference_create(&preference) != CUBLAS_STATUS_SUCCESS) return false;
   const uint64_t max_workspace = at::cuda::getCUDABlasLtWorkspaceSize();
@@ -56,15 +66,73 @@ bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtM
                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     ok = ok && api.preference_set(preference, attribute, &alignment, sizeof(alignment)) == CUBLAS_STATUS_SUCCESS;
   }
-  int found = 0;
   const cublasStatus_t heuristic_status =
-      ok ? api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), op, a, b, d, d, preference, 1, algorithm, &found)
+      ok ? api.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), op, a, b, d, d, preference, count, results, returned)
          : CUBLAS_STATUS_INVALID_VALUE;
   api.preference_destroy(preference);
   if (status != nullptr) {
-    *status = heuristic_status == CUBLAS_STATUS_SUCCESS && found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : heuristic_status;
+    *status = heuristic_status == CUBLAS_STATUS_SUCCESS && *returned == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : heuristic_status;
   }
-  return heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0;
+  return heuristic_status == CUBLAS_STATUS_SUCCESS && *returned > 0;
+}
+
+}  // namespace
+
+bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                    cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
+                    cublasStatus_t* status) {
+  int returned = 0;
+  return heuristic_results(op, a, b, d, alignment, 1, algorithm, &returned, status);
+}
+
+std::vector<cublasLtMatmulHeuristicResult_t> candidate_algorithms(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                                                  cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
+                                                                  uint32_t alignment, int count) {
+  std::vector<cublasLtMatmulHeuristicResult_t> found(static_cast<size_t>(count));
+  int returned = 0;
+  if (!heuristic_results(op, a, b, d, alignment, count, found.data(), &returned)) return {};
+  found.resize(static_cast<size_t>(returned));
+  return found;
+}
+
+bool autotune_algorithms() {
+  static const bool on = [] {
+    const char* value = std::getenv("ZEST_LT_AUTOTUNE");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return on;
+}
+
+cublasLtMatmulHeuristicResult_t fastest_algorithm(
+    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+    const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (candidates.size() == 1 || cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone) {
+    return candidates.front();
+  }
+  constexpr int kTimedCalls = 3;
+  cudaEvent_t start = nullptr, end = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&end);
+  cublasLtMatmulHeuristicResult_t fastest = candidates.front();
+  float fastest_ms = std::numeric_limits<float>::infinity();
+  for (const auto& candidate : candidates) {
+    if (!run(candidate)) continue;  // the warm-up call, and a refused candidate is passed over
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < kTimedCalls; ++i) run(candidate);
+    cudaEventRecord(end, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(end) == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess &&
+        ms < fastest_ms) {
+      fastest_ms = ms;
+      fastest = candidate;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return fastest;
 }
 
 cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,

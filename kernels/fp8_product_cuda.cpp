@@ -12,6 +12,7 @@
 #include <ATen/record_function.h>
 
 #include <tuple>
+#include <vector>
 
 namespace zest {
 namespace {
@@ -50,6 +51,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, result = nullptr;  // cuBLASLt's A (our b), B (our a), D
   cublasLtMatmulHeuristicResult_t algorithm{};
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;  // to time on the first product (autotune_algorithms)
   std::string failure;  // why there is no plan ("" when usable)
   bool usable() const { return failure.empty(); }
 };
@@ -91,6 +93,9 @@ std::string describe(const Shape& s, Plan& plan) {
   if (!why.empty()) return why;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   best_algorithm(plan.op, plan.first, plan.second, plan.result, s.alignment, &plan.algorithm, &status);
+  if (status == CUBLAS_STATUS_SUCCESS && autotune_algorithms()) {
+    plan.candidates = candidate_algorithms(plan.op, plan.first, plan.second, plan.result, s.alignment, 8);
+  }
   return failed("heuristic", status);
 }
 
@@ -131,7 +136,7 @@ std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y
   const Shape shape{options.epilogue, options.fast_accumulation, a.format, b.format, m, n, k, y.stride(0),
                     has_aux ? options.aux.stride(0) : 0, result_type(y),
                     common_alignment({a.data.data_ptr(), b.data.data_ptr(), y.data_ptr()})};
-  const Plan& plan = cached_plan(shape, make_plan);
+  Plan& plan = cached_plan(shape, make_plan);
   if (!plan.usable()) return plan.failure;
   const void* first_scale = b.scale_inv.data_ptr();
   const void* second_scale = a.scale_inv.data_ptr();
@@ -146,6 +151,15 @@ std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y
   if (!why.empty()) return why;
   // Named for the profiler and the FLOP counter (profiling/flop_counter.cpp): [M, K]·[K, N].
   RECORD_FUNCTION("zest::mm_fp8", std::vector<c10::IValue>({a.data, b.data.t()}));
+  if (!plan.candidates.empty()) {
+    // Trials of an accumulating product write a scratch result (y's layout), not y; the others write y whole.
+    const torch::Tensor scratch = options.accumulate ? torch::empty_strided(y.sizes(), y.strides(), y.options()) : y;
+    plan.algorithm = fastest_algorithm(plan.candidates, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
+      return matmul_status(plan.op, algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second, 0.0f,
+                           scratch.data_ptr(), plan.result) == CUBLAS_STATUS_SUCCESS;
+    });
+    plan.candidates.clear();
+  }
   return failed("cublasLtMatmul",
                 matmul_status(plan.op, plan.algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second,
                               options.accumulate ? 1.0f : 0.0f, y.data_ptr(), plan.result));

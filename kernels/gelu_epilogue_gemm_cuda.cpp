@@ -10,6 +10,7 @@
 #include <ATen/record_function.h>
 
 #include <tuple>
+#include <vector>
 
 namespace zest {
 namespace {
@@ -35,11 +36,14 @@ struct Shape {
   }
 };
 
+constexpr int kAutotuneCandidates = 8;
+
 // Descriptors are never destroyed: a plan per shape and thread lives as long as the process (a handful).
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulHeuristicResult_t algorithm{};
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;  // to time on the first product (autotune_algorithms)
   bool usable = false;
 };
 
@@ -60,6 +64,9 @@ Plan make_plan(const Shape& s) {
                   api.layout_create(&plan.b, s.type, s.k, s.n, s.ldb) == CUBLAS_STATUS_SUCCESS &&
                   api.layout_create(&plan.d, s.type, s.m, s.n, s.m) == CUBLAS_STATUS_SUCCESS;
   plan.usable = ok && best_algorithm(plan.op, plan.a, plan.b, plan.d, s.alignment, &plan.algorithm);
+  if (plan.usable && autotune_algorithms()) {
+    plan.candidates = candidate_algorithms(plan.op, plan.a, plan.b, plan.d, s.alignment, kAutotuneCandidates);
+  }
   return plan;
 }
 
@@ -90,7 +97,7 @@ cudaDataType cuda_type_of(const torch::Tensor& t) {
 // or cuBLASLt refuses the call (nothing was written then).
 bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias, void* aux) {
   const CublasLtApi& api = cublas_lt();
-  const Plan& plan = cached_plan(s, make_plan);
+  Plan& plan = cached_plan(s, make_plan);
   if (!plan.usable) return false;
   if (bias != nullptr &&
       api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
@@ -98,6 +105,13 @@ bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias
   }
   if (api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)) != CUBLAS_STATUS_SUCCESS) {
     return false;
+  }
+  if (!plan.candidates.empty()) {
+    // Each trial writes d (and aux) whole (beta 0), as the product itself does after it.
+    plan.algorithm = fastest_algorithm(plan.candidates, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
+      return run_matmul(plan.op, algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
+    });
+    plan.candidates.clear();
   }
   return run_matmul(plan.op, plan.algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
 }
