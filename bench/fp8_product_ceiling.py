@@ -4,6 +4,10 @@ cuBLASLt product zest's kernels/fp8_product_cuda.cpp calls), operands already ca
 product and the step's totals, weighted by how often each product runs (9 double blocks, 18 single blocks).
 
     python3 bench/fp8_product_ceiling.py [--dim 1280] [--layers 27] [--batch 32] [--frames 360] [--text 128]
+
+With PYTORCH_TUNABLEOP_ENABLED=1 (and PYTORCH_TUNABLEOP_FILENAME=/tmp/...csv) LibTorch's TunableOp times the
+cuBLAS/cuBLASLt algorithms of each product shape on its first call (the warm-up), so the figures are the tuned
+ones: what TunableOp would buy zest's products that go through ATen (mm/addmm).
 """
 import argparse
 import json
@@ -82,7 +86,8 @@ def main():
                           **{key: round(v, 4) for key, v in r.items()}}), flush=True)
         for key, v in r.items():
             totals[key] = totals.get(key, 0.0) + v * count
-    print(json.dumps({"device": torch.cuda.get_device_name(), "step_totals_ms": {k: round(v, 2) for k, v in totals.items()}}))
+    tunable = torch.cuda.tunable.is_enabled() if hasattr(torch.cuda, "tunable") else False
+    print(json.dumps({"device": torch.cuda.get_device_name(), "tunableop": tunable, "step_totals_ms": {k: round(v, 2) for k, v in totals.items()}}))
 
 
 if __name__ == "__main__":
