@@ -5,9 +5,9 @@ product and the step's totals, weighted by how often each product runs (9 double
 
     python3 bench/fp8_product_ceiling.py [--dim 1280] [--layers 27] [--batch 32] [--frames 360] [--text 128]
 
-With PYTORCH_TUNABLEOP_ENABLED=1 (and PYTORCH_TUNABLEOP_FILENAME=/tmp/...csv) LibTorch's TunableOp times the
-cuBLAS/cuBLASLt algorithms of each product shape on its first call (the warm-up), so the figures are the tuned
-ones: what TunableOp would buy zest's products that go through ATen (mm/addmm).
+--tunable: every product timed again after turning on LibTorch's TunableOp, which times the cuBLAS/cuBLASLt
+algorithms of each shape on its first call (the warm-up): what TunableOp would buy zest's products that go
+through ATen (mm/addmm), under keys "tuned_…" in the same lines.
 """
 import argparse
 import json
@@ -66,6 +66,7 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--frames", type=int, default=360)
     p.add_argument("--text", type=int, default=128)
+    p.add_argument("--tunable", action="store_true")
     a = p.parse_args()
     d, hidden = a.dim, 4 * a.dim
     doubles, singles = a.layers // 3, a.layers - a.layers // 3
@@ -80,14 +81,25 @@ def main():
         ("single.linear2", motion + text, d + hidden, d, singles),
     ]
     totals = {}
-    for name, rows, k, n, count in shapes:
-        r = products_of(rows, k, n)
+    results = [products_of(rows, k, n) for _, rows, k, n, _ in shapes]
+    if a.tunable:
+        try:
+            torch.cuda.tunable.set_filename("/tmp/tunableop_results.csv")
+            torch.cuda.tunable.write_file_on_exit(False)
+            torch.cuda.tunable.set_max_tuning_duration(10)
+            torch.cuda.tunable.enable(True)
+            torch.cuda.tunable.tuning_enable(True)
+            for r, (_, rows, k, n, _) in zip(results, shapes):
+                tuned = products_of(rows, k, n)
+                r.update({"tuned_" + key: v for key, v in tuned.items() if not key.startswith("cast")})
+        except Exception as e:  # the untuned figures still print
+            print(json.dumps({"tunableop_error": repr(e)}), flush=True)
+    for (name, rows, k, n, count), r in zip(shapes, results):
         print(json.dumps({"product": name, "rows": rows, "in": k, "out": n, "per_step": count,
                           **{key: round(v, 4) for key, v in r.items()}}), flush=True)
         for key, v in r.items():
             totals[key] = totals.get(key, 0.0) + v * count
-    tunable = torch.cuda.tunable.is_enabled() if hasattr(torch.cuda, "tunable") else False
-    print(json.dumps({"device": torch.cuda.get_device_name(), "tunableop": tunable, "step_totals_ms": {k: round(v, 2) for k, v in totals.items()}}))
+    print(json.dumps({"device": torch.cuda.get_device_name(), "step_totals_ms": {k: round(v, 2) for k, v in totals.items()}}))
 
 
 if __name__ == "__main__":
