@@ -3,7 +3,7 @@
 // the reference does under autocast, and tracks the float32 golden vectors within bf16 rounding.
 #include "hymotion_test_util.h"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include "common/training_loss_precision.h"
 
 #include <iostream>
 
@@ -115,22 +115,9 @@ TEST(HyMotionPrecision, SensitivePartsRunInFloat32) {
 TEST(HyMotionPrecision, TrainingLossOnLoaderBatchInBf16) {
   const Golden golden = Golden::load();
   TensorMap batch;
-  batch["x"] = golden.input("x");
-  batch["x_mask_temporal"] = golden.input("x_mask_temporal");
-  batch["ctxt_input"] = golden.input("ctxt_input");
-  batch["ctxt_mask_temporal"] = golden.input("ctxt_mask_temporal");
-  batch["vtxt_input"] = golden.input("vtxt_input");
-  const auto loss_in = [&](torch::Dtype dtype) {
-    auto model = golden_model_as(golden, dtype);
-    torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(7);
-    const auto loss = family().training_loss(*model, batch, generator);
-    EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
-    loss.backward();
-    for (const auto& p : model->named_parameters()) EXPECT_TRUE(p.value().grad().defined()) << p.key();
-    return loss.item<double>();
-  };
-  const double fp32 = loss_in(torch::kFloat32), bf16 = loss_in(torch::kBFloat16);
-  EXPECT_NEAR(bf16, fp32, 1e-2 * fp32);
+  for (const char* name : {"x", "x_mask_temporal", "ctxt_input", "ctxt_mask_temporal", "vtxt_input"}) batch[name] = golden.input(name);
+  testing::expect_bf16_training_loss_near_float32(family().training_loss, batch,
+                                                  [&](torch::Dtype dtype) { return golden_model_as(golden, dtype); });
 }
 
 }  // namespace

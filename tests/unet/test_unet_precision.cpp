@@ -4,7 +4,7 @@
 // within bf16 rounding.
 #include "unet_test_util.h"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include "common/training_loss_precision.h"
 
 #include <iostream>
 
@@ -123,21 +123,9 @@ TEST(UNetPrecision, SensitivePartsRunInFloat32) {
 TEST(UNetPrecision, TrainingLossOnLoaderBatchInBf16) {
   const auto golden = Golden::load();
   TensorMap batch;
-  batch["sample"] = golden.input("sample");
-  batch["encoder_hidden_states"] = golden.input("encoder_hidden_states");
-  batch["text_embeds"] = golden.input("text_embeds");
-  batch["time_ids"] = golden.input("time_ids");
-  const auto loss_in = [&](torch::Dtype dtype) {
-    auto model = golden_model_as(golden, dtype);
-    torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(7);
-    const auto loss = family().training_loss(*model, batch, generator);
-    EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
-    loss.backward();
-    for (const auto& p : model->named_parameters()) EXPECT_TRUE(p.value().grad().defined()) << p.key();
-    return loss.item<double>();
-  };
-  const double fp32 = loss_in(torch::kFloat32), bf16 = loss_in(torch::kBFloat16);
-  EXPECT_NEAR(bf16, fp32, 1e-2 * fp32);
+  for (const char* name : {"sample", "encoder_hidden_states", "text_embeds", "time_ids"}) batch[name] = golden.input(name);
+  testing::expect_bf16_training_loss_near_float32(family().training_loss, batch,
+                                                  [&](torch::Dtype dtype) { return golden_model_as(golden, dtype); });
 }
 
 }  // namespace
