@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -52,6 +53,13 @@ inline double relative_l2_error(const torch::Tensor& actual, const torch::Tensor
   const auto a = actual.detach().to(torch::kCPU, torch::kFloat64);
   const auto e = expected.detach().to(torch::kCPU, torch::kFloat64);
   return ((a - e).norm() / e.norm()).item<double>();
+}
+
+// max|actual − expected| / max|expected| in float64: the worst element against the tensor's own scale.
+inline double relative_max_error(const torch::Tensor& actual, const torch::Tensor& expected) {
+  const auto a = actual.detach().to(torch::kCPU, torch::kFloat64);
+  const auto e = expected.detach().to(torch::kCPU, torch::kFloat64);
+  return (a - e).abs().max().item<double>() / std::max(e.abs().max().item<double>(), 1e-30);
 }
 
 }  // namespace zest::testing

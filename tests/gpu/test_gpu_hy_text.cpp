@@ -1,6 +1,7 @@
 // HY-Motion's text encoders on CUDA (ctest label `gpu`): the golden Qwen3 (tests/data/hy_text, made with
 // transformers) in float32 and, as the release runs it, in bf16 on the GPU; the release's features in bf16; and
 // the encoding throughput of a Qwen3-8B-shaped model (random weights, bf16), printed for bench/RESULTS.md.
+#include "common/tensor_close.h"
 #include "hytext/hy_text_test_util.h"
 
 #include "models/hy_text/hy_text_encoder.h"
@@ -28,9 +29,9 @@ TEST(GpuHyText, GoldenQwen3InFloat32AndBf16) {
   // TF32 off for the float32 comparison: the reference ran in true float32 on the CPU.
   at::globalContext().setAllowTF32CuBLAS(false);
   const auto fp32 = qwen3::load_qwen3_model(golden_dir() / "qwen3_tiny", kGpu, torch::kFloat32);
-  EXPECT_LE(relative_error(fp32->forward(ids, mask).last_hidden_state.cpu(), expected), 1e-5);
+  EXPECT_LE(testing::relative_max_error(fp32->forward(ids, mask).last_hidden_state.cpu(), expected), 1e-5);
   const auto bf16 = qwen3::load_qwen3_model(golden_dir() / "qwen3_tiny", kGpu, torch::kBFloat16);
-  const double error = relative_error(bf16->forward(ids, mask).last_hidden_state.cpu(), expected);
+  const double error = testing::relative_max_error(bf16->forward(ids, mask).last_hidden_state.cpu(), expected);
   std::printf("[gpu hytext] golden Qwen3 in bf16 on %s: max relative error %.3g against float32\n",
               kGpu.str().c_str(), error);
   EXPECT_LE(error, 5e-2);
@@ -45,10 +46,10 @@ TEST(GpuHyText, ReleaseFeaturesInBf16) {
                               golden["max_length_llm"].get<int64_t>());
   const MotionTextFeatures features = encoder.encode(texts);
   EXPECT_TRUE(features.ctxt_length.equal(golden_tensor("features.ctxt_length")));
-  const double error = relative_error(features.ctxt, golden_tensor("features_bf16.ctxt_raw"));
+  const double error = testing::relative_max_error(features.ctxt, golden_tensor("features_bf16.ctxt_raw"));
   std::printf("[gpu hytext] features in bf16 (GPU) against the release's bf16 (CPU): max relative error %.3g\n", error);
   EXPECT_LE(error, 5e-2);
-  EXPECT_LE(relative_error(features.vtxt, golden_tensor("features.vtxt_raw").squeeze(1)), 1e-4);
+  EXPECT_LE(testing::relative_max_error(features.vtxt, golden_tensor("features.vtxt_raw").squeeze(1)), 1e-4);
 }
 
 // A larger random Qwen3 (hidden 1024, 16 query / 4 key-value heads of 128), made with transformers on the GPU
@@ -66,7 +67,7 @@ TEST(GpuHyText, LargerQwen3InBf16AgainstTransformers) {
   const torch::Tensor valid = mask.to(torch::kBool).unsqueeze(-1);
   auto error_against = [&](const std::string& name) {
     const torch::Tensor reference = golden.read(name);
-    return relative_error(ours.masked_fill(valid.logical_not(), 0), reference.masked_fill(valid.logical_not(), 0));
+    return testing::relative_max_error(ours.masked_fill(valid.logical_not(), 0), reference.masked_fill(valid.logical_not(), 0));
   };
   const double vs_fp32 = error_against("last_hidden_state_fp32");
   std::printf("[gpu hytext] larger Qwen3, bf16 on CUDA: max relative error %.3g against transformers float32\n", vs_fp32);

@@ -24,11 +24,6 @@ HyMotionInputs on_gpu(HyMotionInputs in) {
   return in;
 }
 
-double relative_l2(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto expected = b.to(torch::kFloat64);
-  return (a.to(torch::kFloat64) - expected).norm().item<double>() / expected.norm().item<double>();
-}
-
 // The tiny model's shapes take the kernels (else these tests would check ATen's ops again).
 TEST(GpuHyMotion, TheTinyShapesTakeTheKernels) {
   const auto opts = torch::TensorOptions().device(torch::kCUDA);
@@ -59,14 +54,14 @@ TEST(GpuHyMotion, Bf16TracksTheFloat32Reference) {
   model->to(torch::kCUDA, torch::kBFloat16);
   const auto out = model->forward(on_gpu(golden.inputs()));
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
-  EXPECT_LE(relative_l2(out.cpu(), golden.output("sample")), 2e-2);
+  EXPECT_LE(testing::relative_l2_error(out.cpu(), golden.output("sample")), 2e-2);
   out.to(torch::kFloat32).pow(2).mean().backward();
   for (const auto& item : model->named_parameters()) {
     const auto& grad = item.value().grad();
     ASSERT_TRUE(grad.defined()) << item.key();
     const auto& expected = golden.grads().at(item.key());
     if (expected.abs().max().item<double>() < 1e-9) continue;  // the refiner's k-norm bias: mathematically 0
-    EXPECT_LE(relative_l2(grad.cpu(), expected), 1e-1) << item.key();
+    EXPECT_LE(testing::relative_l2_error(grad.cpu(), expected), 1e-1) << item.key();
   }
 }
 
@@ -133,7 +128,7 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
     const auto got = gpu->forward(on_gpu(inputs));
     got.pow(2).mean().backward();
     expect_no_fallback();
-    EXPECT_LE(relative_l2(got.cpu(), want), 1e-5);
+    EXPECT_LE(testing::relative_l2_error(got.cpu(), want), 1e-5);
     const auto cpu_params = cpu->named_parameters();
     for (const auto& item : gpu->named_parameters()) {
       ASSERT_TRUE(item.value().grad().defined()) << item.key();
@@ -153,7 +148,7 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
     const auto got16 = half->forward(on_gpu(inputs));
     got16.to(torch::kFloat32).pow(2).mean().backward();
     expect_no_fallback();
-    EXPECT_LE(relative_l2(got16.cpu(), want), 2e-2);
+    EXPECT_LE(testing::relative_l2_error(got16.cpu(), want), 2e-2);
     reset_fused_path_uses();
   }
 }

@@ -2,6 +2,7 @@
 // the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
 // sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
 // per-head RMSNorm; the modulated layer norm; the gated residual; [attention | GELU_tanh(MLP half)].
+#include "common/tensor_close.h"
 #include "kernels/fused_paths.h"
 #include "kernels/concat_gelu_op.h"
 #include "models/common/fused_norms.h"
@@ -21,12 +22,6 @@ namespace {
 struct Case {
   int64_t n, c, h, w, groups;
 };
-
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto want_f = want.to(torch::kFloat64);
-  return (got.to(torch::kFloat64) - want_f).abs().max().item<double>() /
-         std::max(1e-12, want_f.abs().max().item<double>());
-}
 
 struct Result {
   torch::Tensor y, dx, dweight, dbias;
@@ -75,10 +70,10 @@ TEST(GpuGroupNorm, ChannelsLastKernelsMatchAtenInFloat32AndBf16) {
         const auto r = torch::randn({k.n, k.c, k.h, k.w}, cuda);
         const Result got = run_zest(x, w, b, r, k.groups, silu);
         const Result want = run_reference(x, w, b, r, k.groups, silu);
-        EXPECT_LE(relative_error(got.y, want.y), tolerance);
-        EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
-        EXPECT_LE(relative_error(got.dweight, want.dweight), tolerance);
-        EXPECT_LE(relative_error(got.dbias, want.dbias), tolerance);
+        EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+        EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
+        EXPECT_LE(relative_max_error(got.dweight, want.dweight), tolerance);
+        EXPECT_LE(relative_max_error(got.dbias, want.dbias), tolerance);
         const Result again = run_zest(x, w, b, r, k.groups, silu);
         EXPECT_TRUE(got.y.equal(again.y) && got.dx.equal(again.dx) && got.dweight.equal(again.dweight));
       }
@@ -114,8 +109,8 @@ TEST(GpuGeglu, KernelsMatchAtenOps) {
       const auto y_ref = halves[0] * torch::gelu(halves[1]);
       (y_ref.to(torch::kFloat32) * r).sum().backward();
       const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
-      EXPECT_LE(relative_error(y, y_ref), tolerance);
-      EXPECT_LE(relative_error(ours.grad(), theirs.grad()), tolerance);
+      EXPECT_LE(relative_max_error(y, y_ref), tolerance);
+      EXPECT_LE(relative_max_error(ours.grad(), theirs.grad()), tolerance);
     }
   }
 }
@@ -139,10 +134,10 @@ TEST(GpuLayerNorm, Bf16OnTheGpuMatchesTheFloat32Path) {
     (y.to(torch::kFloat32) * r.to(device)).sum().backward();
     *result = {y.detach().cpu(), xx.grad().cpu(), ww.grad().cpu(), bb.grad().cpu()};
   }
-  EXPECT_LE(relative_error(got.y, want.y), 1e-2);
-  EXPECT_LE(relative_error(got.dx, want.dx), 1e-2);
-  EXPECT_LE(relative_error(got.dweight, want.dweight), 1e-2);
-  EXPECT_LE(relative_error(got.dbias, want.dbias), 1e-2);
+  EXPECT_LE(relative_max_error(got.y, want.y), 1e-2);
+  EXPECT_LE(relative_max_error(got.dx, want.dx), 1e-2);
+  EXPECT_LE(relative_max_error(got.dweight, want.dweight), 1e-2);
+  EXPECT_LE(relative_max_error(got.dbias, want.dbias), 1e-2);
 }
 
 // HY-Motion's RoPE on CUDA (the kernels) against the same function on the CPU (ATen's ops), with all
@@ -168,8 +163,8 @@ TEST(GpuRope, KernelsMatchTheCpuPath) {
         *result = {y.detach().cpu(), xx.grad().cpu(), {}, {}};
       }
       const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
-      EXPECT_LE(relative_error(got.y, want.y), tolerance);
-      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
+      EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
     }
   }
 }
@@ -204,9 +199,9 @@ TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
         *result = {y.detach().cpu(), proj.grad().cpu(), ww.grad().cpu(), {}};
       }
       const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
-      EXPECT_LE(relative_error(got.y, want.y), tolerance);
-      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
-      EXPECT_LE(relative_error(got.dweight, want.dweight), tolerance);
+      EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
+      EXPECT_LE(relative_max_error(got.dweight, want.dweight), tolerance);
     }
   }
 }
@@ -249,10 +244,10 @@ TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
         (gpu ? got_dmod : want_dmod) = mod.grad().cpu();
       }
       const double tolerance = dtype == torch::kFloat32 ? 2e-5 : 2e-2;
-      EXPECT_LE(relative_error(got.y, want.y), tolerance);
-      EXPECT_LE(relative_error(got.dx, want.dx), tolerance);
-      EXPECT_LE(relative_error(got_dmod.narrow(-1, 3 * d, d), want_dmod.narrow(-1, 3 * d, d)), tolerance);  // shift
-      EXPECT_LE(relative_error(got_dmod.narrow(-1, 4 * d, d), want_dmod.narrow(-1, 4 * d, d)), tolerance);  // scale
+      EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+      EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
+      EXPECT_LE(relative_max_error(got_dmod.narrow(-1, 3 * d, d), want_dmod.narrow(-1, 3 * d, d)), tolerance);  // shift
+      EXPECT_LE(relative_max_error(got_dmod.narrow(-1, 4 * d, d), want_dmod.narrow(-1, 4 * d, d)), tolerance);  // scale
       EXPECT_EQ(got_dmod.narrow(-1, 0, 3 * d).abs().max().item<double>(), 0.0);  // the unused chunks
     }
   }
@@ -330,7 +325,7 @@ TEST(GpuGatedResidual, KernelsMatchTheOpChain) {
         EXPECT_TRUE(dx[0].equal(dx[1]));
         EXPECT_TRUE(dy[0].equal(dy[1]));
         const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
-        EXPECT_LE(relative_error(dmod[0].narrow(-1, 2 * d, d), dmod[1].narrow(-1, 2 * d, d)), tolerance);
+        EXPECT_LE(relative_max_error(dmod[0].narrow(-1, 2 * d, d), dmod[1].narrow(-1, 2 * d, d)), tolerance);
         EXPECT_EQ(dmod[0].narrow(-1, 0, 2 * d).abs().max().item<double>(), 0.0);  // the other chunks
       }
     }
@@ -395,8 +390,8 @@ TEST(GpuConcatGelu, KernelsMatchTheOpChain) {
         }
         EXPECT_TRUE(out[0].is_contiguous());
         const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
-        EXPECT_LE(relative_error(out[0], out[1]), tolerance);
-        EXPECT_LE(relative_error(dh[0], dh[1]), tolerance);
+        EXPECT_LE(relative_max_error(out[0], out[1]), tolerance);
+        EXPECT_LE(relative_max_error(dh[0], dh[1]), tolerance);
         EXPECT_TRUE(dot[0].equal(dot[1]));  // the output's gradient, passed through
         EXPECT_EQ(dh[0].narrow(-1, 0, 3 * w.left).abs().max().item<double>(), 0.0);
       }

@@ -3,6 +3,7 @@
 // the reference does under autocast, and tracks the float32 golden vectors within bf16 rounding.
 #include "hymotion_test_util.h"
 
+#include "common/tensor_close.h"
 #include "common/training_loss_precision.h"
 
 #include <iostream>
@@ -17,12 +18,6 @@ constexpr double kBf16OutputTol = 2e-2;
 constexpr double kGradTol = 1e-1;
 constexpr double kActivationTol = 2e-2;
 
-// ‖a − b‖₂ / ‖b‖₂ in float64.
-double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto expected = b.to(torch::kFloat64);
-  return (a.to(torch::kFloat64) - expected).norm().item<double>() / expected.norm().item<double>();
-}
-
 std::shared_ptr<HyMotionModel> golden_model_as(const Golden& golden, torch::Dtype dtype) {
   auto model = golden_model(golden);
   model->to(dtype);
@@ -34,7 +29,7 @@ TEST(HyMotionPrecision, Bf16ForwardAndGradientsTrackFloat32Golden) {
   auto model = golden_model_as(golden, torch::kBFloat16);
   const auto out = model->forward(golden.inputs());  // float32 inputs, bool masks
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
-  const double out_err = relative_error(out, golden.output("sample"));
+  const double out_err = testing::relative_l2_error(out, golden.output("sample"));
   EXPECT_LE(out_err, kBf16OutputTol);
 
   out.to(torch::kFloat32).pow(2).mean().backward();
@@ -46,7 +41,7 @@ TEST(HyMotionPrecision, Bf16ForwardAndGradientsTrackFloat32Golden) {
     EXPECT_EQ(grad.scalar_type(), torch::kBFloat16) << p.key();
     const auto& expected = golden.grads().at(p.key());
     if (expected.abs().max().item<double>() < 1e-9) continue;  // the refiner's k-norm bias: mathematically 0
-    const double err = relative_error(grad, expected);
+    const double err = testing::relative_l2_error(grad, expected);
     EXPECT_LE(err, kGradTol) << "grad of " << p.key();
     if (err > worst) worst = err, worst_name = p.key();
   }
@@ -67,7 +62,7 @@ TEST(HyMotionPrecision, Bf16IntermediateActivationsTrackFloat32Golden) {
       EXPECT_TRUE(torch::equal(debug.at(name), expected)) << name;  // built in float32, −inf kept
       continue;
     }
-    const double err = relative_error(debug.at(name), expected);
+    const double err = testing::relative_l2_error(debug.at(name), expected);
     EXPECT_LE(err, kActivationTol) << name;
     worst = std::max(worst, err);
   }

@@ -1,5 +1,5 @@
 // Helpers for the hytext suite: where the golden files of scripts/golden/make_hy_text_goldens.py live
-// (tests/data/hy_text), reading them, and comparing tensors by relative error.
+// (tests/data/hy_text) and reading them.
 #pragma once
 
 #include "core/untrusted_file.h"
@@ -32,12 +32,6 @@ inline nlohmann::json golden_json() {
 inline torch::Tensor golden_tensor(const std::string& name) {
   static const safetensors::Reader reader((golden_dir() / "hy_text_golden.safetensors").string());
   return reader.read(name);
-}
-
-// max |a - b| / max |b| in float64.
-inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
-  return (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), 1e-30);
 }
 
 }  // namespace zest::hytext::test

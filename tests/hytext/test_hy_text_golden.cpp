@@ -1,6 +1,7 @@
 // HY-Motion's text side against transformers and the release's own code (tests/data/hy_text, made by
 // scripts/golden/make_hy_text_goldens.py): Qwen's tokenizer on hard texts, the chat text and crop_start, Qwen3's
 // hidden states (one file and sharded), the release's token batch, and HYTextModel.encode's features.
+#include "common/tensor_close.h"
 #include "hy_text_test_util.h"
 
 #include "models/hy_text/hy_text_encoder.h"
@@ -60,10 +61,10 @@ TEST(Qwen3Golden, HiddenStatesEqualTransformers) {
   const int64_t count = golden_json()["qwen_hidden_states_count"].get<int64_t>();
   ASSERT_EQ(static_cast<int64_t>(out.hidden_states.size()), count);
   for (int64_t i = 0; i < count; ++i) {
-    const double error = relative_error(out.hidden_states[i], golden_tensor("qwen.hidden_states." + std::to_string(i)));
+    const double error = testing::relative_max_error(out.hidden_states[i], golden_tensor("qwen.hidden_states." + std::to_string(i)));
     EXPECT_LE(error, kHiddenTolerance) << "hidden_states[" << i << "]";
   }
-  EXPECT_LE(relative_error(out.last_hidden_state, golden_tensor("qwen.last_hidden_state")), kHiddenTolerance);
+  EXPECT_LE(testing::relative_max_error(out.last_hidden_state, golden_tensor("qwen.last_hidden_state")), kHiddenTolerance);
 }
 
 TEST(Qwen3Golden, AShardedFolderLoadsTheSame) {
@@ -73,7 +74,7 @@ TEST(Qwen3Golden, AShardedFolderLoadsTheSame) {
   const auto model = qwen3::load_qwen3_model(golden_dir() / "qwen3_tiny_sharded", torch::kCPU, torch::kFloat32);
   torch::NoGradGuard no_grad;
   const auto out = model->forward(golden_tensor("qwen.input_ids"), golden_tensor("qwen.attention_mask"));
-  EXPECT_LE(relative_error(out.last_hidden_state, golden_tensor("sharded.last_hidden_state")), kHiddenTolerance);
+  EXPECT_LE(testing::relative_max_error(out.last_hidden_state, golden_tensor("sharded.last_hidden_state")), kHiddenTolerance);
 }
 
 HyTextEncoder golden_encoder() {
@@ -105,12 +106,12 @@ TEST(HyTextEncoderGolden, FeaturesEqualTheReleasesEncode) {
   const MotionTextFeatures features = encoder.encode(golden_texts(golden_json()));
   const torch::Tensor ctxt = golden_tensor("features.ctxt_raw");
   ASSERT_EQ(features.ctxt.sizes(), ctxt.sizes());
-  EXPECT_LE(relative_error(features.ctxt, ctxt), kHiddenTolerance);
+  EXPECT_LE(testing::relative_max_error(features.ctxt, ctxt), kHiddenTolerance);
   EXPECT_TRUE(features.ctxt_length.equal(golden_tensor("features.ctxt_length")))
       << features.ctxt_length << golden_tensor("features.ctxt_length");
   const torch::Tensor vtxt = golden_tensor("features.vtxt_raw").squeeze(1);
   ASSERT_EQ(features.vtxt.sizes(), vtxt.sizes());
-  EXPECT_LE(relative_error(features.vtxt, vtxt), kHiddenTolerance);
+  EXPECT_LE(testing::relative_max_error(features.vtxt, vtxt), kHiddenTolerance);
 }
 
 }  // namespace

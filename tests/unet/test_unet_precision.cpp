@@ -4,6 +4,7 @@
 // within bf16 rounding.
 #include "unet_test_util.h"
 
+#include "common/tensor_close.h"
 #include "common/training_loss_precision.h"
 
 #include <iostream>
@@ -19,12 +20,6 @@ constexpr double kOutputTol = 3e-2;
 constexpr double kGradTol = 2.5e-1;
 constexpr double kActivationTol = 3e-2;
 
-// ‖a − b‖₂ / ‖b‖₂ in float64.
-double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto expected = b.to(torch::kFloat64);
-  return (a.to(torch::kFloat64) - expected).norm().item<double>() / expected.norm().item<double>();
-}
-
 std::unique_ptr<UNet2DConditionModel> golden_model_as(const Golden& golden, torch::Dtype dtype) {
   auto model = std::make_unique<UNet2DConditionModel>(load_config("unet_tiny"));
   load_params(*model, golden.params());
@@ -38,7 +33,7 @@ TEST(UNetPrecision, Bf16ForwardAndGradientsTrackFloat32Golden) {
   // float32 sample/conditioning and int64 timesteps, as in the golden file and from the data loader.
   const auto out = model->forward(golden.input("sample"), golden.input("timestep"), golden.cond());
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
-  const double out_err = relative_error(out, golden.output("sample"));
+  const double out_err = testing::relative_l2_error(out, golden.output("sample"));
   EXPECT_LE(out_err, kOutputTol);
 
   out.to(torch::kFloat32).pow(2).mean().backward();
@@ -48,7 +43,7 @@ TEST(UNetPrecision, Bf16ForwardAndGradientsTrackFloat32Golden) {
     const auto& grad = p.value().grad();
     ASSERT_TRUE(grad.defined()) << p.key();
     EXPECT_EQ(grad.scalar_type(), torch::kBFloat16) << p.key();
-    const double err = relative_error(grad, golden.grads().at(p.key()));
+    const double err = testing::relative_l2_error(grad, golden.grads().at(p.key()));
     EXPECT_LE(err, kGradTol) << "grad of " << p.key();
     if (err > worst) worst = err, worst_name = p.key();
   }
@@ -82,7 +77,7 @@ TEST(UNetPrecision, Bf16IntermediateActivationsTrackFloat32Golden) {
   double worst = 0;
   for (const auto& [name, tensor] : got) {
     EXPECT_EQ(tensor.scalar_type(), torch::kBFloat16) << name;
-    const double err = relative_error(tensor, debug.at(name));
+    const double err = testing::relative_l2_error(tensor, debug.at(name));
     EXPECT_LE(err, kActivationTol) << name;
     worst = std::max(worst, err);
   }
