@@ -39,23 +39,25 @@ bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtM
                     cublasLtMatrixLayout_t d, uint32_t alignment, cublasLtMatmulHeuristicResult_t* algorithm,
                     cublasStatus_t* status = nullptr);
 
-// Up to `count` of the heuristic's algorithms for these descriptors (as best_algorithm asks), its best first;
-// empty when it has none.
+// The heuristic's first kAutotuneCandidates algorithms for these descriptors (as best_algorithm asks), its
+// best first; empty when it has none.
+constexpr int kAutotuneCandidates = 8;
 std::vector<cublasLtMatmulHeuristicResult_t> candidate_algorithms(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
                                                                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
-                                                                  uint32_t alignment, int count);
+                                                                  uint32_t alignment);
 
 // Whether plans time the heuristic's candidates on their first product (ZEST_LT_AUTOTUNE=1, a measurement
 // knob of issue 38's calls; off by default).
 bool autotune_algorithms();
 
-// The fastest of `candidates` by the device's clock, each timed over a few calls of `run(algorithm)` (which
-// launches the product on the current stream and returns whether cuBLASLt took it); candidates it refuses are
-// passed over. The first candidate, untimed, when the current stream is capturing a CUDA graph (nothing may
-// wait there) or when there is one. `candidates` must not be empty.
-cublasLtMatmulHeuristicResult_t fastest_algorithm(
-    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-    const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run);
+// A plan's first product with candidates left to time: `algorithm` becomes the fastest of them by the device's
+// clock, each timed over a few calls of `run(algorithm)` (which launches the product on the current stream and
+// returns whether cuBLASLt took it; a refused candidate is passed over), and `candidates` is emptied. While the
+// current stream is capturing a CUDA graph (nothing may wait there) the heuristic's first is kept untimed.
+// Nothing without candidates.
+void settle_algorithm(std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                      cublasLtMatmulHeuristicResult_t& algorithm,
+                      const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run);
 
 // cublasLtMatmul on the current stream with LibTorch's handle and workspace (D = alpha·op(A)·op(B) + beta·D);
 // its status.

@@ -2,6 +2,7 @@
 #include "kernels/cublaslt.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -76,6 +77,35 @@ bool heuristic_results(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublas
   return heuristic_status == CUBLAS_STATUS_SUCCESS && *returned > 0;
 }
 
+// The fastest of `candidates` (not empty), as settle_algorithm says.
+cublasLtMatmulHeuristicResult_t fastest_algorithm(
+    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+    const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run) {
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (candidates.size() == 1 || cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone) {
+    return candidates.front();
+  }
+  constexpr int kTimedCalls = 3;
+  cublasLtMatmulHeuristicResult_t fastest = candidates.front();
+  float fastest_ms = std::numeric_limits<float>::infinity();
+  for (const auto& candidate : candidates) {
+    if (!run(candidate)) continue;  // the warm-up call, and a refused candidate is passed over
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);  // timing events
+    start.record(stream);
+    for (int i = 0; i < kTimedCalls; ++i) run(candidate);
+    end.record(stream);
+    end.synchronize();
+    const float ms = start.elapsed_time(end);
+    if (ms < fastest_ms) {
+      fastest_ms = ms;
+      fastest = candidate;
+    }
+  }
+  return fastest;
+}
+
 }  // namespace
 
 bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -87,10 +117,10 @@ bool best_algorithm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtM
 
 std::vector<cublasLtMatmulHeuristicResult_t> candidate_algorithms(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
                                                                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
-                                                                  uint32_t alignment, int count) {
-  std::vector<cublasLtMatmulHeuristicResult_t> found(static_cast<size_t>(count));
+                                                                  uint32_t alignment) {
+  std::vector<cublasLtMatmulHeuristicResult_t> found(kAutotuneCandidates);
   int returned = 0;
-  if (!heuristic_results(op, a, b, d, alignment, count, found.data(), &returned)) return {};
+  if (!heuristic_results(op, a, b, d, alignment, kAutotuneCandidates, found.data(), &returned)) return {};
   found.resize(static_cast<size_t>(returned));
   return found;
 }
@@ -103,36 +133,12 @@ bool autotune_algorithms() {
   return on;
 }
 
-cublasLtMatmulHeuristicResult_t fastest_algorithm(
-    const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-    const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run) {
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (candidates.size() == 1 || cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
-      capturing != cudaStreamCaptureStatusNone) {
-    return candidates.front();
-  }
-  constexpr int kTimedCalls = 3;
-  cudaEvent_t start = nullptr, end = nullptr;
-  cudaEventCreate(&start);
-  cudaEventCreate(&end);
-  cublasLtMatmulHeuristicResult_t fastest = candidates.front();
-  float fastest_ms = std::numeric_limits<float>::infinity();
-  for (const auto& candidate : candidates) {
-    if (!run(candidate)) continue;  // the warm-up call, and a refused candidate is passed over
-    cudaEventRecord(start, stream);
-    for (int i = 0; i < kTimedCalls; ++i) run(candidate);
-    cudaEventRecord(end, stream);
-    float ms = 0.0f;
-    if (cudaEventSynchronize(end) == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess &&
-        ms < fastest_ms) {
-      fastest_ms = ms;
-      fastest = candidate;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  return fastest;
+void settle_algorithm(std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                      cublasLtMatmulHeuristicResult_t& algorithm,
+                      const std::function<bool(const cublasLtMatmulHeuristicResult_t&)>& run) {
+  if (candidates.empty()) return;
+  algorithm = fastest_algorithm(candidates, run);
+  candidates.clear();
 }
 
 cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,

@@ -94,7 +94,7 @@ std::string describe(const Shape& s, Plan& plan) {
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   best_algorithm(plan.op, plan.first, plan.second, plan.result, s.alignment, &plan.algorithm, &status);
   if (status == CUBLAS_STATUS_SUCCESS && autotune_algorithms()) {
-    plan.candidates = candidate_algorithms(plan.op, plan.first, plan.second, plan.result, s.alignment, 8);
+    plan.candidates = candidate_algorithms(plan.op, plan.first, plan.second, plan.result, s.alignment);
   }
   return failed("heuristic", status);
 }
@@ -154,11 +154,10 @@ std::string fp8_product(const Fp8Matrix& a, const Fp8Matrix& b, torch::Tensor& y
   if (!plan.candidates.empty()) {
     // Trials of an accumulating product write a scratch result (y's layout), not y; the others write y whole.
     const torch::Tensor scratch = options.accumulate ? torch::empty_strided(y.sizes(), y.strides(), y.options()) : y;
-    plan.algorithm = fastest_algorithm(plan.candidates, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
-      return matmul_status(plan.op, algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second, 0.0f,
-                           scratch.data_ptr(), plan.result) == CUBLAS_STATUS_SUCCESS;
+    settle_algorithm(plan.candidates, plan.algorithm, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
+      return run_matmul(plan.op, algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second, 0.0f,
+                        scratch.data_ptr(), plan.result);
     });
-    plan.candidates.clear();
   }
   return failed("cublasLtMatmul",
                 matmul_status(plan.op, plan.algorithm, b.data.data_ptr(), plan.first, a.data.data_ptr(), plan.second,

@@ -36,8 +36,6 @@ struct Shape {
   }
 };
 
-constexpr int kAutotuneCandidates = 8;
-
 // Descriptors are never destroyed: a plan per shape and thread lives as long as the process (a handful).
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -65,7 +63,7 @@ Plan make_plan(const Shape& s) {
                   api.layout_create(&plan.d, s.type, s.m, s.n, s.m) == CUBLAS_STATUS_SUCCESS;
   plan.usable = ok && best_algorithm(plan.op, plan.a, plan.b, plan.d, s.alignment, &plan.algorithm);
   if (plan.usable && autotune_algorithms()) {
-    plan.candidates = candidate_algorithms(plan.op, plan.a, plan.b, plan.d, s.alignment, kAutotuneCandidates);
+    plan.candidates = candidate_algorithms(plan.op, plan.a, plan.b, plan.d, s.alignment);
   }
   return plan;
 }
@@ -106,13 +104,10 @@ bool run(const Shape& s, const void* a, const void* b, void* d, const void* bias
   if (api.desc_set(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)) != CUBLAS_STATUS_SUCCESS) {
     return false;
   }
-  if (!plan.candidates.empty()) {
-    // Each trial writes d (and aux) whole (beta 0), as the product itself does after it.
-    plan.algorithm = fastest_algorithm(plan.candidates, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
-      return run_matmul(plan.op, algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
-    });
-    plan.candidates.clear();
-  }
+  // Each trial writes d (and aux) whole (beta 0), as the product itself does after it.
+  settle_algorithm(plan.candidates, plan.algorithm, [&](const cublasLtMatmulHeuristicResult_t& algorithm) {
+    return run_matmul(plan.op, algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
+  });
   return run_matmul(plan.op, plan.algorithm, a, plan.a, b, plan.b, 0.0f, d, plan.d);
 }
 
