@@ -2,6 +2,7 @@
 // capture its combined output, its exit status and how long it took.
 #pragma once
 
+#include "common/spawned_process.h"
 #include "common/zest_binary.h"
 
 #include <fcntl.h>
@@ -12,8 +13,6 @@
 #include <chrono>
 #include <string>
 #include <vector>
-
-extern char** environ;
 
 namespace zest::testing {
 
@@ -27,28 +26,10 @@ inline std::string self_binary() {
 class Child {
  public:
   explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-    // argv and envp are built before fork: the child only calls async-signal-safe functions.
-    std::vector<std::string> envs(env);
-    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);  // earlier entries win
-    std::vector<char*> envp, args;
-    for (const std::string& kv : envs) envp.push_back(const_cast<char*>(kv.c_str()));
-    envp.push_back(nullptr);
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    int fds[2];
-    if (::pipe(fds) != 0) return;
     start_ = std::chrono::steady_clock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execve(args[0], args.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
+    const SpawnedProcess spawned = spawn_process(argv, env, /*own_group=*/false);
+    pid_ = spawned.pid;
+    fd_ = spawned.output_fd;
   }
   ~Child() {
     if (pid_ > 0 && !waited_) {

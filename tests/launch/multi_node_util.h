@@ -3,6 +3,8 @@
 // Linux network namespaces joined by a veth pair, each with its own host name and /etc/hosts.
 #pragma once
 
+#include "common/spawned_process.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,38 +18,17 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
-
 namespace zest::testing {
 
 // A process in its own process group, stdout and stderr on one pipe.
 class Background {
  public:
   Background(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-    std::vector<std::string> envs(env);
-    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);  // earlier entries win
-    std::vector<char*> envp, args;
-    for (const std::string& kv : envs) envp.push_back(const_cast<char*>(kv.c_str()));
-    envp.push_back(nullptr);
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    int fds[2];
-    if (::pipe(fds) != 0) return;
     start_ = std::chrono::steady_clock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execve(args[0], args.data(), envp.data());
-      ::_exit(127);
-    }
-    ::setpgid(pid_, pid_);
-    ::close(fds[1]);
-    fd_ = fds[0];
-    ::fcntl(fd_, F_SETFL, O_NONBLOCK);
+    const SpawnedProcess spawned = spawn_process(argv, env, /*own_group=*/true);
+    pid_ = spawned.pid;
+    fd_ = spawned.output_fd;
+    if (fd_ >= 0) ::fcntl(fd_, F_SETFL, O_NONBLOCK);
   }
   ~Background() {
     if (pid_ > 0 && !reaped_) {
