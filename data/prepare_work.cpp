@@ -70,9 +70,9 @@ std::string one_decimal(double x) { return str(static_cast<int64_t>(x * 10) / 10
 
 }  // namespace
 
-FinishedPieces::FinishedPieces(const PrepareWork& work, int64_t pieces) : work_(work) {
+FinishedPieces::FinishedPieces(const PrepareWork& work, int64_t pieces) {
   for (int64_t p = 0; p < pieces; ++p) {
-    const safetensors::Reader piece(work.piece_path(p));
+    const safetensors::Reader& piece = *pieces_.emplace_back(std::make_unique<safetensors::Reader>(work.piece_path(p)));
     documents_.push_back(std::make_unique<JsonDocument>(piece_record(piece, "items")));
     const std::vector<JsonField> items = documents_.back()->root().items();
     for (size_t k = 0; k < items.size(); ++k) samples_.push_back({p, static_cast<int64_t>(k), items[k]});
@@ -83,10 +83,8 @@ FinishedPieces::FinishedPieces(const PrepareWork& work, int64_t pieces) : work_(
 
 FinishedPieces::~FinishedPieces() = default;
 
-torch::Tensor FinishedPieces::read(int64_t piece, int64_t key, const std::string& name) {
-  auto& reader = readers_[piece];
-  if (!reader) reader = std::make_unique<safetensors::Reader>(work_.piece_path(piece));
-  return reader->read(name + "." + std::to_string(key));
+torch::Tensor FinishedPieces::read(int64_t piece, int64_t key, const std::string& name) const {
+  return pieces_.at(static_cast<size_t>(piece))->read(name + "." + std::to_string(key));
 }
 
 PrepareWork::PrepareWork(Communicator& comm, const std::string& out, const std::string& job, std::string items_noun,

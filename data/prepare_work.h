@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,15 +100,14 @@ class FinishedPieces {
   const std::vector<Sample>& samples() const { return samples_; }
   // The files every piece passed over.
   const std::vector<SkippedFile>& skipped() const { return skipped_; }
-  // Tensor "NAME.KEY" of piece `piece`; each piece's file is opened once.
-  torch::Tensor read(int64_t piece, int64_t key, const std::string& name);
+  // Tensor "NAME.KEY" of piece `piece` (each piece's file is opened once, when its records are read).
+  torch::Tensor read(int64_t piece, int64_t key, const std::string& name) const;
 
  private:
-  const PrepareWork& work_;
-  std::vector<std::unique_ptr<JsonDocument>> documents_;  // the records the samples' fields point into
+  std::vector<std::unique_ptr<safetensors::Reader>> pieces_;  // by piece index
+  std::vector<std::unique_ptr<JsonDocument>> documents_;     // the records the samples' fields point into
   std::vector<Sample> samples_;
   std::vector<SkippedFile> skipped_;
-  std::map<int64_t, std::unique_ptr<safetensors::Reader>> readers_;
 };
 
 // skipped.txt of a staged dataset: a line per file passed over, "FILE<TAB>REASON".
