@@ -25,6 +25,10 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Orders the collective's results before the current stream's next work but keeps the tensors it holds
+  // until wait(), which the stream that frees them calls later (the engine's updates during backward run
+  // on a stream of their own). Host backends have nothing to keep: they wait here.
+  virtual void order_before_current_stream() { wait(); }
 };
 using WorkHandle = std::unique_ptr<Work>;
 

@@ -108,6 +108,9 @@ class NcclWork final : public Work {
     if (!done_) return;
     for (const auto& t : keep_alive_) t.record_stream(stream_);
   }
+  void order_before_current_stream() override {
+    if (done_) done_->block(c10::cuda::getCurrentCUDAStream());
+  }
   void wait() override {
     if (!done_) return;
     const auto stream = c10::cuda::getCurrentCUDAStream();

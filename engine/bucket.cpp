@@ -93,7 +93,10 @@ void Bucket::ensure_grads() {
 
 void Bucket::release_grads() {
   if (env_.policy->has_transient_grads()) return;  // released at their reduction already
-  for (size_t u : unit_indices()) drop_grads(u);
+  for (size_t u : unit_indices()) {
+    drop_grads(u);
+    env_.buffers->release_grads(u);
+  }
 }
 
 void Bucket::reduce_grads(bool accumulate) {
@@ -128,6 +131,10 @@ void Bucket::reduce_grads(bool accumulate) {
       return;
     }
   }
+}
+
+void Bucket::order_reduce_before_current_stream() {
+  if (reduce_work_) reduce_work_->order_before_current_stream();
 }
 
 void Bucket::wait_reduce() {

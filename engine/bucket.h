@@ -71,6 +71,9 @@ class Bucket {
   void reduce_grads(bool accumulate);
   // Orders the launched reduction before what follows (step()), and releases transient buffers.
   void wait_reduce();
+  // Orders it before the current stream's next work (an update on its own stream) but keeps the buffers
+  // until wait_reduce, called later from the stream that frees them.
+  void order_reduce_before_current_stream();
   bool is_reduce_pending() const { return reduce_work_ != nullptr; }
 
   // ---- parameters ----

@@ -14,6 +14,7 @@
 #include "engine/device_placement.h"
 #include "engine/preflight.h"
 #include "engine/step_decision.h"
+#include "engine/sums_of_squares.h"
 #include "engine/unit_partition.h"
 
 #include <ATen/Context.h>
@@ -69,26 +70,6 @@ torch::Tensor initial_scalars(const EngineConfig& engine, const torch::Device& d
   auto host = torch::empty({kStepScalarCount}, torch::kFloat64);
   *reinterpret_cast<StepScalars*>(host.data_ptr<double>()) = s;
   return host.to(device);
-}
-
-// out[i] = Σ pieces[i]² as float64 (non-finite when pieces[i] holds inf/nan), written on the pieces' device
-// without a host sync: the input of the global-norm clip and the overflow check. One fused multi-tensor
-// norm kernel on CUDA; on the CPU a per-piece float64 reduction (exact enough to compare with LibTorch's
-// clip_grad_norm_ in the tests).
-void sums_of_squares(const std::vector<torch::Tensor>& pieces, const torch::Tensor& out) {
-  ZEST_CHECK(out.scalar_type() == torch::kFloat64 && out.numel() == static_cast<int64_t>(pieces.size()),
-             "sums_of_squares: out must be float64 [", pieces.size(), "]");
-  torch::NoGradGuard no_grad;
-  if (pieces.empty()) return;
-  if (out.is_cuda()) {
-    const auto norms = compat::foreach_norm_fp32(pieces);  // fused multi-tensor launches
-    out.copy_(torch::stack(norms).to(torch::kFloat64).square());
-    return;
-  }
-  auto* sums = out.data_ptr<double>();
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    sums[i] = pieces[i].numel() == 0 ? 0.0 : pieces[i].to(torch::kFloat32).square().sum(torch::kFloat64).item<double>();
-  }
 }
 
 // The unit whose prefixes claim `name` (the first in declaration order), or -1.
@@ -170,7 +151,9 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   rules_ = step_rules(config_, optim_config_, schedule_, comm_->size());
   scalars_ = initial_scalars(config_, device_);
   std::vector<std::string> param_names;
+  std::vector<size_t> pieces_of_unit;  // each unit's first norm piece, then the count
   for (size_t u = 0; u < units_.size(); ++u) {
+    pieces_of_unit.push_back(norm_pieces_.size());
     const Unit& unit = units_[u];
     const ElementSpan owned = unit.owned();
     for (const auto& slot : unit.layout().slots) {
@@ -181,6 +164,7 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
       param_names.push_back(slot.name + " (unit " + unit.name() + ")");
     }
   }
+  pieces_of_unit.push_back(norm_pieces_.size());
   param_sumsq_ = torch::zeros({static_cast<int64_t>(norm_pieces_.size())},
                               torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   loss_scaler_ = LossScaler(scalars_, config_.precision == Precision::fp16);
@@ -206,7 +190,16 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   }
   residency_ = std::make_unique<ParamResidency>(buckets_, std::move(needed), policy_, config_.prefetch,
                                                 /*is_lazy=*/device_.is_cuda());
-  reducer_->on_launched = [this](size_t b) { residency_->bucket_reduced(b); };
+  if (config_.optimizer_in_backward) {
+    ZEST_CHECK(config_.clip_norm == 0.0 && config_.precision != Precision::fp16 && !offload,
+               "engine.optimizer_in_backward needs clip_norm = 0, no fp16 and no optimizer offload");
+    update_in_backward_ = std::make_unique<UpdateInBackward>(buckets_, *reducer_, *optimizer_, rules_, scalars_,
+                                                             norm_pieces_, std::move(pieces_of_unit), param_sumsq_);
+  }
+  reducer_->on_launched = [this](size_t b) {
+    residency_->bucket_reduced(b);
+    if (is_updating_in_backward_) update_in_backward_->bucket_reduced(b);
+  };
 
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
@@ -358,8 +351,12 @@ void Engine::backward(const torch::Tensor& loss) {
   residency_->begin_backward();
   // loss · scale / accumulation_steps, the scale read on the device.
   const auto factor = (scalars_.narrow(0, kLossScaleIndex, 1) / config_.accumulation_steps).to(torch::kFloat32);
+  is_updating_in_backward_ = update_in_backward_ && is_boundary_micro_step();
+  if (is_updating_in_backward_) update_in_backward_->begin_step();
   (loss.to(torch::kFloat32).reshape({1}) * factor.to(loss.device())).sum().backward();
   reducer_->end_backward();
+  if (is_updating_in_backward_) update_in_backward_->end_backward();
+  is_updating_in_backward_ = false;
   residency_->end_backward();
   ++micro_step_;
 }
@@ -370,14 +367,11 @@ void Engine::step() {
   micro_step_ = 0;
   torch::NoGradGuard no_grad;
   reducer_->wait_all();
-  if (offload_) offload_->start_downloads();  // the gradient shard starts for the host while the norm is computed
-
-  // Global norm: each rank's per-parameter sums of squares, one allreduce (stage 0 holds it all already).
-  sums_of_squares(norm_pieces_, param_sumsq_);
-  if (!policy_.owns_whole_units()) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
-
-  run_decide_step(rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
-  optimizer_->step();                              // reads them there; a skipped step changes nothing
+  if (update_in_backward_) {
+    finish_bucket_updates();
+  } else {
+    update_all_buckets();
+  }
   if (ema_) {
     // The EMA sits next to the master: with offload both are in host memory, gated by the host's scalars.
     const torch::Tensor& scalars = offload_ ? offload_->host_scalars() : scalars_;
@@ -393,6 +387,21 @@ void Engine::step() {
   }
   ++step_count_;
   outcome_->capture(step_count_);
+}
+
+void Engine::update_all_buckets() {
+  if (offload_) offload_->start_downloads();  // the gradient shard starts for the host while the norm is computed
+  // Global norm: each rank's per-parameter sums of squares, one allreduce (stage 0 holds it all already).
+  sums_of_squares(norm_pieces_, param_sumsq_);
+  if (!policy_.owns_whole_units()) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
+  run_step_decision(StepDecision::whole_step, rules_, scalars_, param_sumsq_);  // skip, clip, scale, lr: on the device
+  optimizer_->step();  // reads them there; a skipped step changes nothing
+}
+
+// Every bucket was updated in backward: the step's norm over ranks and its non-finite bookkeeping remain.
+void Engine::finish_bucket_updates() {
+  if (!policy_.owns_whole_units()) comm_->allreduce(param_sumsq_, ReduceOp::sum)->wait();
+  update_in_backward_->finish_step();
 }
 
 // ---- whole steps as CUDA graphs ---------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include "engine/unit.h"
 #include "engine/unit_hooks.h"
 #include "engine/unit_module.h"
+#include "engine/update_in_backward.h"
 #include "optim/ema.h"
 #include "optim/offloaded_optimizer.h"
 #include "optim/optim_config.h"
@@ -140,6 +141,10 @@ class Engine final : public StatefulEngine, private UnitEvents {
   // state() without the counters (nothing read from the device): what load_state checks against.
   EngineState layout_state();
   void set_skipped_total(int64_t count);
+  // step()'s update: the norm, the decision and the optimizer over every bucket at once; or, with
+  // [engine] optimizer_in_backward, what is left once backward updated the buckets one by one.
+  void update_all_buckets();
+  void finish_bucket_updates();
   // Recomputes the compute-dtype parameters from the master shard (after load_state).
   void refresh_params_from_master();
 
@@ -179,6 +184,8 @@ class Engine final : public StatefulEngine, private UnitEvents {
   std::unique_ptr<Optimizer> optimizer_;
   OffloadedOptimizer* offload_ = nullptr;  // optimizer_ itself when [engine.offload] optimizer = "cpu"
   std::unique_ptr<ShardedEma> ema_;
+  std::unique_ptr<UpdateInBackward> update_in_backward_;  // [engine] optimizer_in_backward, else null
+  bool is_updating_in_backward_ = false;  // inside the backward that ends a step, with update_in_backward_
 
   std::shared_ptr<UnitEventsLink> events_link_;
   std::shared_ptr<CheckpointRunner> checkpoint_runner_;  // null without activation checkpointing

@@ -206,6 +206,25 @@ const FieldTable<EngineConfig>& engine_fields() {
                    "products save (159.2 against 143.0 ms a step; docs/models.md, 5.2)");
     t.integer("accumulation_steps", &C::accumulation_steps, "micro-batches per optimizer step").at_least(1, "must be >= 1");
     t.number("clip_norm", &C::clip_norm, "global gradient-norm clip; 0 = off").at_least(0, "must be >= 0 (0 = no clipping)");
+    t.boolean("optimizer_in_backward", &C::optimizer_in_backward,
+              "update each bucket in backward as soon as its gradients are reduced, then free them")
+        .check([](const C& c) { return !c.optimizer_in_backward || c.clip_norm == 0.0; },
+               "needs clip_norm = 0: clipping scales every gradient by the global norm, known only once the last "
+               "bucket is reduced")
+        .check([](const C& c) { return !c.optimizer_in_backward || c.precision != Precision::fp16; },
+               "does not go with precision = \"fp16\": its loss scaler skips whole steps on overflow, decided only "
+               "once every gradient is reduced (use \"bf16\")")
+        .check([](const C& c) { return !c.optimizer_in_backward || c.offload_optimizer == OffloadTarget::none; },
+               "does not go with [engine.offload] optimizer = \"cpu\": the host updates the whole shard after "
+               "backward")
+        .reference("the optimizer updates each bucket's units during the backward that ends the step, as soon as "
+                   "the bucket's gradients are reduced, and their gradient memory is released right after (on "
+                   "CUDA on a stream of its own, beside the rest of the backward). A step then holds a bucket or "
+                   "two of gradients instead of all of them (stages 0–1, and one rank at any stage; at stages "
+                   "2–3 on several ranks the gradient shard stays), as PyTorch's optimizer-in-backward does. Needs "
+                   "clip_norm = 0, no fp16 and no optimizer offload. A bucket whose gradient holds inf/nan on "
+                   "this rank is not updated and the step counts as skipped (engine.max_nonfinite_steps), but "
+                   "the step's other buckets were updated already; the same parameters as without it otherwise");
     t.number("bucket_mb", &C::bucket_mb, "small neighbouring units are fused up to this size (MiB)")
         .above(0, "must be > 0")
         .reference("small neighbouring units are fused into one collective up to this many MiB of gradients in the "

@@ -67,6 +67,7 @@ struct EngineConfig {
   MatmulPrecision matmul = MatmulPrecision::bf16;  // the Linear layers' training products: bf16 or fp8
   int accumulation_steps = 1;                   // micro-batches per optimizer step
   double clip_norm = 0.0;                       // global grad-norm clip; 0 = off
+  bool optimizer_in_backward = false;           // update each bucket as soon as its gradients are reduced
   double bucket_mb = 25.0;                      // small neighbouring units are fused up to this size
   CheckpointPolicy activation_checkpointing = CheckpointPolicy::none;
   int checkpoint_every = 2;                     // k for every_k

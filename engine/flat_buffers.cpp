@@ -99,6 +99,10 @@ void FlatBuffers::load_unit(size_t u, const torch::Tensor& values) {
   }  // else: gathers cast the master
 }
 
+void FlatBuffers::release_grads(size_t u) {
+  if (has_per_step_grads()) free_storage(grad_full_[u]);
+}
+
 void FlatBuffers::reset_grads() {
   for (const torch::Tensor& grad : grad_full_) free_storage(grad);
   if (grad_shard_.defined()) grad_shard_.zero_();

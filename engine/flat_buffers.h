@@ -38,7 +38,7 @@ class FlatBuffers {
   // cast to the compute dtype — the gather then runs in place.
   torch::Tensor gather_input(size_t u, const torch::Tensor& gathered) const;
   // Stages 0–1 (and 2–3 on one rank): the unit's full gradient tensor. Its memory is there only between
-  // allocate_grads(u) and reset_grads() (views of it stay valid objects throughout).
+  // allocate_grads(u) and release_grads(u) or reset_grads() (views of it stay valid objects throughout).
   torch::Tensor grad_full(size_t u) const;
   torch::Tensor grad_shard(size_t u) const;   // stages 2–3; stages 0–1: the unit's slice of grad_full
   torch::Tensor master(size_t u) const;
@@ -54,6 +54,8 @@ class FlatBuffers {
   bool has_per_step_grads() const { return !grad_full_.empty(); }
   bool has_grads(size_t u) const;
   void allocate_grads(size_t u);
+  // After the optimizer read unit u's gradients: its per-step memory released (a no-op without any).
+  void release_grads(size_t u);
   // After the optimizer: full gradients released, the persistent gradient shard (stages 2–3) zeroed.
   void reset_grads();
   // Bytes of each kind this rank holds (the model-state report); per-step gradients count whole, as they

@@ -159,6 +159,13 @@ void GradReducer::launch_ready(bool flush) {
   }
 }
 
+void GradReducer::wait_bucket(size_t b) {
+  const auto at = std::find(in_flight_.begin(), in_flight_.end(), b);
+  if (at == in_flight_.end()) return;
+  buckets_[b].wait_reduce();
+  in_flight_.erase(at);
+}
+
 void GradReducer::wait_all() {
   for (size_t b : in_flight_) buckets_[b].wait_reduce();
   in_flight_.clear();

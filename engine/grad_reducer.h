@@ -51,6 +51,8 @@ class GradReducer {
   void end_backward();  // launches what is left (units whose markers never came back: unused outputs)
   // Orders every launched reduction before the optimizer (stream waits on CUDA).
   void wait_all();
+  // The same for bucket b's reduction alone, if it is in flight (an update of that bucket during backward).
+  void wait_bucket(size_t bucket_idx);
 
   // Called with the bucket index right after its reduction is launched (stage 3 releases its parameters).
   std::function<void(size_t bucket_idx)> on_launched;

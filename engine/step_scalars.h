@@ -1,8 +1,9 @@
 // StepScalars: every per-step number of the optimizer step (gradient norm, overflow and skip, clip
 // coefficient, loss scale, learning rate, Adam's bias corrections, the counters that resume) as one small
-// block of doubles that lives on the engine's device, and decide_step(), the one function that advances
-// it. The same source compiles for the host (CPU runs call it directly) and for CUDA (one thread of a
-// kernel runs it), so a GPU step decides to skip, clip and rescale without the host ever reading a value.
+// block of doubles that lives on the engine's device, and the decisions that advance it (decide_step for a
+// whole step; three parts of it for updates during backward, apply_step_decision choosing). The same
+// source compiles for the host (CPU runs call it directly) and for CUDA (one thread of a kernel runs it),
+// so a GPU step decides to skip, clip and rescale without the host ever reading a value.
 #pragma once
 
 #include "core/host_device.h"
@@ -157,6 +158,77 @@ ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, con
   s.bias_correction2_sqrt = sqrt(1.0 - pow(r.beta2, s.applied_steps));
   s.consecutive_nonfinite = 0.0;
   advance_loss_scale(r, s, false);
+}
+
+
+// ---- [engine] optimizer_in_backward: each bucket is updated as soon as its gradients are reduced ----
+// No clipping and no loss scaling there (the config refuses both), so the step's numbers are known before
+// its backward begins; only the non-finite check is per bucket. The decisions come in three parts:
+
+// Before the backward that ends the step: learning rate, Adam's t and bias corrections, the multiplier
+// (1/world: gradients arrive summed), and no skip unless a bucket says so.
+ZEST_HOST_DEVICE inline void begin_update_in_backward(const StepRules& r, StepScalars& s) {
+  s.used_loss_scale = s.loss_scale;
+  s.clip_coef = 1.0;
+  s.grad_multiplier = 1.0 / (s.loss_scale * r.world_size);
+  s.lr = scheduled_lr(r, s.applied_steps);
+  s.applied_steps += 1.0;
+  s.bias_correction1 = 1.0 - pow(r.beta1, s.applied_steps);
+  s.bias_correction2_sqrt = sqrt(1.0 - pow(r.beta2, s.applied_steps));
+  s.skip = 0.0;
+  s.applied = 1.0;
+}
+
+// Before one bucket's update: skip it when its part of this rank's gradient holds a non-finite value
+// (bucket_sumsq: its parameters' sums of squares), so a bucket never takes an inf/nan into its master.
+ZEST_HOST_DEVICE inline void decide_bucket_update(StepScalars& s, const double* bucket_sumsq, int64_t num_params) {
+  double sumsq = 0.0;
+  for (int64_t i = 0; i < num_params; ++i) sumsq += bucket_sumsq[i];
+  s.skip = isfinite(sumsq) ? 0.0 : 1.0;
+}
+
+// After every bucket's update: the step's norm (sums over ranks), and a step with a non-finite gradient
+// counts as skipped (its other buckets were updated already): the counters, the run-ending rule and the
+// EMA's gate (applied = 0) as for a skipped whole step.
+ZEST_HOST_DEVICE inline void finish_update_in_backward(const StepRules& r, StepScalars& s, const double* param_sumsq,
+                                                       int64_t num_params) {
+  double sumsq = 0.0;
+  s.first_nonfinite_param = -1.0;
+  for (int64_t i = 0; i < num_params; ++i) {
+    const double v = param_sumsq[i];
+    if (!isfinite(v) && s.first_nonfinite_param < 0.0) s.first_nonfinite_param = static_cast<double>(i);
+    sumsq += v;
+  }
+  s.grad_norm = sqrt(sumsq) / (s.used_loss_scale * r.world_size);
+  const bool overflow = !isfinite(sumsq);
+  s.skip = overflow ? 1.0 : 0.0;
+  s.applied = overflow ? 0.0 : 1.0;
+  if (!overflow) {
+    s.consecutive_nonfinite = 0.0;
+    return;
+  }
+  s.skipped_total += 1.0;
+  s.consecutive_nonfinite += 1.0;
+  if (s.consecutive_nonfinite >= r.max_nonfinite_steps) s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+}
+
+// Which decision runs (engine/step_decision.h runs it where the scalars live).
+enum class StepDecision : int {
+  whole_step = 0,         // decide_step: after every gradient is reduced
+  in_backward_begin = 1,  // begin_update_in_backward (param_sumsq unused)
+  in_backward_bucket = 2,  // decide_bucket_update: param_sumsq is the bucket's parameters' part
+  in_backward_finish = 3,  // finish_update_in_backward
+};
+
+// The decision itself, on whichever side runs it.
+ZEST_HOST_DEVICE inline void apply_step_decision(StepDecision decision, const StepRules& rules, StepScalars& s,
+                                                 const double* param_sumsq, int64_t num_params) {
+  switch (decision) {
+    case StepDecision::whole_step: decide_step(rules, s, param_sumsq, num_params); return;
+    case StepDecision::in_backward_begin: begin_update_in_backward(rules, s); return;
+    case StepDecision::in_backward_bucket: decide_bucket_update(s, param_sumsq, num_params); return;
+    case StepDecision::in_backward_finish: finish_update_in_backward(rules, s, param_sumsq, num_params); return;
+  }
 }
 
 }  // namespace zest

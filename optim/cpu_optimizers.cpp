@@ -33,13 +33,14 @@ class CpuAdamW final : public Optimizer {
   CpuAdamW(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
       : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
 
-  void step() override {
+  void step_segments(size_t first, size_t end) override {
     torch::NoGradGuard no_grad;
     const StepScalars& s = scalars_of(scalars_);
     if (s.skip != 0.0) return;
     const double step_size = s.lr / s.bias_correction1;
     const double decay = 1.0 - s.lr * config_.weight_decay;
-    for (const auto& seg : segments_) {
+    for (size_t i = first; i < end; ++i) {
+      const OptimSegment& seg = segments_[i];
       const int64_t n = seg.master.numel();
       auto m = states_[0].narrow(0, seg.in_flat.begin, n);  // exp_avg
       auto v = states_[1].narrow(0, seg.in_flat.begin, n);  // exp_avg_sq
@@ -61,19 +62,20 @@ class CpuSgd final : public Optimizer {
   CpuSgd(const OptimConfig& config, std::vector<OptimSegment> segments, int64_t numel, torch::Tensor scalars)
       : Optimizer(config, std::move(segments), std::move(scalars), numel, torch::TensorOptions()) {}
 
-  void step() override {
+  void step_segments(size_t first, size_t end) override {
     torch::NoGradGuard no_grad;
     const StepScalars& s = scalars_of(scalars_);
     if (s.skip != 0.0) return;
-    const bool first = s.applied_steps == 1.0;  // this update is the first one applied
-    for (const auto& seg : segments_) {
+    const bool is_first_update = s.applied_steps == 1.0;
+    for (size_t i = first; i < end; ++i) {
+      const OptimSegment& seg = segments_[i];
       auto g = scaled_fp32_grad(seg.grad, s.grad_multiplier);
       for (const ElementSpan& d : seg.decay_spans) {
         g.narrow(0, d.begin, d.numel).add_(seg.master.narrow(0, d.begin, d.numel), config_.weight_decay);
       }
       if (config_.momentum != 0.0) {
         auto buf = states_[0].narrow(0, seg.in_flat.begin, seg.master.numel());  // momentum
-        first ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
+        is_first_update ? buf.copy_(g) : buf.mul_(config_.momentum).add_(g);
         if (config_.nesterov) {
           g.add_(buf, config_.momentum);
         } else {
@@ -103,12 +105,13 @@ class CpuOptimizer final : public Optimizer {
     }
   }
 
-  void step() override {
+  void step_segments(size_t first, size_t end) override {
     const StepScalars& s = scalars_of(scalars_);
     if (s.skip != 0.0) return;
     const StepValues step = step_values(s);
     constexpr int64_t kGrain = 1 << 15;
-    for (const auto& seg : segments_) {
+    for (size_t i = first; i < end; ++i) {
+      const OptimSegment& seg = segments_[i];
       for (const auto& [range, decay] : decay_runs(seg)) {
         at::parallel_for(range.begin, range.end(), kGrain, [&](int64_t begin, int64_t end) {
           host_update(config_.name, hyper_, step, decay, range_of(seg, begin, end));

@@ -1,6 +1,7 @@
 // The CUDA optimizer: builds the chunk table of the rank's segments once and keeps it on the device; each
 // step writes the segments' current gradient pointers (the engine's per-step gradients move between
-// steps) and runs one fused kernel on the current stream with the configured rule (see fused_optimizer.h).
+// steps) and runs one fused kernel on the current stream with the configured rule (see fused_optimizer.h),
+// over every segment or over a run of them (one bucket, when the engine updates during backward).
 #include "core/check.h"
 #include "optim/fused_optimizer.h"
 #include "optim/optimizer.h"
@@ -8,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstring>
+#include <numeric>
 
 namespace zest {
 namespace {
@@ -59,6 +61,10 @@ class FusedCudaOptimizer final : public Optimizer {
     const auto chunks = chunk_table(segments_);
     num_chunks_ = static_cast<int64_t>(chunks.size());
     chunks_ = upload(chunks, scalars_.device());
+    // Each segment's chunks are consecutive in the table: [first_chunk_[s], first_chunk_[s + 1]).
+    first_chunk_.assign(segments_.size() + 1, 0);
+    for (const FusedChunk& chunk : chunks) ++first_chunk_[chunk.segment + 1];
+    std::partial_sum(first_chunk_.begin(), first_chunk_.end(), first_chunk_.begin());
     grad_pointers_ = torch::empty({static_cast<int64_t>(segments_.size())},
                                   torch::TensorOptions().dtype(torch::kInt64).device(scalars_.device()));
     if (!segments_.empty()) {
@@ -68,18 +74,22 @@ class FusedCudaOptimizer final : public Optimizer {
     }
   }
 
-  void step() override {
-    if (num_chunks_ == 0) return;
-    const auto* chunks = static_cast<const FusedChunk*>(chunks_.data_ptr());
+  void step_segments(size_t first, size_t end) override {
+    const int64_t chunk_begin = first_chunk_[first];
+    const int64_t chunk_count = first_chunk_[end] - chunk_begin;
+    if (chunk_count == 0) return;
+    const auto* chunks = static_cast<const FusedChunk*>(chunks_.data_ptr()) + chunk_begin;
     const auto* scalars = scalars_.data_ptr<double>();
     void* stream = c10::cuda::getCurrentCUDAStream(scalars_.device().index()).stream();
     float* const state[kMaxStates] = {state_at(0, 0), state_at(1, 0)};
+    // The table keeps one entry per segment; only these segments' entries are (re)written: their chunks
+    // read no other.
     std::vector<const void*> grads;
-    grads.reserve(segments_.size());
-    for (const OptimSegment& seg : segments_) grads.push_back(seg.grad.data_ptr());
+    grads.reserve(end - first);
+    for (size_t seg = first; seg < end; ++seg) grads.push_back(segments_[seg].grad.data_ptr());
     auto* table = reinterpret_cast<const void**>(grad_pointers_.data_ptr());
-    launch_store_pointers(table, grads.data(), static_cast<int64_t>(grads.size()), stream);
-    launch_fused_update(config_.name, chunks, num_chunks_, table, master_.data_ptr<float>(), state, scalars, hyper_,
+    launch_store_pointers(table + first, grads.data(), static_cast<int64_t>(grads.size()), stream);
+    launch_fused_update(config_.name, chunks, chunk_count, table, master_.data_ptr<float>(), state, scalars, hyper_,
                         grad_dtype_, param_dtype_, stream);
   }
 
@@ -94,6 +104,7 @@ class FusedCudaOptimizer final : public Optimizer {
   torch::Tensor chunks_;  // FusedChunk[num_chunks_] as bytes, on the device
   torch::Tensor grad_pointers_;  // [segments] the segments' gradient pointers, rewritten every step
   int64_t num_chunks_ = 0;
+  std::vector<int64_t> first_chunk_;  // [segments + 1]: each segment's first chunk, then num_chunks_
   FusedDtype grad_dtype_ = FusedDtype::fp32;
   FusedDtype param_dtype_ = FusedDtype::fp32;
 };

@@ -57,7 +57,9 @@ void OffloadedOptimizer::start_downloads() {
   for (; downloads_issued_ < first_pieces; ++downloads_issued_) download(downloads_issued_);
 }
 
-void OffloadedOptimizer::step() {
+void OffloadedOptimizer::step_segments(size_t first, size_t end) {
+  ZEST_CHECK(first == 0 && end == segments_.size(), "the offloaded optimizer updates every segment in one step "
+             "(engine.optimizer_in_backward does not go with [engine.offload] optimizer = \"cpu\")");
   torch::NoGradGuard no_grad;
   start_downloads();
   // The one wait for the device: the decision, while the first pieces go down.

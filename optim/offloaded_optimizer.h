@@ -41,7 +41,8 @@ class OffloadedOptimizer final : public Optimizer {
   // Starts copying the first pieces of the gradient shard to the host, after the work queued so far
   // (the engine calls it once the reductions are ordered, before the norm; step() calls it otherwise).
   void start_downloads();
-  void step() override;
+  // Every segment at once only (the config refuses optimizer_in_backward with offload).
+  void step_segments(size_t first, size_t end) override;
   // The last step's scalars on the host (valid after step()); the EMA reads its gating from here.
   const torch::Tensor& host_scalars() const { return host_scalars_; }
   // Host bytes of the staging ring the gradient and parameter pieces cross PCIe through.

@@ -46,7 +46,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update of every segment with this step's scalars; a skipped step (non-finite gradients)
   // changes nothing. Also writes the updated values, cast, into each segment's `param`.
-  virtual void step() = 0;
+  void step() { step_segments(0, segments_.size()); }
+  // The same update of segments [first, end) only ([engine] optimizer_in_backward: one bucket's units as
+  // soon as their gradients are reduced); the scalars' skip flag then speaks for these segments.
+  virtual void step_segments(size_t first, size_t end) = 0;
   // Bytes of optimizer state per parameter element (AdamW: 8, SGD with momentum: 4, Lion: 4).
   int64_t state_bytes_per_element() const { return optimizer_state_bytes_per_element(config_); }
   // State tensors by the rule's names ("exp_avg", "exp_avg_sq" / "momentum"), each [numel] fp32, for

@@ -168,6 +168,18 @@ TEST(EngineConfigToml, MatmulPrecision) {
   expect_error([] { engine("matmul = \"fp4\"\n"); }, {"engine.matmul: \"fp4\" is not one of \"bf16\", \"fp8\""});
 }
 
+// [engine] optimizer_in_backward: off by default, and refused with what needs the whole step's gradients.
+TEST(EngineConfigToml, OptimizerInBackward) {
+  EXPECT_FALSE(engine("").optimizer_in_backward);
+  EXPECT_TRUE(engine("optimizer_in_backward = true\nstage = 3\n").optimizer_in_backward);
+  expect_error([] { engine("optimizer_in_backward = true\nclip_norm = 1.0\n"); },
+               {"cfg.toml:2:25: engine.optimizer_in_backward: needs clip_norm = 0"});
+  expect_error([] { engine("optimizer_in_backward = true\nprecision = \"fp16\"\n"); },
+               {"engine.optimizer_in_backward: does not go with precision = \"fp16\""});
+  expect_error([] { engine("optimizer_in_backward = true\n[engine.offload]\noptimizer = \"cpu\"\n"); },
+               {"engine.optimizer_in_backward: does not go with [engine.offload] optimizer = \"cpu\""});
+}
+
 TEST(EngineConfigToml, UnknownKeysSuggestOrTranslateDeepSpeed) {
   expect_error([] { engine("stgae = 1\n"); }, {"cfg.toml:2:1: engine.stgae: unknown key (did you mean 'stage'?)"});
   expect_error([] { engine("gradient_accumulation_steps = 4\n"); },

@@ -95,6 +95,7 @@ struct Case {
   int prefetch = 1;
   bool offload = false;  // [engine.offload] optimizer = "cpu": the host optimizer
   double staging_mb = 256.0;  // [engine.offload] staging_mb: below a unit shard, the ring wraps within a step
+  bool in_backward = false;  // [engine] optimizer_in_backward: each bucket updated as soon as it is reduced
 };
 
 TrainedRun engine_run(const Case& c) {
@@ -113,6 +114,7 @@ TrainedRun engine_run(const Case& c) {
   ec.prefetch = c.prefetch;
   ec.offload_optimizer = c.offload ? OffloadTarget::cpu : OffloadTarget::none;
   ec.offload_staging_mb = c.staging_mb;
+  ec.optimizer_in_backward = c.in_backward;
   Engine engine(model, ec, optim_config(c.opt, c.sgd_lr), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -146,6 +148,7 @@ std::string name_of(const Case& c) {
   if (c.prefetch != 1) name += "_prefetch" + std::to_string(c.prefetch);
   if (c.offload) name += "_offload";
   if (c.staging_mb < 1.0) name += "_smallstaging";
+  if (c.in_backward) name += "_inbackward";
   return name;
 }
 
@@ -213,6 +216,18 @@ std::vector<Case> all_cases() {
     cases.push_back({stage, 1, 0.0, Opt::sgd, CheckpointPolicy::none, 25.0, 0.01, true, 1, /*offload=*/true});
     cases.push_back({stage, 3, kPartialClip, Opt::sgd_nesterov, CheckpointPolicy::all, 0.001, 0.01, true, 1,
                      /*offload=*/true});
+  }
+  // [engine] optimizer_in_backward: the same parameters and norms when each bucket is updated during
+  // backward as soon as it is reduced — one unit per bucket (updates between the units' backwards), a mix
+  // of fused and single-unit buckets, accumulation (only the last micro-step's backward updates) and
+  // recomputed units, with AdamW and with SGD (linear: a wrong multiplier shows).
+  for (int stage : {0, 1, 2, 3}) {
+    for (Case c : {Case{stage, 1, 0.0, Opt::adamw, CheckpointPolicy::none, 1e-6},
+                   Case{stage, 3, 0.0, Opt::sgd, CheckpointPolicy::all, 1e-6, 0.01},
+                   Case{stage, 3, 0.0, Opt::sgd_nesterov, CheckpointPolicy::none, 0.001, 0.01}}) {
+      c.in_backward = true;
+      cases.push_back(c);
+    }
   }
   return cases;
 }

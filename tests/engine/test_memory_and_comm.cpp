@@ -176,6 +176,46 @@ TEST(DistMemory, FullGradientsAreReleasedAfterEachStep) {
   }
 }
 
+// [engine] optimizer_in_backward: a bucket's gradients are released in the backward once it is updated,
+// so while the first layer's gradient arrives (the backward's end) at most the two buckets after it still
+// hold theirs — where without it every layer does — and the parameters already moved before step().
+TEST(DistMemory, UpdatesInBackwardReleaseGradientsAsTheyGo) {
+  auto comm = world_communicator();
+  for (int stage : {0, 1, 2, 3}) {
+    for (bool in_backward : {false, true}) {
+      auto model = std::make_shared<DeepNet>();
+      EngineConfig ec = cpu_config(stage, Precision::fp32, Precision::fp32);
+      ec.bucket_mb = 0.01;  // one layer per bucket
+      ec.optimizer_in_backward = in_backward;
+      Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, comm);
+      const bool per_step = stage < 2 || comm->size() == 1;
+      int held_at_first = -1;
+      model->layers[0]->weight.register_hook([&](const torch::Tensor& grad) {
+        held_at_first = 0;
+        for (const auto& layer : model->layers) held_at_first += layer->weight.grad().defined() ? 1 : 0;
+        return grad;
+      });
+      const bool keeps_params = stage < 3;  // stage 3 frees them after use: the master moves
+      const torch::Tensor before = keeps_params ? model->layers[7]->weight.detach().clone() : torch::Tensor();
+      engine.backward(model->forward(torch::randn({4, 64})).pow(2).mean());
+      ASSERT_GE(held_at_first, 0);
+      const std::string what = "stage " + std::to_string(stage) + (in_backward ? ", in backward" : "");
+      if (per_step) {
+        if (in_backward) {
+          EXPECT_LE(held_at_first, 3) << what;  // layers 0 and 1, and at most one awaiting release
+        } else {
+          EXPECT_EQ(held_at_first, 8) << what;
+        }
+      }
+      if (keeps_params) EXPECT_EQ(!model->layers[7]->weight.detach().equal(before), in_backward) << what;
+      if (in_backward) {
+        for (const auto& layer : model->layers) EXPECT_FALSE(layer->weight.grad().defined()) << what;
+      }
+      engine.step();
+    }
+  }
+}
+
 // Stage 3 gathers a bucket before its unit runs and frees it after: never more than the running bucket
 // and `prefetch` more are gathered.
 TEST(DistMemory, Stage3GathersAtMostPrefetchAhead) {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -298,6 +299,46 @@ TEST(DistNonFinite, SkipsThenStopsNamingTheTensor) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("consecutive steps had non-finite gradients"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("embed.weight"), std::string::npos) << e.what();
+  }
+}
+
+// [engine] optimizer_in_backward: a bucket whose gradient is non-finite is not updated while the others of
+// the step are; the step counts as skipped, and consecutive ones stop the run naming the tensor.
+TEST(DistNonFinite, InBackwardKeepsTheNonFiniteBucketAndStops) {
+  auto comm = world_communicator();
+  auto model = std::make_shared<ToyNet>(5);
+  EngineConfig ec = cpu_config(2, Precision::fp32);
+  ec.max_nonfinite_steps = 2;
+  ec.bucket_mb = 1e-6;  // one unit per bucket
+  ec.optimizer_in_backward = true;
+  Engine engine(model, ec, OptimConfig{}, SchedulerConfig{}, comm);
+  bool poison = false;
+  model->lin[1]->weight.register_hook([&](const torch::Tensor& grad) {
+    return poison ? grad * std::numeric_limits<double>::quiet_NaN() : grad;
+  });
+  auto [x, y] = toy_batch(0, 8);
+  auto step = [&] {
+    engine.backward(torch::mse_loss(model->forward(x), y));
+    engine.step();
+  };
+  step();
+  EXPECT_FALSE(engine.read_stats().skipped);
+  poison = true;
+  const torch::Tensor poisoned_before = model->lin[1]->weight.detach().clone();
+  const torch::Tensor head_before = model->head->weight.detach().clone();
+  step();
+  const StepStats stats = engine.read_stats();
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(stats.skipped_total, 1);
+  EXPECT_TRUE(std::isnan(stats.grad_norm));
+  EXPECT_TRUE(model->lin[1]->weight.detach().equal(poisoned_before)) << "the non-finite bucket was updated";
+  EXPECT_FALSE(model->head->weight.detach().equal(head_before)) << "the finite buckets were not updated";
+  try {
+    step();
+    FAIL() << "expected a stop after 2 non-finite steps";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("consecutive steps had non-finite gradients"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("blocks.1.lin.weight"), std::string::npos) << e.what();
   }
 }
 
