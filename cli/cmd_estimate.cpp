@@ -149,14 +149,16 @@ void run_estimate(const EstimateArgs& args) {
     in.precision = run.engine.precision;
     in.reduce_dtype = run.engine.reduce_dtype;
     in.offload_staging_bytes = run.engine.offload_staging_bytes();
+    in.optimizer_in_backward = run.engine.optimizer_in_backward;
     optim = run.optimizer;
   }
   in.numel = params;
   in.world_size = args.world;
   in.optimizer_bytes_per_element = optimizer_state_bytes_per_element(optim);
-  std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s\n",
+  std::printf("model state per rank: %s parameters (%s), %d rank(s), %s compute, %s gradient shards, %s%s%s\n",
               format_count(params).c_str(), source.c_str(), args.world, to_string(in.precision),
-              to_string(in.reduce_dtype), to_string(optim.name), in.ema ? ", fp32 EMA" : "");
+              to_string(in.reduce_dtype), to_string(optim.name), in.ema ? ", fp32 EMA" : "",
+              in.optimizer_in_backward ? ", optimizer in backward (per-step gradients freed bucket by bucket)" : "");
   if (in.frozen_numel > 0)
     std::printf("frozen base: %s parameters, %.3f GB in %s on every rank at every stage (in the totals)\n",
                 format_count(in.frozen_numel).c_str(), in.frozen_numel * dtype_bytes(in.precision) / 1e9,

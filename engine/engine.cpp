@@ -549,7 +549,10 @@ void Engine::refresh_params_from_master() {
 ModelStateBytes Engine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = buffers_->param_bytes();
-  bytes.grads = buffers_->grad_bytes();
+  // With updates in backward, per-step gradients live a bucket or two at a time: transient, as stage 2's
+  // buckets are, not model state.
+  const bool grads_go_in_backward = update_in_backward_ && buffers_->has_per_step_grads();
+  bytes.grads = grads_go_in_backward ? 0 : buffers_->grad_bytes();
   bytes.master = buffers_->master().nbytes();
   for (const auto& [name, tensor] : optimizer_->state_tensors()) bytes.optimizer += tensor.nbytes();
   if (ema_) bytes.ema = ema_->bytes();

@@ -19,7 +19,9 @@ ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in) {
   bytes.params = policy.param_bytes_kept(P * c, N, in.offload_optimizer);
   // Gradients live in the reduce dtype from autograd's accumulation on.
   const int64_t r = dtype_bytes(in.reduce_dtype);
-  bytes.grads = policy.grad_bytes_kept(P * r, N);
+  // Per-step full gradients (no sharded gradients: stages 0–1, or one rank) go bucket by bucket in backward.
+  const bool grads_go_in_backward = in.optimizer_in_backward && !policy.has_transient_grads();
+  bytes.grads = grads_go_in_backward ? 0 : policy.grad_bytes_kept(P * r, N);
   bytes.master = policy.optimizer_bytes_kept(4 * P, N);
   bytes.optimizer = policy.optimizer_bytes_kept(in.optimizer_bytes_per_element * P, N);
   bytes.ema = in.ema ? bytes.master : 0;  // kept sharded exactly like the master

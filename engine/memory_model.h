@@ -35,6 +35,9 @@ struct MemoryModelInputs {
   bool offload_optimizer = false;            // stages 1–3: master, optimizer state and EMA in host memory
   int64_t offload_staging_bytes = 256LL << 20;  // [engine.offload] staging_mb, in bytes
   int64_t frozen_numel = 0;  // frozen parameters (LoRA's base): kept whole in the compute dtype, never sharded
+  // [engine] optimizer_in_backward: gradients that live per step (stages 0–1, one rank) go bucket by bucket
+  // during backward, so they are no model state (preflight counts the few buckets alive at once).
+  bool optimizer_in_backward = false;
 };
 
 // bf16 + AdamW, reduce dtype bf16: stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 14P/N (no
@@ -43,6 +46,7 @@ struct MemoryModelInputs {
 // the master takes (4P at stage 0, 4P/N at stages 1-3). Offloading moves master, optimizer state and EMA to
 // the host (12P/N with AdamW), which also holds the staging ring: staging_mb, or less for a shard smaller
 // than four of its slots (the engine cuts slots to its largest unit shard, so its ring may be smaller still).
+// With optimizer_in_backward, per-step gradients (stages 0–1, any stage on one rank) count 0.
 ModelStateBytes estimate_model_state_bytes(const MemoryModelInputs& in);
 
 int64_t dtype_bytes(Precision p);

@@ -32,6 +32,7 @@ PreflightInputs preflight_inputs_for(int64_t numel, int world_size, const Engine
                     optimizer_state_bytes_per_element(optim)};
   in.model_state.offload_optimizer = engine.offload_optimizer != OffloadTarget::none;
   in.model_state.offload_staging_bytes = engine.offload_staging_bytes();
+  in.model_state.optimizer_in_backward = engine.optimizer_in_backward;
   in.ema = ema;
   in.prefetch = engine.prefetch;
   return in;
@@ -45,8 +46,9 @@ int64_t preflight_bytes(const PreflightInputs& in, int stage) {
   m.offload_optimizer = m.offload_optimizer && policy.can_offload_optimizer();
   int64_t bytes = estimate_model_state_bytes(m).on_device();
   const int64_t bucket = in.largest_bucket_numel;
-  // The engine waits for a bucket's reduction two buckets later: three transient gradient buffers at most.
-  if (policy.has_transient_grads()) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);
+  // The engine waits for a bucket's reduction two buckets later: three transient gradient buffers at most;
+  // updates in backward likewise keep a bucket's per-step gradients until the next bucket's update.
+  if (policy.has_transient_grads() || m.optimizer_in_backward) bytes += 3 * bucket * dtype_bytes(m.reduce_dtype);
   // Stage 3's gathered buckets: the running one, `prefetch` ahead, and the last, kept for backward.
   if (policy.gathers_per_unit()) bytes += (in.prefetch + 2) * bucket * dtype_bytes(m.precision);
   return bytes;

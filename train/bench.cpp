@@ -208,10 +208,12 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double tflops = static_cast<double>(flops) / median_s / 1e12;
   const auto state = engine.model_state_bytes();
   const bool offloaded = config.engine.offload_optimizer != OffloadTarget::none;
-  const auto formula = estimate_model_state_bytes({engine.num_parameters(), comm->size(), config.engine.stage,
-                                                   config.engine.precision, config.engine.reduce_dtype,
-                                                   engine.optimizer().state_bytes_per_element(), false, offloaded,
-                                                   config.engine.offload_staging_bytes()});
+  MemoryModelInputs formula_inputs{engine.num_parameters(), comm->size(), config.engine.stage,
+                                   config.engine.precision, config.engine.reduce_dtype,
+                                   engine.optimizer().state_bytes_per_element(), false, offloaded,
+                                   config.engine.offload_staging_bytes()};
+  formula_inputs.optimizer_in_backward = config.engine.optimizer_in_backward;
+  const auto formula = estimate_model_state_bytes(formula_inputs);
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
   const double peak_rss_gib = static_cast<double>(usage.ru_maxrss) * 1024.0;

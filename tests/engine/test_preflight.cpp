@@ -52,6 +52,24 @@ TEST(Preflight, TransientGradientsAsTheEngineKeepsThem) {
   }
 }
 
+// [engine] optimizer_in_backward: per-step full gradients (stages 0–1, any stage on one rank) go bucket by
+// bucket in backward, so three buckets of them count instead of all; a sharded gradient shard stays.
+TEST(Preflight, UpdatesInBackwardCountAFewBucketsOfGradients) {
+  for (const int world : {1, 2}) {
+    PreflightInputs in = ten_billion(1, world);
+    in.largest_bucket_numel = 1'000'000;
+    PreflightInputs in_backward = in;
+    in_backward.model_state.optimizer_in_backward = true;
+    const int64_t all_grads = 10'000'000'000LL * 4;
+    for (int stage : {0, 1}) {
+      EXPECT_EQ(preflight_bytes(in, stage) - preflight_bytes(in_backward, stage), all_grads - 3 * 4'000'000)
+          << "stage " << stage << ", " << world << " rank(s)";
+    }
+    const int64_t stage2_saved = preflight_bytes(in, 2) - preflight_bytes(in_backward, 2);
+    EXPECT_EQ(stage2_saved, world == 1 ? all_grads - 3 * 4'000'000 : 0) << world << " rank(s)";
+  }
+}
+
 // One GPU, 10B parameters: no stage fits 139.8 GB (stage 3 on one rank is the whole 160 GB), but with the
 // optimizer in host memory stage 1 keeps only bf16 parameters and fp32 gradients: 2P + 4P = 60 GB.
 TEST(Preflight, OffloadIsNamedWhenItFitsAndCountsOnlyWhatStaysOnTheGpu) {

@@ -45,13 +45,14 @@ struct GpuCase {
   double bucket_mb = 25.0;
   bool offload = false;  // [engine.offload] optimizer = "cpu"
   double staging_mb = 256.0;  // [engine.offload] staging_mb
+  bool in_backward = false;  // [engine] optimizer_in_backward
 };
 
 std::string name_of(const GpuCase& c) {
   return std::string(c.is_sgd ? "sgd" : "adamw") + "_stage" + std::to_string(c.stage) + "_acc" +
          std::to_string(c.accumulation) + (c.clip > 0 ? "_clip" : "_noclip") +
          (c.activation_checkpointing == CheckpointPolicy::all ? "_ac" : "") + (c.bucket_mb < 1 ? "_unitbuckets" : "") + (c.offload ? "_offload" : "") +
-         (c.staging_mb < 1 ? "_smallstaging" : "");
+         (c.staging_mb < 1 ? "_smallstaging" : "") + (c.in_backward ? "_inbackward" : "");
 }
 
 // Trains ToyNet for kSteps on `device` (each rank its slice of the global batch); returns parameters.
@@ -70,6 +71,7 @@ std::map<std::string, torch::Tensor> train(const GpuCase& c, DeviceKind device, 
   ec.bucket_mb = c.bucket_mb;
   ec.offload_optimizer = c.offload ? OffloadTarget::cpu : OffloadTarget::none;
   ec.offload_staging_mb = c.staging_mb;
+  ec.optimizer_in_backward = c.in_backward;
   Engine engine(model, ec, c.is_sgd ? sgd(0.01) : adamw(), SchedulerConfig{}, comm);
   const int64_t local = kGlobalBatch / comm->size();
   const int64_t micro = local / c.accumulation;
@@ -151,6 +153,13 @@ std::vector<GpuCase> gpu_cases() {
     cases.push_back({stage, 3, 10.0, true, CheckpointPolicy::none, 1e-6});
     cases.push_back({stage, 3, 0.05, false});
     cases.push_back({stage, 1, 0.0, true, CheckpointPolicy::all, 1e-6});
+    // Updates during backward, on their own stream: a bucket per unit, with accumulation and recompute.
+    GpuCase in_backward{stage, 3, 0.0, false, CheckpointPolicy::none, 1e-6};
+    in_backward.in_backward = true;
+    cases.push_back(in_backward);
+    in_backward = {stage, 1, 0.0, true, CheckpointPolicy::all, 1e-6};
+    in_backward.in_backward = true;
+    cases.push_back(in_backward);
     if (stage == 0) continue;
     // Optimizer offload: the pieces' downloads, host update and uploads, with accumulation; a ring of
     // 4 × 32 elements makes every unit many pieces and reuses each slot many times a step, so an upload
@@ -310,6 +319,41 @@ TEST(GpuPerStepGrads, FullGradientsExistOnlyWithinAStep) {
       }
       EXPECT_EQ(engine.read_stats().step, 4);
     }
+  }
+}
+
+// [engine] optimizer_in_backward: each bucket's gradients go as soon as its update on the update stream is
+// done, so after backward none is left (allocated bytes back near rest) and step() frees nothing more.
+TEST(GpuPerStepGrads, UpdatesInBackwardLeaveNoGradientsAfterBackward) {
+  auto comm = world_communicator();
+  for (int stage : {0, 1, 2}) {
+    if (stage == 2 && comm->size() > 1) continue;  // stage 2 on N ranks keeps a persistent shard
+    auto model = std::make_shared<ToyNet>(5);
+    EngineConfig ec;
+    ec.device = DeviceKind::cuda;
+    ec.stage = stage;
+    ec.precision = Precision::bf16;
+    ec.bucket_mb = 1e-6;
+    ec.optimizer_in_backward = true;
+    Engine engine(model, ec, adamw(), SchedulerConfig{}, comm);
+    const int64_t grads = engine.model_state_bytes().grads;
+    ASSERT_GT(grads, 0);
+    auto [x, y] = toy_batch(0, 16);
+    x = x.to(engine.device());
+    y = y.to(engine.device());
+    auto step = [&] {
+      engine.backward(torch::mse_loss(model->forward(x).to(torch::kFloat32), y));
+      EXPECT_FALSE(model->lin[0]->weight.grad().defined()) << "stage " << stage;
+      const int64_t after_backward = allocated_bytes();
+      engine.step();
+      return after_backward;
+    };
+    step();  // the first step's lazy allocations stay
+    const int64_t at_rest = allocated_bytes();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_LT(step(), at_rest + grads) << "stage " << stage << ": gradients outlived their bucket's update";
+    }
+    EXPECT_FALSE(engine.read_stats().skipped);
   }
 }
 

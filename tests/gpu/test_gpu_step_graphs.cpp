@@ -30,11 +30,13 @@ struct GraphCase {
   Precision precision = Precision::fp32;
   bool ema = false;
   CheckpointPolicy recompute = CheckpointPolicy::none;
+  bool in_backward = false;  // [engine] optimizer_in_backward: updates on their own stream inside the graph
 };
 
 std::string name_of(const GraphCase& c) {
   return "stage" + std::to_string(c.stage) + "_acc" + std::to_string(c.accumulation) + (c.clip > 0 ? "_clip" : "") +
-         "_" + to_string(c.precision) + (c.ema ? "_ema" : "") + (c.recompute == CheckpointPolicy::all ? "_recomputed" : "");
+         "_" + to_string(c.precision) + (c.ema ? "_ema" : "") + (c.recompute == CheckpointPolicy::all ? "_recomputed" : "") +
+         (c.in_backward ? "_inbackward" : "");
 }
 
 OptimConfig adamw() {
@@ -54,6 +56,7 @@ EngineConfig engine_config(const GraphCase& c, CudaGraphs graphs) {
   ec.bucket_mb = 1e-6;  // a bucket per unit: several collectives inside the graph
   ec.cuda_graphs = graphs;
   ec.activation_checkpointing = c.recompute;
+  ec.optimizer_in_backward = c.in_backward;
   return ec;
 }
 
@@ -133,7 +136,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuStepGraphs,
                                            // Every unit recomputed: no unit draws random numbers, so captured.
                                            GraphCase{2, 1, 0.0, Precision::fp32, false, CheckpointPolicy::all},
                                            GraphCase{3, 2, 1.0, Precision::fp32, false, CheckpointPolicy::all},
-                                           GraphCase{2, 2, 0.0, Precision::bf16, true, CheckpointPolicy::all}),
+                                           GraphCase{2, 2, 0.0, Precision::bf16, true, CheckpointPolicy::all},
+                                           // Updates during backward: the update stream forks and joins
+                                           // inside the captured step.
+                                           GraphCase{2, 1, 0.0, Precision::fp32, false, CheckpointPolicy::none, true},
+                                           GraphCase{3, 2, 0.0, Precision::bf16, true, CheckpointPolicy::all, true},
+                                           GraphCase{1, 2, 0.0, Precision::fp32, true, CheckpointPolicy::none, true}),
                          [](const auto& info) { return name_of(info.param); });
 
 // The flow-matching loss draws its noise and times from a generator: each replay must draw fresh
