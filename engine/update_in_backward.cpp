@@ -32,8 +32,6 @@ void UpdateInBackward::begin_step() {
 
 void UpdateInBackward::bucket_reduced(size_t b) {
   torch::NoGradGuard no_grad;
-  // The previous bucket's update was queued a whole unit's backward ago: this wait rarely holds.
-  stream_.join();
   release_awaiting();
   Bucket& bucket = buckets_[b];
   // A host backend's wait is the order; a device's reduction is ordered on the update stream alone, so the
@@ -53,18 +51,19 @@ void UpdateInBackward::bucket_reduced(size_t b) {
   awaiting_release_ = b;
 }
 
-void UpdateInBackward::end_backward() {
-  stream_.join();
-  release_awaiting();
-}
+void UpdateInBackward::end_backward() { release_awaiting(); }
 
 void UpdateInBackward::finish_step() {
   run_step_decision(StepDecision::in_backward_finish, rules_, scalars_, param_sumsq_);
 }
 
-// On the compute stream after a join: the allocator may hand the memory to the next backward's work.
+// The compute stream joins the update stream, then frees the updated bucket's gradients in its own order:
+// the allocator may hand the memory to the rest of the backward. The previous bucket's update was queued a
+// whole unit's backward ago, so the join rarely holds. Only after an update of this step: a captured step
+// must not wait on work of another.
 void UpdateInBackward::release_awaiting() {
   if (!awaiting_release_) return;
+  stream_.join();
   reducer_.wait_bucket(*awaiting_release_);  // the reduction's buffers go in this stream's order
   buckets_[*awaiting_release_].release_grads();
   awaiting_release_.reset();
