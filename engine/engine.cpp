@@ -204,7 +204,6 @@ void Engine::build(torch::nn::Module& model, const std::vector<UnitDecl>& decls)
   events_link_ = std::make_shared<UnitEventsLink>();
   events_link_->events = this;
   reducer_->hook_params();  // the gradient walk starts here (docs/design.md)
-  buffers_->reset_grads();  // every view of the per-step gradients is made: their memory waits for backward
 }
 
 // Units from the declarations: layouts for this world size, this rank's owned parts, tied-parameter users.
@@ -293,6 +292,9 @@ void Engine::build_optimizer() {
                         .decay_spans = owned_decay_spans(unit.layout(), unit.owned())});
   }
   const int64_t numel = buffers_->master().numel();
+  // Every view of the per-step gradients is made (the norm pieces before, the segments here): their memory
+  // waits for backward, and goes before the optimizer state comes, so building never holds both at once.
+  buffers_->reset_grads();
   if (config_.offload_optimizer != OffloadTarget::none) {
     auto offloaded = std::make_unique<OffloadedOptimizer>(optim_config_, std::move(segments), numel, scalars_,
                                                           config_.offload_staging_bytes());

@@ -43,7 +43,7 @@ FlatBuffers::FlatBuffers(const std::vector<Unit>& units, const ShardingPolicy& p
     grad_shard_ = torch::zeros({shard_numel}, on_device.dtype(dtypes.reduce));
   } else {
     // With memory until the engine has made its views of them (a view of freed storage cannot be made);
-    // the engine then releases it (reset_grads) until the first backward.
+    // the engine then releases it (reset_grads) before it allocates the optimizer state.
     for (const Unit& unit : units) {
       grad_full_.push_back(torch::zeros({unit.padded_numel()}, on_device.dtype(dtypes.reduce)));
     }
