@@ -114,11 +114,8 @@ ZEST_HOST_DEVICE inline bool advance_loss_scale(const StepRules& r, StepScalars&
   return at_floor;
 }
 
-// One step's decision from the per-parameter sums of squares of the (summed over ranks, loss-scaled)
-// gradient: norm, skip on any non-finite value, clip coefficient, multiplier, learning rate, bias
-// corrections; then the scaler and counters advance.
-ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, const double* param_sumsq,
-                                         int64_t num_params) {
+// The sum of the per-parameter sums of squares; notes the first non-finite one (the tensor a stop names).
+ZEST_HOST_DEVICE inline double total_sum_of_squares(StepScalars& s, const double* param_sumsq, int64_t num_params) {
   double sumsq = 0.0;
   s.first_nonfinite_param = -1.0;
   for (int64_t i = 0; i < num_params; ++i) {
@@ -126,6 +123,23 @@ ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, con
     if (!isfinite(v) && s.first_nonfinite_param < 0.0) s.first_nonfinite_param = static_cast<double>(i);
     sumsq += v;
   }
+  return sumsq;
+}
+
+// A step skipped for non-finite gradients without loss scaling: counted, and the run ends after
+// max_nonfinite_steps of them in a row.
+ZEST_HOST_DEVICE inline void count_nonfinite_step(const StepRules& r, StepScalars& s) {
+  s.skipped_total += 1.0;
+  s.consecutive_nonfinite += 1.0;
+  if (s.consecutive_nonfinite >= r.max_nonfinite_steps) s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+}
+
+// One step's decision from the per-parameter sums of squares of the (summed over ranks, loss-scaled)
+// gradient: norm, skip on any non-finite value, clip coefficient, multiplier, learning rate, bias
+// corrections; then the scaler and counters advance.
+ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, const double* param_sumsq,
+                                         int64_t num_params) {
+  const double sumsq = total_sum_of_squares(s, param_sumsq, num_params);
   s.used_loss_scale = s.loss_scale;
   const double unscale = 1.0 / (s.loss_scale * r.world_size);
   s.grad_norm = sqrt(sumsq) * unscale;
@@ -133,16 +147,16 @@ ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, con
   s.skip = overflow ? 1.0 : 0.0;
   s.applied = overflow ? 0.0 : 1.0;
   if (overflow) {
-    s.skipped_total += 1.0;
-    s.consecutive_nonfinite += 1.0;
     s.clip_coef = 1.0;
     s.grad_multiplier = 0.0;
     s.lr = 0.0;
     const bool at_floor = advance_loss_scale(r, s, true);
     if (r.loss_scaling != 0.0) {
+      s.skipped_total += 1.0;
+      s.consecutive_nonfinite += 1.0;
       if (at_floor && r.stop_at_min_scale != 0.0) s.fatal = static_cast<double>(StepFatal::overflow_at_min_scale);
-    } else if (s.consecutive_nonfinite >= r.max_nonfinite_steps) {
-      s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+    } else {
+      count_nonfinite_step(r, s);
     }
     return;
   }
@@ -192,24 +206,16 @@ ZEST_HOST_DEVICE inline void decide_bucket_update(StepScalars& s, const double* 
 // EMA's gate (applied = 0) as for a skipped whole step.
 ZEST_HOST_DEVICE inline void finish_update_in_backward(const StepRules& r, StepScalars& s, const double* param_sumsq,
                                                        int64_t num_params) {
-  double sumsq = 0.0;
-  s.first_nonfinite_param = -1.0;
-  for (int64_t i = 0; i < num_params; ++i) {
-    const double v = param_sumsq[i];
-    if (!isfinite(v) && s.first_nonfinite_param < 0.0) s.first_nonfinite_param = static_cast<double>(i);
-    sumsq += v;
-  }
+  const double sumsq = total_sum_of_squares(s, param_sumsq, num_params);
   s.grad_norm = sqrt(sumsq) / (s.used_loss_scale * r.world_size);
   const bool overflow = !isfinite(sumsq);
   s.skip = overflow ? 1.0 : 0.0;
   s.applied = overflow ? 0.0 : 1.0;
-  if (!overflow) {
+  if (overflow) {
+    count_nonfinite_step(r, s);
+  } else {
     s.consecutive_nonfinite = 0.0;
-    return;
   }
-  s.skipped_total += 1.0;
-  s.consecutive_nonfinite += 1.0;
-  if (s.consecutive_nonfinite >= r.max_nonfinite_steps) s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
 }
 
 // Which decision runs (engine/step_decision.h runs it where the scalars live).
