@@ -126,12 +126,16 @@ ZEST_HOST_DEVICE inline double total_sum_of_squares(StepScalars& s, const double
   return sumsq;
 }
 
-// A step skipped for non-finite gradients without loss scaling: counted, and the run ends after
-// max_nonfinite_steps of them in a row.
-ZEST_HOST_DEVICE inline void count_nonfinite_step(const StepRules& r, StepScalars& s) {
+// A step skipped for non-finite gradients: counted; the run ends on an overflow at the loss scaler's floor
+// (fp16, when asked to) or, without loss scaling, after max_nonfinite_steps of them in a row.
+ZEST_HOST_DEVICE inline void count_nonfinite_step(const StepRules& r, StepScalars& s, bool at_min_scale) {
   s.skipped_total += 1.0;
   s.consecutive_nonfinite += 1.0;
-  if (s.consecutive_nonfinite >= r.max_nonfinite_steps) s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+  if (r.loss_scaling != 0.0) {
+    if (at_min_scale && r.stop_at_min_scale != 0.0) s.fatal = static_cast<double>(StepFatal::overflow_at_min_scale);
+  } else if (s.consecutive_nonfinite >= r.max_nonfinite_steps) {
+    s.fatal = static_cast<double>(StepFatal::too_many_nonfinite);
+  }
 }
 
 // One step's decision from the per-parameter sums of squares of the (summed over ranks, loss-scaled)
@@ -150,14 +154,7 @@ ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, con
     s.clip_coef = 1.0;
     s.grad_multiplier = 0.0;
     s.lr = 0.0;
-    const bool at_floor = advance_loss_scale(r, s, true);
-    if (r.loss_scaling != 0.0) {
-      s.skipped_total += 1.0;
-      s.consecutive_nonfinite += 1.0;
-      if (at_floor && r.stop_at_min_scale != 0.0) s.fatal = static_cast<double>(StepFatal::overflow_at_min_scale);
-    } else {
-      count_nonfinite_step(r, s);
-    }
+    count_nonfinite_step(r, s, /*at_min_scale=*/advance_loss_scale(r, s, true));
     return;
   }
   s.clip_coef = 1.0;
@@ -173,7 +170,6 @@ ZEST_HOST_DEVICE inline void decide_step(const StepRules& r, StepScalars& s, con
   s.consecutive_nonfinite = 0.0;
   advance_loss_scale(r, s, false);
 }
-
 
 // ---- [engine] optimizer_in_backward: each bucket is updated as soon as its gradients are reduced ----
 // No clipping and no loss scaling there (the config refuses both), so the step's numbers are known before
@@ -212,7 +208,7 @@ ZEST_HOST_DEVICE inline void finish_update_in_backward(const StepRules& r, StepS
   s.skip = overflow ? 1.0 : 0.0;
   s.applied = overflow ? 0.0 : 1.0;
   if (overflow) {
-    count_nonfinite_step(r, s);
+    count_nonfinite_step(r, s, /*at_min_scale=*/false);  // no loss scaling here (the config refuses fp16)
   } else {
     s.consecutive_nonfinite = 0.0;
   }
