@@ -42,19 +42,22 @@ def main():
     lengths = [(int(torch.randint(args.min_motion, args.motion + 1, (1,), generator=gen)),
                 int(torch.randint(args.min_text, args.text + 1, (1,), generator=gen))) for _ in range(args.samples)]
     print(f"joint sequence {joint} ({args.motion} motion + {args.text} text), band ±{args.band}, {args.samples} samples")
+    tile_sizes = (64, 128)
     for skip in (False, True):
-        pairs = sum(allowed_pairs(args.motion, args.text, args.band, m, t, skip).sum().item() for m, t in lengths)
+        pairs = 0
+        used = {tile: 0 for tile in tile_sizes}
+        for m, t in lengths:
+            allowed = allowed_pairs(args.motion, args.text, args.band, m, t, skip)
+            pairs += allowed.sum().item()
+            for tile in tile_sizes:
+                tiles = (joint + tile - 1) // tile
+                a = torch.nn.functional.pad(allowed, (0, tiles * tile - joint, 0, tiles * tile - joint))
+                used[tile] += a.view(tiles, tile, tiles, tile).any(3).any(1).sum().item()
         print(f"padded query rows {'skipped' if skip else 'computed'}: allowed pairs "
               f"{pairs / (args.samples * joint * joint):.3f} of dense")
-        for tile in (64, 128):
+        for tile in tile_sizes:
             tiles = (joint + tile - 1) // tile
-            used = 0
-            for m, t in lengths:
-                a = allowed_pairs(args.motion, args.text, args.band, m, t, skip)
-                a = torch.nn.functional.pad(a, (0, tiles * tile - joint, 0, tiles * tile - joint))
-                used += a.view(tiles, tile, tiles, tile).any(3).any(1).sum().item()
-            print(f"  {tile}x{tile} tiles holding an allowed pair: {used / (args.samples * tiles * tiles):.3f}")
-
+            print(f"  {tile}x{tile} tiles holding an allowed pair: {used[tile] / (args.samples * tiles * tiles):.3f}")
 
 if __name__ == "__main__":
     main()
