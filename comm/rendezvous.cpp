@@ -243,8 +243,8 @@ class Joiner {
     const std::string route = route_source_address(w_.master_addr).value_or("127.0.0.1");
     const std::string fp = fingerprint().empty() ? "-" : fingerprint();
     if (w_.rank == 0) store_->set(key("world"), store_bytes(str(w_.size, "\t", fp, "\t", host)));
-    store_->set(key(str("join/", w_.rank)),
-                store_bytes(str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid())));
+    own_record_ = str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid());
+    store_->set(key(str("join/", w_.rank)), store_bytes(own_record_));
   }
 
   // A peer's joined record, checked against ours (rank 0 checks everyone; the others check rank 0).
@@ -328,7 +328,11 @@ class Joiner {
     peers_.assign(static_cast<size_t>(w_.size), PeerInfo{});
     std::vector<bool> joined(static_cast<size_t>(w_.size), false);
     bool checked_world = w_.rank == 0;
-    int count = 0;
+    // This rank has joined: it is counted from its own record, not from the store, so a store that stalls
+    // before answering never reports this rank itself as missing.
+    joined[static_cast<size_t>(w_.rank)] = true;
+    peers_[static_cast<size_t>(w_.rank)] = parse_unchecked(w_.rank, own_record_);
+    int count = 1;
     const auto started = Clock::now();
     last_answer_ = started;
     auto report_at = started + std::chrono::seconds(3);
@@ -402,6 +406,7 @@ class Joiner {
   const Clock::time_point deadline_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<PeerInfo> peers_;
+  std::string own_record_;  // this rank's join record, as published
   std::unique_ptr<StoreWorker> reader_;  // the wait's reads (read_keys)
   std::optional<Pending> pending_;
   Clock::time_point last_answer_;
