@@ -106,8 +106,7 @@ class Joiner {
   Rendezvous run() {
     connect();
     open_reader();
-    publish();
-    wait_for_everyone();
+    wait_for_everyone(publish());
     joined_ = true;
     Rendezvous r;
     r.store = store_;
@@ -238,13 +237,15 @@ class Joiner {
 
   std::string key(const std::string& name) const { return w_.store_prefix + name; }
 
-  void publish() {
+  // Writes this rank's join record (and rank 0 the world's) and returns the record.
+  std::string publish() {
     const std::string host = host_name_of_this_machine();
     const std::string route = route_source_address(w_.master_addr).value_or("127.0.0.1");
     const std::string fp = fingerprint().empty() ? "-" : fingerprint();
     if (w_.rank == 0) store_->set(key("world"), store_bytes(str(w_.size, "\t", fp, "\t", host)));
-    own_record_ = str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid());
-    store_->set(key(str("join/", w_.rank)), store_bytes(own_record_));
+    std::string record = str(w_.size, "\t", fp, "\t", host, "\t", route, "\t", w_.node_rank, "\t", ::getpid());
+    store_->set(key(str("join/", w_.rank)), store_bytes(record));
+    return record;
   }
 
   // A peer's joined record, checked against ours (rank 0 checks everyone; the others check rank 0).
@@ -324,14 +325,14 @@ class Joiner {
     return *result;
   }
 
-  void wait_for_everyone() {
+  void wait_for_everyone(const std::string& own_record) {
     peers_.assign(static_cast<size_t>(w_.size), PeerInfo{});
     std::vector<bool> joined(static_cast<size_t>(w_.size), false);
     bool checked_world = w_.rank == 0;
     // This rank has joined: it is counted from its own record, not from the store, so a store that stalls
     // before answering never reports this rank itself as missing.
     joined[static_cast<size_t>(w_.rank)] = true;
-    peers_[static_cast<size_t>(w_.rank)] = parse_unchecked(w_.rank, own_record_);
+    peers_[static_cast<size_t>(w_.rank)] = parse_unchecked(w_.rank, own_record);
     int count = 1;
     const auto started = Clock::now();
     last_answer_ = started;
@@ -406,7 +407,6 @@ class Joiner {
   const Clock::time_point deadline_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<PeerInfo> peers_;
-  std::string own_record_;  // this rank's join record, as published
   std::unique_ptr<StoreWorker> reader_;  // the wait's reads (read_keys)
   std::optional<Pending> pending_;
   Clock::time_point last_answer_;
