@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -140,13 +142,18 @@ inline int64_t max_resident_blocks(int threads) { return device_sm_count() * (20
 // made it ~2x slower than the bytes it moves.
 template <auto Kernel>
 int64_t one_wave_blocks(int threads) {
-  static const int64_t blocks = [threads] {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, 0) != cudaSuccess || per_sm < 1) {
-      per_sm = 1;
-    }
-    return std::min(device_sm_count() * per_sm, max_resident_blocks(threads));
-  }();
+  // Found once for each block size the kernel is launched with (a kernel sized to its rows takes several).
+  static std::mutex mutex;
+  static std::map<int, int64_t> blocks_by_threads;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = blocks_by_threads.find(threads);
+  if (found != blocks_by_threads.end()) return found->second;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+    per_sm = 1;
+  }
+  const int64_t blocks = std::min(device_sm_count() * per_sm, max_resident_blocks(threads));
+  blocks_by_threads.emplace(threads, blocks);
   return blocks;
 }
 

@@ -1,4 +1,4 @@
-// Modulated layer-norm kernels (see layer_norm_modulate.h). A block takes a row; with T threads, thread t
+// Modulated layer-norm kernels (see layer_norm_modulate.h). A block takes a row at a time; with T threads, thread t
 // holds the packs t, t + T, ... of V elements, so it owns the same columns in every row, and backward
 // accumulates shift's and scale's column sums in registers across the rows of its tile. T is sized to the
 // row (HY-Motion 1B's 1280 columns: 160 threads of one 8-element pack each); where no whole number of
@@ -49,14 +49,29 @@ __device__ __forceinline__ int64_t pack_column(int k) {
   return (static_cast<int64_t>(threadIdx.x) + static_cast<int64_t>(k) * blockDim.x) * V;
 }
 
+// A row's packs as loaded, not yet converted: what a thread prefetches for its next row, so that nothing
+// waits on those loads before it uses them.
 template <typename T, int V, int K>
-__device__ __forceinline__ void load_row(const T* row, int packs, float* v) {
+struct RowPacks {
+  Pack<T, V> p[K / V];
+};
+
+template <typename T, int V, int K>
+__device__ __forceinline__ RowPacks<T, V, K> load_row_packs(const T* row, int packs) {
+  RowPacks<T, V, K> out{};
 #pragma unroll
   for (int k = 0; k < K / V; ++k) {
-    if (k >= packs) break;
-    const Pack<T, V> p = load<T, V>(row, pack_column<V>(k));
+    if (k < packs) out.p[k] = load<T, V>(row, pack_column<V>(k));
+  }
+  return out;
+}
+
+template <typename T, int V, int K>
+__device__ __forceinline__ void to_floats(const RowPacks<T, V, K>& row, float* v) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[k * V + i] = to_float(p.v[i]);
+  for (int k = 0; k < K / V; ++k) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[k * V + i] = to_float(row.p[k].v[i]);
   }
 }
 
@@ -94,6 +109,9 @@ __device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, f
 }
 
 // K: the elements a thread holds (packs · V), a template parameter so that registers are sized to the row.
+// A block takes rows blockIdx.x, + gridDim.x, ... (one wave of blocks: a block per row spent more on
+// starting blocks than on the bytes), with the next row's x and this row's shift and scale in flight
+// while this row's sums are taken.
 template <typename T, int V, int K>
 __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, const T* x, const T* shift,
                                                            const T* scale, float eps, T* y, float* mean_out,
@@ -101,10 +119,17 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
   __shared__ float2 shared[kMaxWarps];
   const int packs = packs_of_thread(r.dim / V);
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
-  for (int64_t row = blockIdx.x; row < r.batch * r.seq; row += gridDim.x) {
+  const int64_t rows = r.batch * r.seq;
+  RowPacks<T, V, K> ahead{};
+  if (blockIdx.x < rows) ahead = load_row_packs<T, V, K>(x + blockIdx.x * r.dim, packs);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t b = row / r.seq;
+    float one_plus[K], shifted[K];
+    load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
+    load_modulation<T, V, K>(shift + b * r.shift_stride_b, packs, shifted);
     float v[K];
-    load_row<T, V, K>(x + row * r.dim, packs, v);
+    to_floats<T, V, K>(ahead, v);
+    if (row + gridDim.x < rows) ahead = load_row_packs<T, V, K>(x + (row + gridDim.x) * r.dim, packs);
     float sum = 0.0f;
 #pragma unroll
     for (int e = 0; e < K; ++e) sum += e < packs * V ? v[e] : 0.0f;
@@ -114,9 +139,6 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
     for (int e = 0; e < K; ++e) squares += e < packs * V ? (v[e] - mean) * (v[e] - mean) : 0.0f;
     const float rstd = rsqrtf(block_sum(make_float2(squares, 0.0f), shared).x * inv_dim + eps);
     if (threadIdx.x == 0) mean_out[row] = mean, rstd_out[row] = rstd;
-    float one_plus[K], shifted[K];
-    load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
-    load_modulation<T, V, K>(shift + b * r.shift_stride_b, packs, shifted);
     store_row<T, V, K>(y + row * r.dim, packs, [&](int e) { return (v[e] - mean) * rstd * one_plus[e] + shifted[e]; });
   }
 }
@@ -124,8 +146,8 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
 // Per row, with ĝ = dy·(1 + scale) and n = (x − mean)·rstd: dx = rstd·(ĝ − Σĝ/dim − n·Σ(ĝ·n)/dim).
 // Block (tile, b) takes rows tile·rows_per_tile ... of sample b and writes its column sums of dy (shift's
 // gradient) and dy·n (scale's) to partial[0 or 1][b][tile][dim].
-// The next row's dy and x are loaded before this row's sums, so that their latency overlaps the block's
-// reductions.
+// The next row's dy and x are loaded (as packs, converted only when their row comes) before this row's
+// sums, so that their latency overlaps the block's reductions.
 template <typename T, int V, int K>
 __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, const T* dy, const T* x,
                                                             const T* scale, const float* mean, const float* rstd,
@@ -138,17 +160,19 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
   load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
   const int64_t first = tile * rows_per_tile;
   const int64_t last = first + rows_per_tile < r.seq ? first + rows_per_tile : r.seq;
-  float g[K], n[K];
+  RowPacks<T, V, K> g_ahead{}, n_ahead{};
   if (first < last) {
-    load_row<T, V, K>(dy + (b * r.seq + first) * r.dim, packs, g);
-    load_row<T, V, K>(x + (b * r.seq + first) * r.dim, packs, n);
+    g_ahead = load_row_packs<T, V, K>(dy + (b * r.seq + first) * r.dim, packs);
+    n_ahead = load_row_packs<T, V, K>(x + (b * r.seq + first) * r.dim, packs);
   }
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = b * r.seq + s;
-    float g_next[K], n_next[K];
+    float g[K], n[K];
+    to_floats<T, V, K>(g_ahead, g);
+    to_floats<T, V, K>(n_ahead, n);
     if (s + 1 < last) {
-      load_row<T, V, K>(dy + (row + 1) * r.dim, packs, g_next);
-      load_row<T, V, K>(x + (row + 1) * r.dim, packs, n_next);
+      g_ahead = load_row_packs<T, V, K>(dy + (row + 1) * r.dim, packs);
+      n_ahead = load_row_packs<T, V, K>(x + (row + 1) * r.dim, packs);
     }
     const float row_mean = mean[row], row_rstd = rstd[row];
     float2 sums = make_float2(0.0f, 0.0f);
@@ -165,8 +189,6 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
     sums = block_sum(sums, shared);
     const float g_mean = sums.x * inv_dim, gn_mean = sums.y * inv_dim;
     store_row<T, V, K>(dx + row * r.dim, packs, [&](int e) { return row_rstd * (g[e] - g_mean - n[e] * gn_mean); });
-#pragma unroll
-    for (int e = 0; e < K; ++e) g[e] = g_next[e], n[e] = n_next[e];
   }
   const int64_t stride = r.batch * tiles * r.dim;  // partial[1] after partial[0]
   float* out = partial + (b * tiles + tile) * r.dim;
@@ -260,10 +282,11 @@ void launch_layer_norm_modulate_forward(const ModulatedRows& rows, KernelDtype d
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
   const RowLayout layout = row_layout(rows, element_bytes, {x, y});
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows.rows(), 1LL << 30));
   const int packs = packs_per_thread(rows.dim, layout);
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
     with_elements_per_thread<V>(packs, [&]<int K>() {
+      const auto blocks = static_cast<unsigned>(
+          std::max<int64_t>(1, std::min(rows.rows(), one_wave_blocks<forward_kernel<T, V, K>>(layout.threads))));
       forward_kernel<T, V, K><<<blocks, layout.threads, 0, stream>>>(
           rows, static_cast<const T*>(x), static_cast<const T*>(shift), static_cast<const T*>(scale),
           static_cast<float>(eps), static_cast<T*>(y), mean, rstd);
@@ -278,19 +301,24 @@ void launch_layer_norm_modulate_backward(const ModulatedRows& rows, KernelDtype 
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   const int element_bytes = dtype == KernelDtype::fp32 ? 4 : 2;
   const RowLayout layout = row_layout(rows, element_bytes, {dy, x, dx});
-  const int64_t tiles = backward_tiles(rows);
-  const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
   const int packs = packs_per_thread(rows.dim, layout);
   dispatch(dtype, layout.width, [&]<typename T, int V>() {
     with_elements_per_thread<V>(packs, [&]<int K>() {
-      backward_kernel<T, V, K><<<grid, layout.threads, 0, stream>>>(
-          rows, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd,
-          static_cast<T*>(dx), scratch, rows_per_tile);
+      constexpr auto kernel = backward_kernel<T, V, K>;
+      // Tiles for one wave of blocks where the batch allows (a second, partial wave leaves most SMs waiting),
+      // never more than layer_norm_modulate_scratch counted.
+      const int64_t wave = one_wave_blocks<kernel>(layout.threads);
+      const int64_t per_sample = std::max<int64_t>(1, wave / std::max<int64_t>(1, rows.batch));
+      const int64_t tiles = std::min(backward_tiles(rows), per_sample);
+      const int64_t rows_per_tile = (rows.seq + tiles - 1) / tiles;
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(rows.batch));
+      kernel<<<grid, layout.threads, 0, stream>>>(rows, static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                  static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx),
+                                                  scratch, rows_per_tile);
+      // partial[0] and partial[1] are [batch][tiles][dim] each: 2·batch groups, giving [2][batch][dim].
+      launch_sum_tile_partials(scratch, 2 * rows.batch, tiles, rows.dim, dshift_dscale, stream);
     });
   });
-  // partial[0] and partial[1] are [batch][tiles][dim] each: 2·batch groups, giving [2][batch][dim].
-  launch_sum_tile_partials(scratch, 2 * rows.batch, tiles, rows.dim, dshift_dscale, stream);
   check_launch("modulated layer norm backward");
 }
 

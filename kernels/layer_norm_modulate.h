@@ -1,6 +1,6 @@
 // HY-Motion's modulated layer norm, y = LayerNorm(x)·(1 + scale) + shift with shift and scale per sample,
 // as CUDA kernels without LibTorch (nvcc compiles them; kernels/layer_norm_modulate_cuda.cpp is the
-// tensor glue): a block per row, float32 statistics, (1 + scale) rounded to the activation dtype as the
+// tensor glue): a block a row at a time, float32 statistics, (1 + scale) rounded to the activation dtype as the
 // op chain computes it, the result rounded once; backward reduces shift's and scale's gradients over each
 // sample's rows in a fixed order, so results repeat bitwise.
 #pragma once

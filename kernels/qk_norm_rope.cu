@@ -150,85 +150,150 @@ __global__ void forward_kernel(QkvShape s, const float* cos, const float* sin, f
   if (valid && holds && v != nullptr) store_lane<T, V>(v, out_at, load_lane<T, V>(in, 2 * width));
 }
 
+// One row's backward inputs (both parts' output gradients and projection values, and v's gradient), loaded
+// as a whole before any of them is used, so that a thread has five 16-byte loads in flight.
+template <typename T, int V>
+struct BackwardRow {
+  Pack<T, V> dy[2], x[2], dv;
+};
+
+template <typename T, int V>
+__device__ __forceinline__ BackwardRow<T, V> load_backward_row(const QkvShape& s, const RowSource& src, int64_t row,
+                                                              int64_t at, const T* dq, const T* dk, const T* dv) {
+  const int64_t D = s.head_dim, width = s.heads * D;
+  const T* proj = proj_row<T>(s, src) + at;
+  BackwardRow<T, V> in;
+  in.dy[0] = load_lane<T, V>(dq, row * D + at);
+  in.dy[1] = load_lane<T, V>(dk, row * D + at);
+  in.dv = load_lane<T, V>(dv, row * D + at);
+  in.x[0] = load_lane<T, V>(proj, 0);
+  in.x[1] = load_lane<T, V>(proj, width);
+  return in;
+}
+
+// Both parts' row sums at once (two independent shuffle chains).
+template <int G>
+__device__ __forceinline__ float2 row_sum2(float2 v) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+  }
+  return v;
+}
+
 // Per row and part: RoPE's transpose, then RMSNorm's backward (dx = g·rstd − x·rstd³·Σ(g·x)/d with
-// g = rounded(dy·weight)); the weights' gradients Σ dy·rounded(x·rstd) per lane, then per block in
-// `partial` [blocks, streams·2·d] (the block's table is sized for the group's widest d, G·V).
+// g = rounded(dy·weight)); the weights' gradients Σ dy·rounded(x·rstd). The rows are taken stream by stream,
+// so a thread sums one stream's weight gradients at a time in registers; at the end of a stream the groups
+// of each warp (which hold the same columns) are summed by shuffles, then the block's warps in
+// `block_sum`, into `partial` [blocks, 2 streams·2·d] (zeros for a stream not there). Every order of
+// addition is fixed. At least three blocks a multiprocessor (at most 85 registers a thread): the kernel is
+// bound by memory, and the warps in flight are what hide its latency.
 template <typename T, int V, int G>
-__global__ void backward_kernel(QkvShape s, const float* cos, const float* sin, const T* dq, const T* dk, const T* dv,
-                                const float* rstd_q, const float* rstd_k, float* partial) {
+__global__ void __launch_bounds__(kThreads, 3)
+    backward_kernel(QkvShape s, const float* cos, const float* sin, const T* dq, const T* dk, const T* dv,
+                    const float* rstd_q, const float* rstd_k, float* partial) {
   constexpr int kRowsPerPass = kThreads / G;
-  __shared__ float block_sum[kRowsPerPass][2 * 2 * G * V];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float block_sum[kWarps][2 * G * V];
   const int64_t D = s.head_dim;
   const int lane = threadIdx.x % G;
   const int group = threadIdx.x / G;
   const bool holds = lane * V < D;
   const int64_t at = holds ? lane * V : 0;
-  const int64_t rows = joint_rows(s), width = s.heads * D;
-  float dweight0[2][V] = {}, dweight1[2][V] = {};  // streams 0 and 1 (registers: indices fixed at compile time)
-  for (int64_t first = blockIdx.x * static_cast<int64_t>(kRowsPerPass); first < rows;
-       first += static_cast<int64_t>(gridDim.x) * kRowsPerPass) {
-    const int64_t row = first + group;
-    const bool valid = row < rows;
-    const int64_t r = valid ? row : 0;
-    const RowSource src = source_of(s, r);
-    const int64_t pos = position_of(s, r);
-    const T* in = proj_row<T>(s, src) + at;
-    T* out = dproj_row<T>(s, src) + at;
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {
-      float dy[V] = {}, x[V] = {}, gw[V] = {}, dot = 0.0f;
-      const float inv = (part == 0 ? rstd_q : rstd_k)[r];
+  const int64_t seq = joint_seq(s), width = s.heads * D;
+  for (int st = 0; st < 2; ++st) {
+    float dweight[2][V] = {};
+    const int64_t stream_seq = st < s.streams ? s.stream[st].seq : 0;
+    const int64_t offset = st == 0 ? 0 : s.stream[0].seq;  // the stream's first position in the joint sequence
+    const int64_t stream_rows = s.batch * stream_seq * s.heads;
+    for (int64_t first = blockIdx.x * static_cast<int64_t>(kRowsPerPass); first < stream_rows;
+         first += static_cast<int64_t>(gridDim.x) * kRowsPerPass) {
+      const int64_t i = first + group;
+      const bool valid = i < stream_rows;
+      const int64_t local_row = valid ? i : 0;
+      const int64_t h = local_row % s.heads, local = (local_row / s.heads) % stream_seq;
+      const int64_t b = local_row / (s.heads * stream_seq);
+      const int64_t pos = offset + local;
+      const int64_t row = (b * seq + pos) * s.heads + h;
+      const RowSource src{st, b, local, h};
+      BackwardRow<T, V> in = {};
+      if (holds) in = load_backward_row<T, V>(s, src, row, at, dq, dk, dv);
+      const float inv[2] = {rstd_q[row], rstd_k[row]};
+      Pack<T, V> gw[2];  // rounded(dy·weight), kept in the activation dtype it is rounded to
+      float2 dot = make_float2(0.0f, 0.0f);
       if (holds) {
-        const auto g = load_lane<T, V>(part == 0 ? dq : dk, r * D + at);
-        if (pos < s.rotated) {
-          const float* c = cos + pos * D + at;
-          const float* n = sin + pos * D + at;
 #pragma unroll
-          for (int p = 0; p < V; p += 2) {  // (g0, g1) → (g0·c0 + g1·s1, g1·c1 − g0·s0)
-            const float g0 = to_float(g.v[p]), g1 = to_float(g.v[p + 1]);
-            dy[p] = rounded<T>(__fadd_rn(__fmul_rn(g0, c[p]), __fmul_rn(g1, n[p + 1])));
-            dy[p + 1] = rounded<T>(__fadd_rn(__fmul_rn(g1, c[p + 1]), -__fmul_rn(g0, n[p])));
+        for (int part = 0; part < 2; ++part) {
+          float dy[V];
+          if (pos < s.rotated) {
+            const float* c = cos + pos * D + at;
+            const float* n = sin + pos * D + at;
+#pragma unroll
+            for (int p = 0; p < V; p += 2) {  // (g0, g1) → (g0·c0 + g1·s1, g1·c1 − g0·s0)
+              const float g0 = to_float(in.dy[part].v[p]), g1 = to_float(in.dy[part].v[p + 1]);
+              dy[p] = rounded<T>(__fadd_rn(__fmul_rn(g0, c[p]), __fmul_rn(g1, n[p + 1])));
+              dy[p + 1] = rounded<T>(__fadd_rn(__fmul_rn(g1, c[p + 1]), -__fmul_rn(g0, n[p])));
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) dy[j] = to_float(in.dy[part].v[j]);
           }
-        } else {
+          const auto w = load_lane<T, V>(weight_of<T>(s, st, part), at);
+          float part_dot = 0.0f;
 #pragma unroll
-          for (int j = 0; j < V; ++j) dy[j] = to_float(g.v[j]);
-        }
-        const auto xp = load_lane<T, V>(in, part * width);
-        const auto w = load_lane<T, V>(weight_of<T>(s, src.stream, part), at);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          x[j] = to_float(xp.v[j]);
-          gw[j] = rounded<T>(dy[j] * to_float(w.v[j]));
-          const float contribution = valid ? dy[j] * rounded<T>(x[j] * inv) : 0.0f;
-          dweight0[part][j] += src.stream == 0 ? contribution : 0.0f;
-          dweight1[part][j] += src.stream == 1 ? contribution : 0.0f;
-          dot += gw[j] * x[j];
+          for (int j = 0; j < V; ++j) {
+            const float x = to_float(in.x[part].v[j]);
+            gw[part].v[j] = from_float<T>(dy[j] * to_float(w.v[j]));
+            dweight[part][j] += valid ? dy[j] * rounded<T>(x * inv[part]) : 0.0f;
+            part_dot += to_float(gw[part].v[j]) * x;
+          }
+          (part == 0 ? dot.x : dot.y) = part_dot;
         }
       }
-      const float dmean = row_sum<G>(dot) * -0.5f * inv * inv * inv;
-      if (!holds) continue;
-      Pack<T, V> dx;
+      const float2 sums = row_sum2<G>(dot);
+      if (valid && holds) {
+        T* out = dproj_row<T>(s, src) + at;
 #pragma unroll
-      for (int j = 0; j < V; ++j) dx.v[j] = from_float<T>(gw[j] * inv + dmean * 2.0f * x[j] / static_cast<float>(D));
-      if (valid) store_lane<T, V>(out, part * width, dx);
+        for (int part = 0; part < 2; ++part) {
+          const float dmean = (part == 0 ? sums.x : sums.y) * -0.5f * inv[part] * inv[part] * inv[part];
+          Pack<T, V> dx;
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            dx.v[j] = from_float<T>(to_float(gw[part].v[j]) * inv[part] +
+                                    dmean * 2.0f * to_float(in.x[part].v[j]) / static_cast<float>(D));
+          }
+          store_lane<T, V>(out, part * width, dx);
+        }
+        store_lane<T, V>(out, 2 * width, in.dv);
+      }
     }
-    if (valid && holds) store_lane<T, V>(out, 2 * width, load_lane<T, V>(dv, r * D + at));
-  }
-  if (holds) {
+    // The stream's weight gradients: the groups of a warp by shuffles, then the warps in shared memory.
 #pragma unroll
     for (int part = 0; part < 2; ++part) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        block_sum[group][part * D + at + j] = dweight0[part][j];
-        block_sum[group][(2 + part) * D + at + j] = dweight1[part][j];
+#pragma unroll
+        for (int offset_lanes = G; offset_lanes < 32; offset_lanes <<= 1) {
+          dweight[part][j] += __shfl_xor_sync(0xffffffffu, dweight[part][j], offset_lanes);
+        }
       }
     }
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < 2 * 2 * D; i += kThreads) {
-    float total = 0.0f;
-    for (int g = 0; g < kRowsPerPass; ++g) total += block_sum[g][i];
-    partial[blockIdx.x * (2 * 2 * D) + i] = total;
+    const int warp = threadIdx.x / 32;
+    if (holds && threadIdx.x % 32 < G) {
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) block_sum[warp][part * D + at + j] = dweight[part][j];
+      }
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < 2 * D; c += kThreads) {
+      float total = 0.0f;
+      for (int w = 0; w < kWarps; ++w) total += block_sum[w][c];
+      partial[blockIdx.x * (2 * 2 * D) + st * 2 * D + c] = total;
+    }
+    __syncthreads();  // the table is the next stream's
   }
 }
 

@@ -5,6 +5,7 @@
 #include "models/hymotion/layers.h"
 
 #include "core/check.h"
+#include "kernels/block_sparse_attention_op.h"
 #include "kernels/concat_gelu_op.h"
 #include "models/common/contiguous_grad.h"
 #include "models/common/fused_norms.h"
@@ -263,8 +264,13 @@ std::vector<torch::Tensor> split_qkv(const torch::Tensor& qkv, int64_t num_heads
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& bias) {
-  const auto out = compat::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                        bias.defined() ? bias.to(q.scalar_type()) : bias);
+  const auto b = bias.defined() ? bias.to(q.scalar_type()) : bias;
+  if (uses_block_sparse_attention(q, k, v, b)) {  // the tiles the bias closes whole skipped (CUDA, 16-bit)
+    const auto out = block_sparse_attention(q, k, v, b);  // [B, S, H, d] contiguous
+    const auto joined = out.view({out.size(0), out.size(1), -1});
+    return contiguous_grad(joined);
+  }
+  const auto out = compat::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), b);
   const auto o = out.transpose(1, 2);  // [B, S, H, d]
   const auto joined = o.reshape({o.size(0), o.size(1), -1});
   // cuDNN's attention caches its backward graph by the layouts of q, k, v and the bias, yet builds it

@@ -170,7 +170,8 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 
 // Splits a [B, S, 3·H·d] projection laid out [q | k | v] × heads into three [B, S, H, d] tensors.
 std::vector<torch::Tensor> split_qkv(const torch::Tensor& qkv, int64_t num_heads);
-// SDPA over [B, S, H, d] tensors with an additive bias [B, 1, S, S]; returns [B, S, H·d].
+// SDPA over [B, S, H, d] tensors with an additive bias [B, 1, S, S]; returns [B, S, H·d]. On CUDA in 16-bit
+// zest's block-sparse kernels run it where they apply (kernels/block_sparse_attention_op.h), LibTorch's elsewhere.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& bias);
 

@@ -68,7 +68,7 @@ TEST(GpuHyMotion, Bf16TracksTheFloat32Reference) {
 // HY-Motion at configs that are not the release: head dims of 96 and 40 (rows of 12 and 5 lanes, padded
 // to 16 and 8) and widths of 288 and 200 that no whole number of warps splits evenly. On the GPU every
 // fused path is taken, none falls back, and float32 there equals the CPU's op-by-op form (output and
-// every gradient); bf16 takes the same paths and tracks it.
+// every gradient); bf16 takes the same paths, and the block-sparse attention, and tracks it.
 HyMotionConfig shape_variant(int64_t feat_dim, int64_t heads) {
   HyMotionConfig c = load_config("hymotion_tiny");
   c.feat_dim = feat_dim;
@@ -101,16 +101,19 @@ HyMotionInputs random_inputs(const HyMotionConfig& c) {
           lengths_mask(frames, {24, 17}), lengths_mask(tokens, {6, 4})};
 }
 
-void expect_no_fallback() {
+// `sixteen_bit`: the block-sparse attention is taken too (float32 runs LibTorch's attention by design, unrecorded).
+void expect_no_fallback(bool sixteen_bit) {
   const auto uses = fused_path_uses();
-  bool qk_norm_rope = false, layer_norm_modulate = false;
+  bool qk_norm_rope = false, layer_norm_modulate = false, block_sparse_attention = false;
   for (const auto& use : uses) {
     EXPECT_EQ(use.fell_back, 0) << use.path << ": " << use.why_not;
     qk_norm_rope = qk_norm_rope || (use.path == "qk_norm_rope" && use.taken > 0);
     layer_norm_modulate = layer_norm_modulate || (use.path == "layer_norm_modulate" && use.taken > 0);
+    block_sparse_attention = block_sparse_attention || (use.path == "block_sparse_attention" && use.taken > 0);
   }
   EXPECT_TRUE(qk_norm_rope);
   EXPECT_TRUE(layer_norm_modulate);
+  EXPECT_EQ(block_sparse_attention, sixteen_bit);
 }
 
 TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
@@ -127,7 +130,7 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
     reset_fused_path_uses();
     const auto got = gpu->forward(on_gpu(inputs));
     got.pow(2).mean().backward();
-    expect_no_fallback();
+    expect_no_fallback(/*sixteen_bit=*/false);
     EXPECT_LE(testing::relative_l2_error(got.cpu(), want), 1e-5);
     const auto cpu_params = cpu->named_parameters();
     for (const auto& item : gpu->named_parameters()) {
@@ -147,7 +150,7 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
     reset_fused_path_uses();
     const auto got16 = half->forward(on_gpu(inputs));
     got16.to(torch::kFloat32).pow(2).mean().backward();
-    expect_no_fallback();
+    expect_no_fallback(/*sixteen_bit=*/true);
     EXPECT_LE(testing::relative_l2_error(got16.cpu(), want), 2e-2);
     reset_fused_path_uses();
   }

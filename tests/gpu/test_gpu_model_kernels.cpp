@@ -210,13 +210,19 @@ TEST(GpuRmsNorm, KernelsMatchTheOpByOpForm) {
 // per sample, D contiguous), against the op chain autocast computes (float32 layer norm, 1 + scale in the
 // activation dtype, float32 modulation, one rounding) on the CPU: output and the gradients of x, shift and
 // scale. Widths split evenly over 32 to 384 threads (256, 768, HY-Motion's 1280, 2048, 3072) and widths
-// whose last threads hold less or nothing (200, 288, 1000, 1088, 1152, 4104).
+// whose last threads hold less or nothing (200, 288, 1000, 1088, 1152, 4104); three of them also with rows
+// enough that every block of the forward and backward takes several (its next row loaded ahead).
 TEST(GpuLayerNormModulate, KernelsMatchTheOpChain) {
   torch::manual_seed(11);
+  struct Shape {
+    int64_t batch, seq, d;
+  };
+  std::vector<Shape> shapes;
+  for (const int64_t d : {256, 768, 1280, 2048, 3072, 200, 288, 1000, 1088, 1152, 4104}) shapes.push_back({3, 37, d});
+  for (const int64_t d : {1280, 200, 3072}) shapes.push_back({5, 6000, d});
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (const int64_t d : {256, 768, 1280, 2048, 3072, 200, 288, 1000, 1088, 1152, 4104}) {
-      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
-      const int64_t batch = 3, seq = 37;
+    for (const auto [batch, seq, d] : shapes) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d << " rows " << batch << "x" << seq);
       const auto x0 = (torch::randn({batch, seq, d}) * 2 + 0.5).to(dtype);
       const auto mod0 = (0.5 * torch::randn({batch, 1, 6 * d})).to(dtype);
       const auto r = torch::randn({batch, seq, d});

@@ -3,7 +3,9 @@
 // projection that is a slice of a wider one (the single block's linear1), RoPE on part of the joint
 // sequence, float32 and bf16; forward values, the projections' and the norm weights' gradients, and a
 // bitwise repeat.
+#include "common/scoped_switch.h"
 #include "common/tensor_close.h"
+#include "kernels/block_sparse_attention_op.h"
 #include "kernels/qk_norm_rope_op.h"
 #include "models/hymotion/attention_mask.h"
 #include "models/hymotion/layers.h"
@@ -61,6 +63,10 @@ struct KernelsOn {
   ~KernelsOn() { set_qk_norm_rope(was); }
   bool was;
 };
+
+// hymotion::attention on LibTorch's attention (cuDNN's, whose graph cache these tests are about), not on zest's
+// block-sparse kernels (tests/gpu/test_gpu_block_sparse_attention.cpp).
+ScopedSwitch libtorch_attention() { return {block_sparse_attention_enabled, set_block_sparse_attention, false}; }
 
 void check_case(const Case& c) {
   const KernelsOn on;
@@ -140,6 +146,7 @@ TEST(GpuQkNormRope, MatchesTheOpChain) {
       check_case({dtype, d, {29}, 5 * d, 11});        // a slice of a wider projection, part rotated
       check_case({dtype, d, {23, 9}, 0, 23});         // motion and text joined, motion rotated
       check_case({dtype, d, {23, 9}, 0, 27});         // RoPE reaching into the second stream
+      check_case({dtype, d, {4000, 2500}, 0, 4000});  // rows enough for several passes of each backward block
     }
   }
 }
@@ -169,6 +176,7 @@ TEST(GpuQkNormRope, OtherShapesTakeTheOpChain) {
 // inputs the attention accepts.
 TEST(GpuQkNormRope, FeedsAttentionAtTheReleasedShapes) {
   const KernelsOn on;
+  const auto libtorch = libtorch_attention();
   torch::manual_seed(11);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const int64_t batch = 2, heads = 20, d = 64, motion = 360, text = 128, width = 3 * heads * d;
@@ -259,6 +267,7 @@ struct OnlyCudnnAttention {
 // orders, each against float32 attention on the same values.
 TEST(GpuQkNormRope, AttentionGradientsDoNotDependOnTheGradientsLayout) {
   const OnlyCudnnAttention cudnn;
+  const auto libtorch = libtorch_attention();
   torch::manual_seed(23);
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const int64_t batch = 2, heads = 6, d = 64, motion = 88, text = 40, seq = motion + text, extra = 96;
