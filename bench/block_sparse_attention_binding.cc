@@ -51,6 +51,14 @@ std::vector<torch::Tensor> forward(torch::Tensor q, torch::Tensor k, torch::Tens
   return {out, lse, map};
 }
 
+// The tile map alone (the forward builds it first), to time it apart.
+torch::Tensor tile_map(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor bias) {
+  const Call c = call_of(q, k, v, bias);
+  auto map = torch::empty({c.bias_batches, c.shape.q_tiles(), c.shape.k_tiles()}, q.options().dtype(torch::kUInt8));
+  zest::launch_attention_tile_map(c.shape, c.bias_batches, dtype_of(q), bias.data_ptr(), map.data_ptr<uint8_t>(), stream());
+  return map;
+}
+
 std::vector<torch::Tensor> backward(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor bias,
                                     torch::Tensor map, torch::Tensor out, torch::Tensor grad_out, torch::Tensor lse) {
   Call c = call_of(q, k, v, bias);
@@ -74,4 +82,5 @@ std::vector<torch::Tensor> backward(torch::Tensor q, torch::Tensor k, torch::Ten
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward);
   m.def("backward", &backward);
+  m.def("tile_map", &tile_map);
 }

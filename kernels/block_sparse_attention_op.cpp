@@ -32,8 +32,10 @@ void set_block_sparse_attention(bool enabled) { block_sparse_switch().set(enable
 #ifdef ZEST_WITH_CUDA
 namespace {
 
-// LibTorch's attention by design, not a fallback: CPU tensors, float32 (and float64), no bias (nothing to skip).
+// LibTorch's attention by design, not a fallback: the switch off (LibTorch's cuDNN attention is the faster
+// path), CPU tensors, float32 (and float64), no bias (nothing to skip).
 bool is_libtorchs_by_design(const torch::Tensor& q, const torch::Tensor& bias) {
+  if (!block_sparse_attention_enabled()) return true;
   if (!q.defined() || !q.is_cuda() || !bias.defined()) return true;
   const auto dtype = q.scalar_type();
   return dtype != torch::kBFloat16 && dtype != torch::kFloat16;
@@ -51,9 +53,6 @@ bool has_kernel_layout(const torch::Tensor& t) {
 // Why the kernels cannot take these inputs, or nothing when they can (q is a 16-bit CUDA tensor with a bias).
 std::string attention_refusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& bias) {
-  if (!block_sparse_attention_enabled()) {
-    return "switched off ([engine.kernels] block_sparse_attention = false, or ZEST_BLOCK_SPARSE_ATTENTION=0)";
-  }
   const auto same_kind = [&](const torch::Tensor& t) {
     return t.defined() && t.scalar_type() == q.scalar_type() && t.device() == q.device();
   };
@@ -86,8 +85,6 @@ bool uses_block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA
   if (is_libtorchs_by_design(q, bias)) return false;
-  // A switched-off kernel is recorded as fallen back, as qk_norm_rope records it: `zest bench` and `zest train`
-  // then say that the attention ran LibTorch's form and why.
   const std::string why_not = attention_refusal(q, k, v, bias);
   note_fused_path("block_sparse_attention", why_not.empty(), why_not);
   return why_not.empty();
@@ -100,7 +97,8 @@ bool uses_block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& bias) {
 #ifdef ZEST_WITH_CUDA
-  ZEST_CHECK(!is_libtorchs_by_design(q, bias), "block-sparse attention: needs 16-bit CUDA tensors and a bias");
+  ZEST_CHECK(!is_libtorchs_by_design(q, bias),
+             "block-sparse attention: needs the switch on, 16-bit CUDA tensors and a bias");
   const std::string why_not = attention_refusal(q, k, v, bias);
   ZEST_CHECK(why_not.empty(), "block-sparse attention: ", why_not);
   return block_sparse_attention_cuda(q, k, v, bias);

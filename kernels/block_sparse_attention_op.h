@@ -6,16 +6,18 @@
 
 namespace zest {
 
-// On by default; [engine.kernels] block_sparse_attention = false (or ZEST_BLOCK_SPARSE_ATTENTION=0) switches
-// the kernels off (LibTorch's scaled_dot_product_attention runs instead); the setter is for tests.
+// Off by default (slower than LibTorch's cuDNN attention at HY-Motion's release, bench/RESULTS.md);
+// [engine.kernels] block_sparse_attention = true (or ZEST_BLOCK_SPARSE_ATTENTION=1) switches the kernels on;
+// the setter is for tests.
 bool block_sparse_attention_enabled();
 void set_block_sparse_attention(bool enabled);
 
 // Whether the kernels take these inputs: a CUDA build; q [B, Sq, H, d], k and v [B, Sk, H, d] (views of a wider
 // tensor qualify: the head dim contiguous, the other strides whole 16-byte rows, the data 16-byte aligned);
 // an additive bias [B or 1, 1, Sq, Sk] with contiguous rows (a batch stride of 0 shares it); all bf16 or fp16
-// on one device; d a multiple of 8 up to 128. CPU tensors, float32 and calls without a bias are LibTorch's by
-// design and not recorded; the rest record their decision in fused_paths.h.
+// on one device; d a multiple of 8 up to 128. With the switch off, and for CPU tensors, float32 and calls
+// without a bias, the attention is LibTorch's by design and not recorded; the rest record their decision in
+// fused_paths.h.
 bool uses_block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& bias);
 // out [B, Sq, H, d] contiguous in q's dtype, differentiable in q, k, v (not in the bias); only where

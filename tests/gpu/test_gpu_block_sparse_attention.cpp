@@ -314,18 +314,23 @@ TEST_F(GpuBlockSparseAttention, OtherInputsTakeLibTorchsAttention) {
   reset_fused_path_uses();
 }
 
-// Switched off ([engine.kernels] block_sparse_attention = false) the attention is LibTorch's, reported like a
-// fallback (as qk_norm_rope's switch is).
+// Switched off (the default: [engine.kernels] block_sparse_attention = false) the attention is LibTorch's by
+// design, not a fallback: nothing is recorded, and hymotion::attention gives LibTorch's result.
 TEST_F(GpuBlockSparseAttention, SwitchedOffTakesLibTorchsAttention) {
   const ScopedSwitch off(block_sparse_attention_enabled, set_block_sparse_attention, false);
   const auto bf16 = on_cuda().dtype(torch::kBFloat16);
-  const auto q = torch::randn({2, 16, 2, 64}, bf16);
+  torch::manual_seed(6);
+  const auto qkv = make_qkv(Layout::joint, 2, 16, 16, 2, 64, torch::kBFloat16);
+  const auto bias = torch::zeros({2, 1, 16, 16}, bf16);
   reset_fused_path_uses();
-  EXPECT_FALSE(uses_block_sparse_attention(q, q, q, torch::zeros({2, 1, 16, 16}, bf16)));
-  const auto uses = fused_path_uses();
-  ASSERT_EQ(uses.size(), 1u);
-  EXPECT_EQ(uses[0].fell_back, 1);
-  EXPECT_NE(uses[0].why_not.find("switched off"), std::string::npos) << uses[0].why_not;
+  EXPECT_FALSE(uses_block_sparse_attention(qkv[0], qkv[1], qkv[2], bias));
+  const auto joined = hymotion::attention(qkv[0], qkv[1], qkv[2], bias);
+  EXPECT_TRUE(fused_path_uses().empty());
+  const auto libtorchs = compat::scaled_dot_product_attention(qkv[0].transpose(1, 2), qkv[1].transpose(1, 2),
+                                                              qkv[2].transpose(1, 2), bias)
+                             .transpose(1, 2)
+                             .reshape({2, 16, -1});
+  EXPECT_TRUE(torch::equal(joined, libtorchs));
   reset_fused_path_uses();
 }
 

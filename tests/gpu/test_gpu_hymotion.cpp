@@ -2,8 +2,10 @@
 // residual, the attention output beside the activated MLP half) the tiny golden model gives the
 // reference's output and gradients in float32, and tracks them in bf16 as the CPU path does
 // (tests/hymotion/test_hymotion_precision.cpp).
+#include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "hymotion/hymotion_test_util.h"
+#include "kernels/block_sparse_attention_op.h"
 #include "kernels/concat_gelu_op.h"
 #include "kernels/fused_paths.h"
 #include "kernels/gated_residual_op.h"
@@ -147,6 +149,9 @@ TEST(GpuHyMotion, ConfigsOtherThanTheReleaseTakeEveryFusedPath) {
 
     auto half = random_model(c);
     half->to(torch::kCUDA, torch::kBFloat16);
+    // The block-sparse attention is off by default (kernels/block_sparse_attention_op.h); on here, so that
+    // these shapes run it inside the model.
+    const testing::ScopedSwitch attention_on(block_sparse_attention_enabled, set_block_sparse_attention, true);
     reset_fused_path_uses();
     const auto got16 = half->forward(on_gpu(inputs));
     got16.to(torch::kFloat32).pow(2).mean().backward();
