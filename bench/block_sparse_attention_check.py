@@ -34,7 +34,7 @@ def build():
     subprocess.run(["/usr/local/cuda/bin/nvcc", "-std=c++20", "-arch=sm_90a", "-O3", "-Xcompiler", "-fPIC", "-I", ROOT,
                     "-c", os.path.join(ROOT, "kernels/block_sparse_attention.cu"), "-o", obj], check=True)
     module = load(name="zest_bsa_check", sources=[os.path.join(ROOT, "bench/block_sparse_attention_binding.cc")],
-                  extra_include_paths=[ROOT], extra_ldflags=[obj], build_directory=work, verbose=False)
+                  extra_include_paths=[ROOT, "/usr/local/cuda/include"], extra_ldflags=[obj], with_cuda=True, build_directory=work, verbose=False)
     print(f"built in {time.time() - t:.0f} s", flush=True)
     return module
 
