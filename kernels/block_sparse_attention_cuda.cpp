@@ -2,6 +2,7 @@
 // and the bias (their producers keep them anyway), the output, the rows' log-sum-exp and the tile map the
 // forward built, so the backward classifies no tile again.
 #include "kernels/block_sparse_attention.h"
+#include "kernels/block_sparse_attention_op.h"
 #include "kernels/kernel_tensors.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -32,15 +33,6 @@ BlockSparseAttentionShape shape_of(const torch::Tensor& q, const torch::Tensor& 
   shape.v = strides_of(v);
   shape.bias_batch_stride = bias_batches_of(bias) == 1 ? 0 : bias.stride(0);
   return shape;
-}
-
-// Whether the kernels read the output's gradient as it comes (uses_block_sparse_attention's rule for q, k, v):
-// the head dim contiguous, the other strides whole 16-byte rows, the data 16-byte aligned. A slice of a wider
-// gradient ([attention | MLP half]) qualifies; a broadcast one (a sum's) is copied.
-bool is_kernel_readable(const torch::Tensor& t) {
-  const auto whole_rows = [&](int64_t dim) { return t.size(dim) == 1 || t.stride(dim) % 8 == 0; };
-  return t.stride(3) == 1 && whole_rows(0) && whole_rows(1) && whole_rows(2) &&
-         reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
 struct BlockSparseAttention : torch::autograd::Function<BlockSparseAttention> {
@@ -74,7 +66,8 @@ struct BlockSparseAttention : torch::autograd::Function<BlockSparseAttention> {
     const auto& map = saved[6];
     BlockSparseAttentionShape shape = shape_of(q, k, v, bias);
     auto grad_out = grads[0].to(q.scalar_type());
-    if (!is_kernel_readable(grad_out)) grad_out = grad_out.contiguous();
+    // A slice of a wider gradient ([attention | MLP half]) is read as it is; a broadcast one (a sum's) is copied.
+    if (!has_block_sparse_attention_layout(grad_out)) grad_out = grad_out.contiguous();
     shape.grad_out = strides_of(grad_out);
 
     const auto f32 = q.options().dtype(torch::kFloat32);

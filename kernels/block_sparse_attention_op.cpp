@@ -29,6 +29,12 @@ KernelSwitch& block_sparse_switch() {  // [engine.kernels] block_sparse_attentio
 bool block_sparse_attention_enabled() { return block_sparse_switch().enabled(); }
 void set_block_sparse_attention(bool enabled) { block_sparse_switch().set(enabled); }
 
+bool has_block_sparse_attention_layout(const torch::Tensor& t) {
+  const auto whole_rows = [&](int64_t dim) { return t.size(dim) == 1 || t.stride(dim) % 8 == 0; };
+  return t.stride(3) == 1 && whole_rows(0) && whole_rows(1) && whole_rows(2) &&
+         reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
 #ifdef ZEST_WITH_CUDA
 namespace {
 
@@ -39,15 +45,6 @@ bool is_libtorchs_by_design(const torch::Tensor& q, const torch::Tensor& bias) {
   if (!q.defined() || !q.is_cuda() || !bias.defined()) return true;
   const auto dtype = q.scalar_type();
   return dtype != torch::kBFloat16 && dtype != torch::kFloat16;
-}
-
-// The kernels index q, k, v (and the output's gradient) by element strides and load 16 bytes at a time: the
-// head dim contiguous, every other stride a whole number of 8 elements (a size-1 dim's stride is never used)
-// and the data 16-byte aligned.
-bool has_kernel_layout(const torch::Tensor& t) {
-  const auto whole_rows = [&](int64_t dim) { return t.size(dim) == 1 || t.stride(dim) % 8 == 0; };
-  return t.stride(3) == 1 && whole_rows(0) && whole_rows(1) && whole_rows(2) &&
-         reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
 // Why the kernels cannot take these inputs, or nothing when they can (q is a 16-bit CUDA tensor with a bias).
@@ -67,7 +64,8 @@ std::string attention_refusal(const torch::Tensor& q, const torch::Tensor& k, co
     return "k and v not [B, Sk, H, d] beside q [B, Sq, H, d]";
   }
   if (q.numel() == 0 || k.numel() == 0) return "an empty batch or sequence";
-  if (!has_kernel_layout(q) || !has_kernel_layout(k) || !has_kernel_layout(v)) {
+  if (!has_block_sparse_attention_layout(q) || !has_block_sparse_attention_layout(k) ||
+      !has_block_sparse_attention_layout(v)) {
     return "q, k or v without a contiguous head dim, 16-byte multiple strides and 16-byte aligned data";
   }
   const bool bias_shape = bias.dim() == 4 && (bias.size(0) == 1 || bias.size(0) == batch) && bias.size(1) == 1 &&

@@ -20,6 +20,10 @@ void set_block_sparse_attention(bool enabled);
 // fused_paths.h.
 bool uses_block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& bias);
+// Whether the kernels read a [B, S, H, d] tensor (q, k, v, the output's gradient) as it is: the head dim
+// contiguous, every other stride a whole number of 8 elements (a size-1 dim's stride is never used) and the
+// data 16-byte aligned, since they load 16 bytes at a time.
+bool has_block_sparse_attention_layout(const torch::Tensor& t);
 // out [B, Sq, H, d] contiguous in q's dtype, differentiable in q, k, v (not in the bias); only where
 // uses_block_sparse_attention holds. A row the bias closes whole gives zeros (LibTorch's attention gives NaN).
 torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
