@@ -26,14 +26,14 @@ __device__ __forceinline__ void load_gate(const T* gate, float* g) {
 
 template <typename T, int V>
 __global__ void forward_kernel(GatedRows r, const T* x, const T* y, const T* gate, T* out) {
-  const int64_t packs_per_row = r.dim / V, packs = r.batch * r.seq * packs_per_row;
+  const int64_t packs_per_row = r.dim / V, packs = r.rows() * packs_per_row;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < packs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / packs_per_row, col = (i % packs_per_row) * V, at = row * r.dim + col;
     const auto xs = load<T, V>(x, at);
     const auto ys = load<T, V>(y, at);
     float g[V];
-    load_gate<T, V>(gate + (row / r.seq) * r.gate_stride_b + col, g);
+    load_gate<T, V>(gate + sample_of_row(r.samples, row, r.batch, r.seq) * r.gate_stride_b + col, g);
     Pack<T, V> result;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -53,10 +53,11 @@ __global__ void backward_kernel(GatedRows r, const T* d_out, const T* y, const T
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x, col = pack * V;
   float g[V], sums[V] = {};
   load_gate<T, V>(gate + b * r.gate_stride_b + col, g);
+  const SampleRange sample = sample_range(r.samples, b, r.seq);
   const int64_t first = tile * rows_per_tile;
-  const int64_t last = first + rows_per_tile < r.seq ? first + rows_per_tile : r.seq;
+  const int64_t last = first + rows_per_tile < sample.count ? first + rows_per_tile : sample.count;
   for (int64_t s = first; s < last; ++s) {
-    const int64_t at = (b * r.seq + s) * r.dim + col;
+    const int64_t at = (sample.first + s) * r.dim + col;
     const auto grads = load<T, V>(d_out, at);
     const auto ys = load<T, V>(y, at);
     Pack<T, V> dy;

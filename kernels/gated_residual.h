@@ -7,16 +7,21 @@
 #pragma once
 
 #include "kernels/kernel_dtype.h"
+#include "core/host_device.h"
+#include "kernels/packed_samples.h"
 
 #include <cstdint>
 
 namespace zest {
 
-// x, y, out: [batch, seq, dim] contiguous; gate of sample b at b·gate_stride_b + j (j < dim).
+// x, y, out: [batch, seq, dim] contiguous; gate of sample b at b·gate_stride_b + j (j < dim). Packed rows
+// (`samples.starts` set): x, y, out are [samples.rows, dim], sample b's rows one after another
+// (kernels/packed_samples.h), and seq is the longest sample's row count.
 struct GatedRows {
   int64_t batch = 0, seq = 0, dim = 0;
   int64_t gate_stride_b = 0;
-  int64_t rows() const { return batch * seq; }
+  PackedSamples samples;
+  ZEST_HOST_DEVICE int64_t rows() const { return samples.starts ? samples.rows : batch * seq; }
 };
 
 // The widest pack (8, 4, 2 or 1 elements, at most 16 bytes) that dim and the row pointers allow.

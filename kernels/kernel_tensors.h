@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/kernel_dtype.h"
+#include "kernels/packed_samples.h"
 
 #include <torch/torch.h>
 
@@ -30,6 +31,18 @@ class DataPointers {
  private:
   const void* pointers_[8] = {};
   int count_ = 0;
+};
+
+// Rows of several samples packed one after another (kernels/packed_samples.h) as tensors: `starts` for the
+// kernels, `sample` (each row's sample) for the ATen forms, which gather per-sample values row by row.
+struct SampleRows {
+  torch::Tensor starts;  // int32 [batch + 1] on the rows' device: sample b's rows are starts[b] .. starts[b + 1] − 1
+  torch::Tensor sample;  // int64 [rows] on the rows' device: each row's sample
+  int64_t longest = 0;   // the most rows of one sample
+
+  int64_t batch() const { return starts.size(0) - 1; }
+  int64_t rows() const { return sample.size(0); }
+  PackedSamples kernel_view() const { return {starts.data_ptr<int32_t>(), rows()}; }
 };
 
 // The current CUDA stream of t's device, as the kernels' launch functions take it.

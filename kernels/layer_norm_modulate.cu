@@ -119,11 +119,11 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
   __shared__ float2 shared[kMaxWarps];
   const int packs = packs_of_thread(r.dim / V);
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
-  const int64_t rows = r.batch * r.seq;
+  const int64_t rows = r.rows();
   RowPacks<T, V, K> ahead{};
   if (blockIdx.x < rows) ahead = load_row_packs<T, V, K>(x + blockIdx.x * r.dim, packs);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t b = row / r.seq;
+    const int64_t b = sample_of_row(r.samples, row, r.batch, r.seq);
     float one_plus[K], shifted[K];
     load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
     load_modulation<T, V, K>(shift + b * r.shift_stride_b, packs, shifted);
@@ -158,15 +158,16 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
   float one_plus[K], dshift[K] = {}, dscale[K] = {};
   load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
+  const SampleRange sample = sample_range(r.samples, b, r.seq);
   const int64_t first = tile * rows_per_tile;
-  const int64_t last = first + rows_per_tile < r.seq ? first + rows_per_tile : r.seq;
+  const int64_t last = first + rows_per_tile < sample.count ? first + rows_per_tile : sample.count;
   RowPacks<T, V, K> g_ahead{}, n_ahead{};
   if (first < last) {
-    g_ahead = load_row_packs<T, V, K>(dy + (b * r.seq + first) * r.dim, packs);
-    n_ahead = load_row_packs<T, V, K>(x + (b * r.seq + first) * r.dim, packs);
+    g_ahead = load_row_packs<T, V, K>(dy + (sample.first + first) * r.dim, packs);
+    n_ahead = load_row_packs<T, V, K>(x + (sample.first + first) * r.dim, packs);
   }
   for (int64_t s = first; s < last; ++s) {
-    const int64_t row = b * r.seq + s;
+    const int64_t row = sample.first + s;
     float g[K], n[K];
     to_floats<T, V, K>(g_ahead, g);
     to_floats<T, V, K>(n_ahead, n);

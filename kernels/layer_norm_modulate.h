@@ -6,16 +6,21 @@
 #pragma once
 
 #include "kernels/kernel_dtype.h"
+#include "core/host_device.h"
+#include "kernels/packed_samples.h"
 
 #include <cstdint>
 
 namespace zest {
 
-// x: [batch, seq, dim] contiguous; shift and scale of sample b at b·stride_b + j (j < dim).
+// x: [batch, seq, dim] contiguous; shift and scale of sample b at b·stride_b + j (j < dim). Packed rows
+// (`samples.starts` set): x is [samples.rows, dim], sample b's rows one after another
+// (kernels/packed_samples.h), and seq is the longest sample's row count.
 struct ModulatedRows {
   int64_t batch = 0, seq = 0, dim = 0;
   int64_t shift_stride_b = 0, scale_stride_b = 0;
-  int64_t rows() const { return batch * seq; }
+  PackedSamples samples;
+  ZEST_HOST_DEVICE int64_t rows() const { return samples.starts ? samples.rows : batch * seq; }
 };
 
 // A row spreads over whole warps of up to 512 threads, at most 16 elements each: every width from 1 to

@@ -10,22 +10,28 @@
 namespace zest {
 namespace {
 
-ModulatedRows rows_of(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
-  return {x.size(0), x.size(1), x.size(2), shift.stride(0), scale.stride(0)};
+// x [B, S, D], or packed [rows, D] with `starts` (int32 [B + 1]) and `longest` rows of one sample.
+ModulatedRows rows_of(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                      const torch::Tensor& starts, int64_t longest) {
+  if (!starts.defined()) return {x.size(0), x.size(1), x.size(2), shift.stride(0), scale.stride(0), {}};
+  return {starts.size(0) - 1, longest, x.size(1), shift.stride(0), scale.stride(0),
+          {starts.data_ptr<int32_t>(), x.size(0)}};
 }
 
 struct LayerNormModulateKernels : torch::autograd::Function<LayerNormModulateKernels> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_in,
-                               const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+                               const torch::Tensor& shift, const torch::Tensor& scale, double eps,
+                               const torch::Tensor& starts, int64_t longest) {
     const auto x = x_in.contiguous();
-    const ModulatedRows rows = rows_of(x, shift, scale);
+    const ModulatedRows rows = rows_of(x, shift, scale, starts, longest);
     auto y = torch::empty_like(x);
     auto mean = torch::empty({rows.rows()}, x.options().dtype(torch::kFloat32));
     auto rstd = torch::empty({rows.rows()}, x.options().dtype(torch::kFloat32));
     launch_layer_norm_modulate_forward(rows, kernel_dtype_of(x.scalar_type()), x.data_ptr(), shift.data_ptr(),
                                        scale.data_ptr(), eps, y.data_ptr(), mean.data_ptr<float>(),
                                        rstd.data_ptr<float>(), current_stream_of(x));
-    ctx->save_for_backward({x, shift, scale, mean, rstd});
+    ctx->save_for_backward({x, shift, scale, mean, rstd, starts});
+    ctx->saved_data["longest"] = longest;
     return y;
   }
 
@@ -35,7 +41,7 @@ struct LayerNormModulateKernels : torch::autograd::Function<LayerNormModulateKer
     const auto& x = saved[0];
     const auto& shift = saved[1];
     const auto& scale = saved[2];
-    const ModulatedRows rows = rows_of(x, shift, scale);
+    const ModulatedRows rows = rows_of(x, shift, scale, saved[5], ctx->saved_data["longest"].toInt());
     const auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = torch::empty_like(x);
     const auto f32 = x.options().dtype(torch::kFloat32);
@@ -45,16 +51,18 @@ struct LayerNormModulateKernels : torch::autograd::Function<LayerNormModulateKer
                                         scale.data_ptr(), saved[3].data_ptr<float>(), saved[4].data_ptr<float>(),
                                         dx.data_ptr(), dshift_dscale.data_ptr<float>(), scratch.data_ptr<float>(),
                                         current_stream_of(x));
-    return {dx, dshift_dscale[0].to(shift.scalar_type()), dshift_dscale[1].to(scale.scalar_type()), {}};
+    return {dx, dshift_dscale[0].to(shift.scalar_type()), dshift_dscale[1].to(scale.scalar_type()), {}, {}, {}};
   }
 };
 
 }  // namespace
 
 torch::Tensor layer_norm_modulate_with_kernels(const torch::Tensor& x, const torch::Tensor& shift,
-                                               const torch::Tensor& scale, double eps) {
-  ZEST_CHECK(uses_layer_norm_modulate_kernels(x, shift, scale), "modulated layer-norm kernels: input not covered");
-  return LayerNormModulateKernels::apply(x, shift, scale, eps);
+                                               const torch::Tensor& scale, double eps, const SampleRows* samples) {
+  ZEST_CHECK(uses_layer_norm_modulate_kernels(x, shift, scale, samples),
+             "modulated layer-norm kernels: input not covered");
+  if (samples == nullptr) return LayerNormModulateKernels::apply(x, shift, scale, eps, torch::Tensor(), 0);
+  return LayerNormModulateKernels::apply(x, shift, scale, eps, samples->starts, samples->longest);
 }
 
 }  // namespace zest

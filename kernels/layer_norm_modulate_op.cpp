@@ -15,34 +15,38 @@ bool layer_norm_modulate_covers(int64_t dim);  // layer_norm_modulate.h (nvcc-co
 
 namespace {
 
-// [B, 1, D] with D contiguous, on x's device and in its dtype.
-bool is_per_sample(const torch::Tensor& m, const torch::Tensor& x) {
-  return m.dim() == 3 && m.size(0) == x.size(0) && m.size(1) == 1 && m.size(2) == x.size(2) && m.stride(2) == 1 &&
+// [batch, 1, D] with D contiguous, on x's device and in its dtype.
+bool is_per_sample(const torch::Tensor& m, const torch::Tensor& x, int64_t batch) {
+  return m.dim() == 3 && m.size(0) == batch && m.size(1) == 1 && m.size(2) == x.size(-1) && m.stride(2) == 1 &&
          m.scalar_type() == x.scalar_type() && m.device() == x.device();
 }
 
 }  // namespace
 #endif
 
-bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                      const SampleRows* samples) {
 #ifdef ZEST_WITH_CUDA
   if (!x.is_cuda()) return false;
-  const bool layout = x.dim() == 3 && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) && is_per_sample(shift, x) &&
-                      is_per_sample(scale, x);
-  const bool covered = layout && layer_norm_modulate_covers(x.size(2));
+  const int64_t batch = samples ? samples->batch() : x.dim() == 3 ? x.size(0) : -1;
+  const bool layout = x.dim() == (samples ? 2 : 3) && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) &&
+                      is_per_sample(shift, x, batch) && is_per_sample(scale, x, batch) &&
+                      (!samples || samples->rows() == x.size(0));
+  const bool covered = layout && layer_norm_modulate_covers(x.size(-1));
   note_fused_path("layer_norm_modulate", covered,
-                  !layout ? "input not [B, S, D] with per-sample [B, 1, D] shift and scale of its dtype"
-                          : "width " + std::to_string(x.size(2)) + " not covered (1 to 8192)");
+                  !layout ? (samples ? "packed input not [rows, D] with per-sample [B, 1, D] shift and scale of its dtype"
+                                     : "input not [B, S, D] with per-sample [B, 1, D] shift and scale of its dtype")
+                          : "width " + std::to_string(x.size(-1)) + " not covered (1 to 8192)");
   return covered;
 #else
-  (void)x, (void)shift, (void)scale;
+  (void)x, (void)shift, (void)scale, (void)samples;
   return false;
 #endif
 }
 
 #ifndef ZEST_WITH_CUDA
 torch::Tensor layer_norm_modulate_with_kernels(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                               double) {
+                                               double, const SampleRows*) {
   ZEST_FAIL("modulated layer-norm kernels: this zest was built without CUDA");
 }
 #endif

@@ -174,8 +174,13 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
 }  // namespace
 
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
-                                  double eps) {
-  if (uses_layer_norm_modulate_kernels(x, shift, scale)) return layer_norm_modulate_with_kernels(x, shift, scale, eps);
+                                  double eps, const SampleRows* samples) {
+  if (uses_layer_norm_modulate_kernels(x, shift, scale, samples))
+    return layer_norm_modulate_with_kernels(x, shift, scale, eps, samples);
+  if (samples) {  // each row's shift and scale, gathered: index_select's backward sums them per sample
+    return LayerNormModulate::apply(x, shift.squeeze(1).index_select(0, samples->sample),
+                                    scale.squeeze(1).index_select(0, samples->sample), eps);
+  }
   return LayerNormModulate::apply(x, shift, scale, eps);
 }
 

@@ -7,15 +7,18 @@
 // In float32 runs they are the plain ops.
 #pragma once
 
+#include "kernels/kernel_tensors.h"
+
 #include <torch/torch.h>
 
 namespace zest {
 
 // (LayerNorm(x) · (1 + scale) + shift), LayerNorm over the last dim without affine; float32 math,
-// result in x's dtype. shift and scale broadcast against x. Per-sample modulation on CUDA runs zest's
-// kernels (kernels/layer_norm_modulate_op.h).
+// result in x's dtype. shift and scale broadcast against x; with `samples`, x is packed rows [rows, D] and
+// shift and scale are per sample [B, 1, D] (kernels/kernel_tensors.h). Per-sample modulation on CUDA runs
+// zest's kernels (kernels/layer_norm_modulate_op.h).
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
-                                  double eps);
+                                  double eps, const SampleRows* samples = nullptr);
 
 // LayerNorm(x) over the last dim with affine weight and bias; float32 math, result in x's dtype.
 torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

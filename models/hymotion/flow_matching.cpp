@@ -41,7 +41,7 @@ torch::Tensor flow_matching_loss_at(HyMotionModel& model, const torch::Tensor& x
   const auto x_t = (1 - tt) * noise + tt * data;
   const auto target = data - noise;
   // x_t stays float32: the model's first Linear casts it to the compute dtype, as autocast would.
-  const auto pred = model.forward({x_t, ctxt_input, vtxt_input, t, x_mask, ctxt_mask});
+  const auto pred = model.forward({x_t, ctxt_input, vtxt_input, t, x_mask, ctxt_mask, /*valid_frames_only=*/true});
   const auto valid = x_mask.to(torch::kBool).unsqueeze(-1);  // [B, L, 1]
   // masked_fill (not a multiply) so that a non-finite value in a padded frame cannot leak in.
   const auto sq_err = (pred.to(torch::kFloat32) - target).pow(2).masked_fill(valid.logical_not(), 0.0);

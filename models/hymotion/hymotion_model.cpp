@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "models/hymotion/attention_mask.h"
+#include "models/common/packed_rows.h"
 
 #include <tuple>
 
@@ -63,6 +64,12 @@ std::vector<UnitDecl> HyMotionModel::unit_decls() const {
   return units;
 }
 
+std::string HyMotionModel::capture_blocker() const {
+  if (!packed_tokens_enabled()) return "";
+  return "HY-Motion's training loss packs each batch's valid tokens (engine.kernels.packed_tokens), so a step's "
+         "shapes follow its valid lengths";
+}
+
 void HyMotionModel::check_inputs(const HyMotionInputs& in) const {
   check_shape(in.x, "x", {-1, -1, config_.input_dim});
   const int64_t batch = in.x.size(0), motion_len = in.x.size(1);
@@ -102,8 +109,8 @@ std::pair<torch::Tensor, torch::Tensor> HyMotionModel::run_double(size_t i, cons
                                                                   const AttnContext& ctx) {
   const auto out = run_unit(
       "double_blocks." + std::to_string(i),
-      [block = double_blocks_[i]](const Tensors& t) {
-        auto [m, c] = block->forward(t[0], t[1], t[2], AttnContext{t[3], t[4], t[5]});
+      [block = double_blocks_[i], packed = ctx.packed](const Tensors& t) {
+        auto [m, c] = block->forward(t[0], t[1], t[2], AttnContext{t[3], t[4], t[5], packed});
         return Tensors{m, c};
       },
       {motion, ctxt, adapter, ctx.bias, ctx.cos, ctx.sin});
@@ -114,8 +121,8 @@ torch::Tensor HyMotionModel::run_single(size_t i, const torch::Tensor& z, const 
                                         const AttnContext& ctx) {
   return run_unit(
       "single_blocks." + std::to_string(i),
-      [block = single_blocks_[i]](const Tensors& t) {
-        return Tensors{block->forward(t[0], t[1], AttnContext{t[2], t[3], t[4]})};
+      [block = single_blocks_[i], packed = ctx.packed](const Tensors& t) {
+        return Tensors{block->forward(t[0], t[1], AttnContext{t[2], t[3], t[4], packed})};
       },
       {z, adapter, ctx.bias, ctx.cos, ctx.sin})[0];
 }
@@ -159,6 +166,8 @@ torch::Tensor HyMotionModel::forward(const HyMotionInputs& in, std::map<std::str
   // block, each block's attention would keep its own copy for its backward ([B, 1, L, L] each).
   ctx.bias = ctx.bias.to(motion.scalar_type());
 
+  if (in.valid_frames_only && debug == nullptr && packed_tokens_enabled()) return forward_packed(in, motion, ctxt, adapter, ctx);
+
   for (size_t i = 0; i < double_blocks_.size(); ++i) {
     std::tie(motion, ctxt) = run_double(i, motion, ctxt, adapter, ctx);
     store(debug, "double_blocks." + std::to_string(i) + ".motion", motion);
@@ -175,6 +184,27 @@ torch::Tensor HyMotionModel::forward(const HyMotionInputs& in, std::map<std::str
         return Tensors{final_layer_->forward(t[0].narrow(1, 0, motion_len), t[1])};
       },
       {z, adapter})[0];
+}
+
+// The blocks over the valid tokens only (packed_tokens.h): the embedded motion and refined text packed, the
+// blocks run, the final layer's rows scattered back to [B, L, output_dim] with zeros at padded frames.
+torch::Tensor HyMotionModel::forward_packed(const HyMotionInputs& in, const torch::Tensor& motion_embedded,
+                                            const torch::Tensor& ctxt_refined, const torch::Tensor& adapter,
+                                            AttnContext ctx) {
+  const auto p = std::make_shared<const PackedTokens>(pack_tokens(in.x_mask_temporal, in.ctxt_mask_temporal));
+  ctx.packed = p;
+  auto motion = gather_rows(motion_embedded.reshape({-1, motion_embedded.size(2)}), p->motion_rows);
+  auto ctxt = gather_rows(ctxt_refined.reshape({-1, ctxt_refined.size(2)}), p->text_rows);
+  for (size_t i = 0; i < double_blocks_.size(); ++i) std::tie(motion, ctxt) = run_double(i, motion, ctxt, adapter, ctx);
+  auto z = gather_rows(torch::cat({motion, ctxt}, 0), p->joint_from_streams);
+  for (size_t i = 0; i < single_blocks_.size(); ++i) z = run_single(i, z, adapter, ctx);
+  const auto out = run_unit(
+      "final_layer",
+      [this, p](const Tensors& t) {
+        return Tensors{final_layer_->forward(gather_rows(t[0], p->motion_of_joint), t[1], &p->motion)};
+      },
+      {z, adapter})[0];
+  return scatter_rows(out, p->motion_rows, p->batch * p->motion_len).view({p->batch, p->motion_len, out.size(1)});
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> state_dict_shapes(const HyMotionConfig& config) {

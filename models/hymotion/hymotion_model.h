@@ -25,6 +25,10 @@ struct HyMotionInputs {
   torch::Tensor timesteps;           // [B] flow time in [0, 1]
   torch::Tensor x_mask_temporal;     // [B, L] bool, true = valid frame
   torch::Tensor ctxt_mask_temporal;  // [B, T] bool, true = valid token
+  // The caller reads the valid frames' outputs only (the training loss): with the kernel switch
+  // `packed_tokens` on, the blocks then run over the valid tokens alone (packed_tokens.h) and padded frames'
+  // outputs are zero.
+  bool valid_frames_only = false;
 };
 
 class HyMotionModel : public UnitModule {
@@ -34,6 +38,7 @@ class HyMotionModel : public UnitModule {
   explicit HyMotionModel(HyMotionConfig config, const Init& init = {});
 
   std::vector<UnitDecl> unit_decls() const override;
+  std::string capture_blocker() const override;
   // Predicted velocity [B, L, output_dim]. With `debug`, the reference's intermediate activations are
   // stored under the golden files' debug names (input_encoder, adapter, double_blocks.0.motion, ...).
   torch::Tensor forward(const HyMotionInputs& in, std::map<std::string, torch::Tensor>* debug = nullptr);
@@ -53,6 +58,8 @@ class HyMotionModel : public UnitModule {
                                                      const AttnContext& ctx);
   torch::Tensor run_single(size_t i, const torch::Tensor& z, const torch::Tensor& adapter,
                            const AttnContext& ctx);
+  torch::Tensor forward_packed(const HyMotionInputs& in, const torch::Tensor& motion_embedded,
+                               const torch::Tensor& ctxt_refined, const torch::Tensor& adapter, AttnContext ctx);
 
   HyMotionConfig config_;
   std::shared_ptr<RopeTables> rope_tables_ = std::make_shared<RopeTables>();

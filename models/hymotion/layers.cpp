@@ -53,8 +53,9 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
   return x * (1 + scale) + shift;
 }
 
-torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
-  return layer_norm_modulate(x, shift, scale, kNormEps);
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                            const SampleRows* samples) {
+  return layer_norm_modulate(x, shift, scale, kNormEps, samples);
 }
 
 // ---------------------------------------------------------------------------------------------------

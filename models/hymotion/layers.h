@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/device_copies.h"
+#include "kernels/kernel_tensors.h"
 #include "models/common/linear_layer.h"
 
 #include "models/hymotion/hymotion_config.h"
@@ -35,8 +36,10 @@ torch::Tensor layer_norm_plain(const torch::Tensor& x);
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 // modulate(layer_norm_plain(x), shift, scale) cast to x's dtype (the next Linear would cast it): the same
 // float32 values, but backward keeps only x and the statistics (models/common/fused_norms.h). What the
-// blocks and the final layer run.
-torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
+// blocks and the final layer run. With `samples`, x is packed rows [rows, D] of per-sample [B, 1, D] shift and
+// scale (kernels/kernel_tensors.h).
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                            const SampleRows* samples = nullptr);
 
 // nn.Linear: weight [out, in], optional bias; default init U(±1/√in) drawn weight then bias, exactly as
 // PyTorch's reset_parameters (same CPU generator, so torch::manual_seed gives the reference's values). How

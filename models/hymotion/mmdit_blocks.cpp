@@ -4,6 +4,7 @@
 
 #include "kernels/gated_residual_op.h"
 #include "kernels/qk_norm_rope_op.h"
+#include "models/common/packed_rows.h"
 
 namespace zest::hymotion {
 namespace {
@@ -37,6 +38,16 @@ torch::Tensor attend_with_kernels(const std::vector<QkvProjection>& streams, int
   return attention(in.q, in.k, in.v, ctx.bias);
 }
 
+// Packed rows [N, W] at `rows` of a padded [batch, len, W] layout, zeros elsewhere: what the attention reads.
+torch::Tensor padded(const torch::Tensor& packed_rows, const torch::Tensor& rows, int64_t batch, int64_t len) {
+  return scatter_rows(packed_rows, rows, batch * len).view({batch, len, packed_rows.size(1)});
+}
+
+// The attention output's rows [N, D] at `rows` of its [B, S, D] layout.
+torch::Tensor packed(const torch::Tensor& attention_out, const torch::Tensor& rows) {
+  return gather_rows(attention_out.reshape({-1, attention_out.size(2)}), rows);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -65,10 +76,17 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
                                                                  const torch::Tensor& c,
                                                                  const AttnContext& ctx) const {
   // m[0..5] = shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
+  const PackedTokens* p = ctx.packed.get();
+  const SampleRows* motion_rows = p ? &p->motion : nullptr;
+  const SampleRows* text_rows = p ? &p->text : nullptr;
   const auto mm = motion_.mod->forward(c);
   const auto tm = text_.mod->forward(c);
-  const auto mp = motion_.qkv->forward(norm_modulate(motion, mm[0], mm[1]));
-  const auto tp = text_.qkv->forward(norm_modulate(text, tm[0], tm[1]));
+  auto mp = motion_.qkv->forward(norm_modulate(motion, mm[0], mm[1], motion_rows));
+  auto tp = text_.qkv->forward(norm_modulate(text, tm[0], tm[1], text_rows));
+  if (p) {
+    mp = padded(mp, p->motion_rows, p->batch, p->motion_len);
+    tp = padded(tp, p->text_rows, p->batch, p->text_len);
+  }
   // Joint attention over [motion ; text].
   const std::vector<QkvProjection> streams{projection_of(mp, motion_.q_norm, motion_.k_norm),
                                            projection_of(tp, text_.q_norm, text_.k_norm)};
@@ -80,16 +98,22 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
     const auto tq = normed_qkv(tp, num_heads_, text_.q_norm, text_.k_norm);
     o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1), torch::cat({mq.v, tq.v}, 1), ctx);
   }
-  // One split, not two narrows: its backward joins the two gradients with one cat, where each narrow's
-  // would write zeros the size of the whole attention output and the two would then be added.
-  const auto streams_out = o.split_with_sizes({motion.size(1), text.size(1)}, 1);
-  const auto& mo = streams_out[0];
-  const auto& to = streams_out[1];
+  torch::Tensor mo, to;
+  if (p) {
+    mo = packed(o, p->motion_in_joint);
+    to = packed(o, p->text_in_joint);
+  } else {
+    // One split, not two narrows: its backward joins the two gradients with one cat, where each narrow's
+    // would write zeros the size of the whole attention output and the two would then be added.
+    const auto streams_out = o.split_with_sizes({motion.size(1), text.size(1)}, 1);
+    mo = streams_out[0];
+    to = streams_out[1];
+  }
 
-  auto m = gated_residual(motion, motion_.out_proj->forward(mo), mm[2]);
-  m = gated_residual(m, motion_.mlp->forward(norm_modulate(m, mm[3], mm[4])), mm[5]);
-  auto t = gated_residual(text, text_.out_proj->forward(to), tm[2]);
-  t = gated_residual(t, text_.mlp->forward(norm_modulate(t, tm[3], tm[4])), tm[5]);
+  auto m = gated_residual(motion, motion_.out_proj->forward(mo), mm[2], motion_rows);
+  m = gated_residual(m, motion_.mlp->forward(norm_modulate(m, mm[3], mm[4], motion_rows)), mm[5], motion_rows);
+  auto t = gated_residual(text, text_.out_proj->forward(to), tm[2], text_rows);
+  t = gated_residual(t, text_.mlp->forward(norm_modulate(t, tm[3], tm[4], text_rows)), tm[5], text_rows);
   return {m, t};
 }
 
@@ -113,20 +137,24 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& z, const torch::Tens
   // backward; with GELU_tanh, the MLP half's product also writes its activation (parts[2], when an epilogue
   // made it).
   const bool joined = act_ == Act::gelu_tanh;
-  const auto normed = norm_modulate(z, m[0], m[1]).to(linear1_->weight.scalar_type());
+  const PackedTokens* p = ctx.packed.get();
+  const SampleRows* rows = p ? &p->joint : nullptr;
+  const auto normed = norm_modulate(z, m[0], m[1], rows).to(linear1_->weight.scalar_type());
   const auto parts = linear1_->forward_split(normed, {3 * dim_, mlp_hidden_}, /*gelu_of_last=*/joined);
-  const std::vector<QkvProjection> stream{projection_of(parts[0], q_norm_, k_norm_)};
+  const auto qkv = p ? padded(parts[0], p->joint_rows, p->batch, p->joint_len()) : parts[0];
+  const std::vector<QkvProjection> stream{projection_of(qkv, q_norm_, k_norm_)};
   torch::Tensor o;
   if (uses_qk_norm_rope_kernels(stream, num_heads_, ctx.cos, ctx.sin)) {
     o = attend_with_kernels(stream, num_heads_, ctx);
   } else {
-    const auto qkv = normed_qkv(parts[0], num_heads_, q_norm_, k_norm_);
-    o = rope_and_attend(qkv.q, qkv.k, qkv.v, ctx);
+    const auto heads = normed_qkv(qkv, num_heads_, q_norm_, k_norm_);
+    o = rope_and_attend(heads.q, heads.k, heads.v, ctx);
   }
+  if (p) o = packed(o, p->joint_rows);
   // linear2 over [attention | GELU(MLP half)] as two products, the cat never written (the joined form).
   const auto out = joined ? linear2_->forward_joined_gelu(o, parts[1], parts[2])
                            : linear2_->forward(concat_activated(o, parts[1], act_));
-  return gated_residual(z, out, m[2]);
+  return gated_residual(z, out, m[2], rows);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -139,9 +167,9 @@ FinalLayerImpl::FinalLayerImpl(const HyMotionConfig& cfg, const Init& init) {
   if (cfg.final_layer.zero_init) linear_->zero_();
 }
 
-torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) const {
+torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c, const SampleRows* samples) const {
   const auto m = modulation_->forward(c);  // shift first, then scale
-  return linear_->forward(norm_modulate(x, m[0], m[1]));
+  return linear_->forward(norm_modulate(x, m[0], m[1], samples));
 }
 
 }  // namespace zest::hymotion

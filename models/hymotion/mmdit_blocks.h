@@ -3,19 +3,23 @@
 #pragma once
 
 #include "models/hymotion/layers.h"
+#include "models/hymotion/packed_tokens.h"
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <utility>
 
 namespace zest::hymotion {
 
 // Attention context shared by every block of one forward: the additive mask and the RoPE tables
-// (which cover the first cos.size(0) tokens of the [motion ; text] sequence).
+// (which cover the first cos.size(0) tokens of the [motion ; text] sequence), and where the blocks run over
+// packed valid tokens (packed_tokens.h), the packing.
 struct AttnContext {
   torch::Tensor bias;  // [B, 1, N, N]
   torch::Tensor cos;   // [R, head_dim]
   torch::Tensor sin;   // [R, head_dim]
+  std::shared_ptr<const PackedTokens> packed;  // null: [B, S, D] activations with padding
 };
 
 // One stream's weights in a double block, registered as "<prefix>_mod", "<prefix>_qkv", ...
@@ -30,7 +34,7 @@ struct StreamWeights {
 class DoubleBlockImpl : public torch::nn::Module {
  public:
   DoubleBlockImpl(const HyMotionConfig& cfg, const Init& init);
-  // motion [B, L, D], text [B, T, D], c [B, 1, D] → updated (motion, text).
+  // motion [B, L, D], text [B, T, D] (packed: [Nm, D] and [Nt, D]), c [B, 1, D] → updated (motion, text).
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& motion, const torch::Tensor& text,
                                                   const torch::Tensor& c, const AttnContext& ctx) const;
 
@@ -44,7 +48,8 @@ TORCH_MODULE(DoubleBlock);
 class SingleBlockImpl : public torch::nn::Module {
  public:
   SingleBlockImpl(const HyMotionConfig& cfg, const Init& init);
-  // z [B, N, D] (motion then text), c [B, 1, D] → [B, N, D].
+  // z [B, N, D] (motion then text; packed: [Nm + Nt, D], each sample's frames then its tokens), c [B, 1, D]
+  // → z's shape.
   torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& c, const AttnContext& ctx) const;
 
  private:
@@ -60,7 +65,8 @@ TORCH_MODULE(SingleBlock);
 class FinalLayerImpl : public torch::nn::Module {
  public:
   FinalLayerImpl(const HyMotionConfig& cfg, const Init& init);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& c) const;
+  // x [B, L, D], or packed motion rows [Nm, D] of `samples`.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& c, const SampleRows* samples = nullptr) const;
 
  private:
   Modulation modulation_{nullptr};

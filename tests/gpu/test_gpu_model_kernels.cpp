@@ -294,6 +294,104 @@ TEST(GpuLayerNormModulate, KernelsRepeatBitwise) {
   EXPECT_TRUE(runs[0].equal(runs[1]));
 }
 
+// Packed rows (kernels/packed_samples.h) of samples with `lengths` valid rows of `longest`: the valid rows'
+// flat indices in [B·longest] and their SampleRows, on the GPU.
+struct PackedCase {
+  torch::Tensor rows;
+  SampleRows samples;
+};
+
+PackedCase packed_case(const std::vector<int64_t>& lengths, int64_t longest) {
+  const auto counts = torch::tensor(lengths, torch::kLong);
+  const auto valid = torch::arange(longest).unsqueeze(0) < counts.unsqueeze(1);
+  PackedCase c;
+  c.rows = valid.flatten().nonzero().squeeze(1).to(torch::kCUDA);
+  c.samples.starts = torch::cat({torch::zeros({1}, torch::kLong), counts.cumsum(0)}).to(torch::kInt).to(torch::kCUDA);
+  c.samples.sample = torch::repeat_interleave(torch::arange(counts.size(0)), counts).to(torch::kCUDA);
+  c.samples.longest = counts.max().item<int64_t>();
+  return c;
+}
+
+// Packed rows against the same rows padded, both through the kernels: the outputs and the rows' gradients
+// bitwise (a row's result depends on that row and its sample only), shift's and scale's gradients within a
+// sum's rounding in another order (the padded rows' gradients are zero). Samples of 0 rows, one row and
+// several tiles' worth; widths of packs of 8 and of 1.
+TEST(GpuLayerNormModulate, PackedRowsMatchThePaddedKernels) {
+  torch::manual_seed(13);
+  const std::vector<int64_t> lengths{37, 0, 1, 2900, 640};
+  const int64_t longest = 2900, batch = static_cast<int64_t>(lengths.size());
+  const PackedCase pc = packed_case(lengths, longest);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t d : {1280, 200, 77 * 8}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
+      const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+      const auto x0 = (torch::randn({batch, longest, d}, cuda) * 2 + 0.5).to(dtype);
+      const auto mod0 = (0.5 * torch::randn({batch, 1, 2 * d}, cuda)).to(dtype);
+      const auto r = torch::randn({batch * longest, d}, cuda);
+      const auto r_padded = torch::zeros_like(r).index_copy_(0, pc.rows, r.index_select(0, pc.rows));
+
+      auto x = x0.clone().requires_grad_(true);
+      auto mod = mod0.clone().requires_grad_(true);
+      auto chunks = mod.chunk(2, -1);
+      ASSERT_TRUE(uses_layer_norm_modulate_kernels(x, chunks[0], chunks[1]));
+      const auto y = layer_norm_modulate(x, chunks[0], chunks[1], 1e-6);
+      (y.to(torch::kFloat32).view({-1, d}) * r_padded).sum().backward();
+
+      auto xp = x0.view({-1, d}).index_select(0, pc.rows).requires_grad_(true);
+      auto modp = mod0.clone().requires_grad_(true);
+      const auto chunks_p = modp.chunk(2, -1);
+      ASSERT_TRUE(uses_layer_norm_modulate_kernels(xp, chunks_p[0], chunks_p[1], &pc.samples));
+      const auto yp = layer_norm_modulate(xp, chunks_p[0], chunks_p[1], 1e-6, &pc.samples);
+      (yp.to(torch::kFloat32) * r.index_select(0, pc.rows)).sum().backward();
+
+      EXPECT_TRUE(yp.detach().equal(y.detach().view({-1, d}).index_select(0, pc.rows)));
+      EXPECT_TRUE(xp.grad().equal(x.grad().view({-1, d}).index_select(0, pc.rows)));
+      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+      EXPECT_LE(relative_max_error(modp.grad().cpu(), mod.grad().cpu()), tolerance);
+      EXPECT_EQ(modp.grad()[1].abs().max().item<double>(), 0.0);  // the sample with no rows
+    }
+  }
+}
+
+TEST(GpuGatedResidual, PackedRowsMatchThePaddedKernels) {
+  torch::manual_seed(23);
+  const std::vector<int64_t> lengths{37, 0, 1, 2900, 640};
+  const int64_t longest = 2900, batch = static_cast<int64_t>(lengths.size());
+  const PackedCase pc = packed_case(lengths, longest);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t d : {1280, 77}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
+      const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+      const auto x0 = torch::randn({batch, longest, d}, cuda).to(dtype);
+      const auto y0 = torch::randn({batch, longest, d}, cuda).to(dtype);
+      const auto mod0 = (0.5 * torch::randn({batch, 1, 3 * d}, cuda)).to(dtype);
+      const auto r = torch::randn({batch * longest, d}, cuda);
+      const auto r_padded = torch::zeros_like(r).index_copy_(0, pc.rows, r.index_select(0, pc.rows));
+
+      auto y = y0.clone().requires_grad_(true);
+      auto mod = mod0.clone().requires_grad_(true);
+      const auto gate = mod.chunk(3, -1)[2];
+      ASSERT_TRUE(uses_gated_residual_kernels(x0, y, gate));
+      const auto z = gated_residual(x0, y, gate);
+      (z.to(torch::kFloat32).view({-1, d}) * r_padded).sum().backward();
+
+      const auto xp = x0.view({-1, d}).index_select(0, pc.rows);
+      auto yp = y0.view({-1, d}).index_select(0, pc.rows).requires_grad_(true);
+      auto modp = mod0.clone().requires_grad_(true);
+      const auto gate_p = modp.chunk(3, -1)[2];
+      ASSERT_TRUE(uses_gated_residual_kernels(xp, yp, gate_p, &pc.samples));
+      const auto zp = gated_residual(xp, yp, gate_p, &pc.samples);
+      (zp.to(torch::kFloat32) * r.index_select(0, pc.rows)).sum().backward();
+
+      EXPECT_TRUE(zp.detach().equal(z.detach().view({-1, d}).index_select(0, pc.rows)));
+      EXPECT_TRUE(yp.grad().equal(y.grad().view({-1, d}).index_select(0, pc.rows)));
+      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+      EXPECT_LE(relative_max_error(modp.grad().cpu(), mod.grad().cpu()), tolerance);
+      EXPECT_EQ(modp.grad()[1].abs().max().item<double>(), 0.0);  // the sample with no rows
+    }
+  }
+}
+
 // x + y·gate against ATen's two ops on the same GPU: the output and y's gradient bitwise (the same two
 // roundings), the gate's gradient within the rounding of a sum taken in another order. Widths that take
 // packs of 8, 4 and 1 elements; 37 tokens (a row per tile) and 1000 (several rows per tile).
