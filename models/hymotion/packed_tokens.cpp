@@ -1,9 +1,11 @@
 // pack_tokens (see packed_tokens.h): the index tensors built on the host from the masks (a few thousand
-// entries), then copied to the masks' device.
+// entries), then copied to the masks' device in one transfer.
 #include "models/hymotion/packed_tokens.h"
 
 #include "core/check.h"
 #include "core/kernel_switches.h"
+
+#include <vector>
 
 namespace zest::hymotion {
 namespace {
@@ -52,23 +54,41 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
   from_streams.index_put_({text_in_joint}, motion_count + torch::arange(text_rows.size(0), text_rows.options()));
   const auto joint_of = inverse(joint_rows, p.batch * joint_len);
 
-  const auto long_on = [&](const torch::Tensor& t) { return t.to(device); };
-  p.motion_rows = long_on(motion_rows);
-  p.text_rows = long_on(text_rows);
-  p.joint_rows = long_on(joint_rows);
-  p.motion_in_joint = long_on(motion_in_joint);
-  p.text_in_joint = long_on(text_in_joint);
-  p.joint_from_streams = long_on(from_streams.index_select(0, joint_rows));
-  p.motion_of_joint = long_on(joint_of.index_select(0, motion_in_joint));
-  const auto on_device = [&](SampleRows s) {
-    s.starts = s.starts.to(device);
-    s.sample = s.sample.to(device);
+  const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
+  SampleRows motion = sample_rows(motion_counts), text = sample_rows(text_counts),
+             joint = sample_rows(motion_counts + text_counts);
+  // Every index in one host buffer (page-locked for a CUDA device) and one copy: the masks' read already
+  // waited for the device, and each copy from pageable memory would wait for it again.
+  std::vector<torch::Tensor> parts{motion_rows,  text_rows,     joint_rows,   motion_in_joint,
+                                   text_in_joint, from_streams.index_select(0, joint_rows),
+                                   joint_of.index_select(0, motion_in_joint),
+                                   motion.starts, motion.sample, text.starts,  text.sample,
+                                   joint.starts,  joint.sample};
+  for (auto& part : parts) part = part.to(torch::kLong);
+  auto host = torch::cat(parts);
+  if (device.is_cuda()) host = host.pin_memory();
+  const auto all = host.to(device, /*non_blocking=*/true);
+  std::vector<torch::Tensor> on_device;
+  int64_t at = 0;
+  for (const auto& part : parts) {
+    on_device.push_back(all.narrow(0, at, part.size(0)));
+    at += part.size(0);
+  }
+  p.motion_rows = on_device[0];
+  p.text_rows = on_device[1];
+  p.joint_rows = on_device[2];
+  p.motion_in_joint = on_device[3];
+  p.text_in_joint = on_device[4];
+  p.joint_from_streams = on_device[5];
+  p.motion_of_joint = on_device[6];
+  const auto placed = [&](SampleRows s, size_t starts_at) {
+    s.starts = on_device[starts_at].to(torch::kInt);
+    s.sample = on_device[starts_at + 1];
     return s;
   };
-  const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
-  p.motion = on_device(sample_rows(motion_counts));
-  p.text = on_device(sample_rows(text_counts));
-  p.joint = on_device(sample_rows(motion_counts + text_counts));
+  p.motion = placed(motion, 7);
+  p.text = placed(text, 9);
+  p.joint = placed(joint, 11);
   return p;
 }
 
