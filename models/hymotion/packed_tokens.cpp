@@ -29,8 +29,15 @@ torch::Tensor inverse(const torch::Tensor& rows, int64_t size) {
 
 }  // namespace
 
-bool packed_tokens_enabled() { return kernel_switch("packed_tokens").enabled(); }
-void set_packed_tokens(bool on) { kernel_switch("packed_tokens").set(on); }
+namespace {
+KernelSwitch& packed_tokens_switch() {
+  static KernelSwitch& on = kernel_switch("packed_tokens");  // once; reading it is an atomic load
+  return on;
+}
+}  // namespace
+
+bool packed_tokens_enabled() { return packed_tokens_switch().enabled(); }
+void set_packed_tokens(bool on) { packed_tokens_switch().set(on); }
 
 PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt_valid) {
   ZEST_CHECK(x_valid.dim() == 2 && ctxt_valid.dim() == 2 && x_valid.size(0) == ctxt_valid.size(0),
