@@ -98,17 +98,12 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
     const auto tq = normed_qkv(tp, num_heads_, text_.q_norm, text_.k_norm);
     o = rope_and_attend(torch::cat({mq.q, tq.q}, 1), torch::cat({mq.k, tq.k}, 1), torch::cat({mq.v, tq.v}, 1), ctx);
   }
-  torch::Tensor mo, to;
-  if (p) {
-    mo = packed(o, p->motion_in_joint);
-    to = packed(o, p->text_in_joint);
-  } else {
-    // One split, not two narrows: its backward joins the two gradients with one cat, where each narrow's
-    // would write zeros the size of the whole attention output and the two would then be added.
-    const auto streams_out = o.split_with_sizes({motion.size(1), text.size(1)}, 1);
-    mo = streams_out[0];
-    to = streams_out[1];
-  }
+  // One split, not two narrows (or two gathers): its backward joins the two gradients with one cat, where each
+  // narrow's would write zeros the size of the whole attention output and the two would then be added.
+  const auto streams_out = p ? packed(o, p->streams_in_joint).split_with_sizes({motion.size(0), text.size(0)}, 0)
+                             : o.split_with_sizes({motion.size(1), text.size(1)}, 1);
+  const auto& mo = streams_out[0];
+  const auto& to = streams_out[1];
 
   auto m = gated_residual(motion, motion_.out_proj->forward(mo), mm[2], motion_rows);
   m = gated_residual(m, motion_.mlp->forward(norm_modulate(m, mm[3], mm[4], motion_rows)), mm[5], motion_rows);

@@ -66,11 +66,18 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
              joint = sample_rows(motion_counts + text_counts);
   // Every index in one host buffer (page-locked for a CUDA device) and one copy: the masks' read already
   // waited for the device, and each copy from pageable memory would wait for it again.
-  std::vector<torch::Tensor> parts{motion_rows,  text_rows,     joint_rows,   motion_in_joint,
-                                   text_in_joint, from_streams.index_select(0, joint_rows),
+  std::vector<torch::Tensor> parts{motion_rows,
+                                   text_rows,
+                                   joint_rows,
+                                   torch::cat({motion_in_joint, text_in_joint}),
+                                   from_streams.index_select(0, joint_rows),
                                    joint_of.index_select(0, motion_in_joint),
-                                   motion.starts, motion.sample, text.starts,  text.sample,
-                                   joint.starts,  joint.sample};
+                                   motion.starts,
+                                   motion.sample,
+                                   text.starts,
+                                   text.sample,
+                                   joint.starts,
+                                   joint.sample};
   for (auto& part : parts) part = part.to(torch::kLong);
   auto host = torch::cat(parts);
   if (device.is_cuda()) host = host.pin_memory();
@@ -84,18 +91,17 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
   p.motion_rows = on_device[0];
   p.text_rows = on_device[1];
   p.joint_rows = on_device[2];
-  p.motion_in_joint = on_device[3];
-  p.text_in_joint = on_device[4];
-  p.joint_from_streams = on_device[5];
-  p.motion_of_joint = on_device[6];
+  p.streams_in_joint = on_device[3];
+  p.joint_from_streams = on_device[4];
+  p.motion_of_joint = on_device[5];
   const auto placed = [&](SampleRows s, size_t starts_at) {
     s.starts = on_device[starts_at].to(torch::kInt);
     s.sample = on_device[starts_at + 1];
     return s;
   };
-  p.motion = placed(motion, 7);
-  p.text = placed(text, 9);
-  p.joint = placed(joint, 11);
+  p.motion = placed(motion, 6);
+  p.text = placed(text, 8);
+  p.joint = placed(joint, 10);
   return p;
 }
 

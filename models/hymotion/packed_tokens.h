@@ -18,8 +18,8 @@ struct PackedTokens {
   torch::Tensor motion_rows;        // [Nm]: the valid frames' rows of [B·L]
   torch::Tensor text_rows;          // [Nt]: the valid text tokens' rows of [B·T]
   torch::Tensor joint_rows;         // [Nm + Nt]: rows of the joined [B·(L + T)] layout, a sample's frames then its tokens
-  torch::Tensor motion_in_joint;    // [Nm]: the joined layout's rows of the valid frames, in motion order
-  torch::Tensor text_in_joint;      // [Nt]: the same for the valid text tokens
+  torch::Tensor streams_in_joint;   // [Nm + Nt]: the joined layout's rows of the valid frames, then of the valid
+                                    // text tokens (the double blocks' two streams, gathered at once)
   torch::Tensor joint_from_streams; // [Nm + Nt]: for each joint row, its row of cat(motion rows, text rows)
   torch::Tensor motion_of_joint;    // [Nm]: the packed joint rows that are motion frames, in motion order
   SampleRows motion, text, joint;   // each packing's samples (kernels/kernel_tensors.h)

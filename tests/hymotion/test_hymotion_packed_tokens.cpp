@@ -24,8 +24,7 @@ TEST(HyMotionPackedTokens, IndicesOfAnIrregularMask) {
   EXPECT_EQ(values(p.motion_rows), (std::vector<int64_t>{0, 2, 3, 5}));
   EXPECT_EQ(values(p.text_rows), (std::vector<int64_t>{0, 1, 5}));
   EXPECT_EQ(values(p.joint_rows), (std::vector<int64_t>{0, 2, 3, 4, 5, 8, 13}));
-  EXPECT_EQ(values(p.motion_in_joint), (std::vector<int64_t>{0, 2, 3, 8}));
-  EXPECT_EQ(values(p.text_in_joint), (std::vector<int64_t>{4, 5, 13}));
+  EXPECT_EQ(values(p.streams_in_joint), (std::vector<int64_t>{0, 2, 3, 8, 4, 5, 13}));
   EXPECT_EQ(values(p.joint_from_streams), (std::vector<int64_t>{0, 1, 2, 4, 5, 3, 6}));
   EXPECT_EQ(values(p.motion_of_joint), (std::vector<int64_t>{0, 1, 2, 5}));
   EXPECT_EQ(values(p.motion.starts), (std::vector<int64_t>{0, 3, 4}));
