@@ -9,14 +9,11 @@
 namespace zest {
 namespace {
 
-// The `starts` of inputs that are not packed: an empty tensor, not an undefined one (autograd functions read
-// every tensor argument's device).
-torch::Tensor no_samples(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kInt)); }
-
 // y [B, S, D] (`starts` empty), or packed [rows, D] with `starts` (int32 [B + 1]) and `longest` rows of one sample.
 GatedRows rows_of(const torch::Tensor& y, const torch::Tensor& gate, const torch::Tensor& starts, int64_t longest) {
-  if (starts.numel() == 0) return {y.size(0), y.size(1), y.size(2), gate.stride(0), {}};
-  return {starts.size(0) - 1, longest, y.size(1), gate.stride(0), {starts.data_ptr<int32_t>(), y.size(0)}};
+  const PackedSamples samples = packed_samples(starts, y.size(0));
+  if (!samples.starts) return {y.size(0), y.size(1), y.size(2), gate.stride(0), samples};
+  return {starts.size(0) - 1, longest, y.size(1), gate.stride(0), samples};
 }
 
 int width_for(int64_t dim, std::initializer_list<torch::Tensor> tensors) {
@@ -63,7 +60,7 @@ struct GatedResidual : torch::autograd::Function<GatedResidual> {
 
 torch::Tensor gated_residual_cuda(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
                                   const SampleRows* samples) {
-  if (samples == nullptr) return GatedResidual::apply(x, y, gate, no_samples(x), 0);
+  if (samples == nullptr) return GatedResidual::apply(x, y, gate, unpacked_starts(x), 0);
   return GatedResidual::apply(x, y, gate, samples->starts, samples->longest);
 }
 

@@ -42,8 +42,18 @@ struct SampleRows {
 
   int64_t batch() const { return starts.size(0) - 1; }
   int64_t rows() const { return sample.size(0); }
-  PackedSamples kernel_view() const { return {starts.data_ptr<int32_t>(), rows()}; }
 };
+
+// The autograd functions over the per-sample kernels take `starts` as a tensor argument: for inputs that are
+// not packed an empty one (not an undefined one: LibTorch reads every tensor argument's device), which
+// packed_samples() turns into the kernels' "same row count" form.
+inline torch::Tensor unpacked_starts(const torch::Tensor& like) {
+  return torch::empty({0}, like.options().dtype(torch::kInt));
+}
+inline PackedSamples packed_samples(const torch::Tensor& starts, int64_t rows) {
+  if (starts.numel() == 0) return {};
+  return {starts.data_ptr<int32_t>(), rows};
+}
 
 // The current CUDA stream of t's device, as the kernels' launch functions take it.
 void* current_stream_of(const torch::Tensor& t);

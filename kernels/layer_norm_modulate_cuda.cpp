@@ -10,16 +10,12 @@
 namespace zest {
 namespace {
 
-// The `starts` of inputs that are not packed: an empty tensor, not an undefined one (autograd functions read
-// every tensor argument's device).
-torch::Tensor no_samples(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kInt)); }
-
 // x [B, S, D] (`starts` empty), or packed [rows, D] with `starts` (int32 [B + 1]) and `longest` rows of one sample.
 ModulatedRows rows_of(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                       const torch::Tensor& starts, int64_t longest) {
-  if (starts.numel() == 0) return {x.size(0), x.size(1), x.size(2), shift.stride(0), scale.stride(0), {}};
-  return {starts.size(0) - 1, longest, x.size(1), shift.stride(0), scale.stride(0),
-          {starts.data_ptr<int32_t>(), x.size(0)}};
+  const PackedSamples samples = packed_samples(starts, x.size(0));
+  if (!samples.starts) return {x.size(0), x.size(1), x.size(2), shift.stride(0), scale.stride(0), samples};
+  return {starts.size(0) - 1, longest, x.size(1), shift.stride(0), scale.stride(0), samples};
 }
 
 struct LayerNormModulateKernels : torch::autograd::Function<LayerNormModulateKernels> {
@@ -65,7 +61,7 @@ torch::Tensor layer_norm_modulate_with_kernels(const torch::Tensor& x, const tor
                                                const torch::Tensor& scale, double eps, const SampleRows* samples) {
   ZEST_CHECK(uses_layer_norm_modulate_kernels(x, shift, scale, samples),
              "modulated layer-norm kernels: input not covered");
-  if (samples == nullptr) return LayerNormModulateKernels::apply(x, shift, scale, eps, no_samples(x), 0);
+  if (samples == nullptr) return LayerNormModulateKernels::apply(x, shift, scale, eps, unpacked_starts(x), 0);
   return LayerNormModulateKernels::apply(x, shift, scale, eps, samples->starts, samples->longest);
 }
 

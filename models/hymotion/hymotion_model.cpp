@@ -166,7 +166,8 @@ torch::Tensor HyMotionModel::forward(const HyMotionInputs& in, std::map<std::str
   // block, each block's attention would keep its own copy for its backward ([B, 1, L, L] each).
   ctx.bias = ctx.bias.to(motion.scalar_type());
 
-  if (in.valid_frames_only && debug == nullptr && packed_tokens_enabled()) return forward_packed(in, motion, ctxt, adapter, ctx);
+  if (in.valid_frames_only && debug == nullptr && packed_tokens_enabled())
+    return forward_packed(in, motion, ctxt, adapter, ctx);
 
   for (size_t i = 0; i < double_blocks_.size(); ++i) {
     std::tie(motion, ctxt) = run_double(i, motion, ctxt, adapter, ctx);

@@ -12,24 +12,21 @@ namespace {
 
 torch::Tensor nonzero_rows(const torch::Tensor& valid) { return valid.flatten().nonzero().squeeze(1); }
 
-// int32 [B + 1] starts of the per-sample counts, and each row's sample.
+// [B + 1] starts of the per-sample counts (int64 on the host; int32 once on the device), and each row's sample.
 SampleRows sample_rows(const torch::Tensor& counts) {
   SampleRows s;
-  s.starts = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)}).to(torch::kInt);
+  s.starts = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
   s.sample = torch::repeat_interleave(torch::arange(counts.size(0), counts.options()), counts);
   s.longest = counts.numel() ? counts.max().item<int64_t>() : 0;
   return s;
 }
 
-// `values` at `rows` of a table of `size` entries, −1 elsewhere: an inverse index.
+// i at rows[i] of a table of `size` entries, −1 elsewhere: an inverse index.
 torch::Tensor inverse(const torch::Tensor& rows, int64_t size) {
   auto table = torch::full({size}, -1, rows.options());
   return table.index_put_({rows}, torch::arange(rows.size(0), rows.options()));
 }
 
-}  // namespace
-
-namespace {
 KernelSwitch& packed_tokens_switch() {
   static KernelSwitch& on = kernel_switch("packed_tokens");  // once; reading it is an atomic load
   return on;
@@ -55,10 +52,8 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
   const auto motion_in_joint = motion_rows.div(p.motion_len, "floor") * joint_len + motion_rows.remainder(p.motion_len);
   const auto text_in_joint =
       text_rows.div(p.text_len, "floor") * joint_len + p.motion_len + text_rows.remainder(p.text_len);
-  const int64_t motion_count = motion_rows.size(0);
-  auto from_streams = torch::full({p.batch * joint_len}, -1, motion_rows.options());
-  from_streams.index_put_({motion_in_joint}, torch::arange(motion_count, motion_rows.options()));
-  from_streams.index_put_({text_in_joint}, motion_count + torch::arange(text_rows.size(0), text_rows.options()));
+  const auto streams_in_joint = torch::cat({motion_in_joint, text_in_joint});  // the rows of cat(motion, text)
+  const auto from_streams = inverse(streams_in_joint, p.batch * joint_len);
   const auto joint_of = inverse(joint_rows, p.batch * joint_len);
 
   const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
@@ -69,7 +64,7 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
   std::vector<torch::Tensor> parts{motion_rows,
                                    text_rows,
                                    joint_rows,
-                                   torch::cat({motion_in_joint, text_in_joint}),
+                                   streams_in_joint,
                                    from_streams.index_select(0, joint_rows),
                                    joint_of.index_select(0, motion_in_joint),
                                    motion.starts,
@@ -78,7 +73,6 @@ PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt
                                    text.sample,
                                    joint.starts,
                                    joint.sample};
-  for (auto& part : parts) part = part.to(torch::kLong);
   auto host = torch::cat(parts);
   if (device.is_cuda()) host = host.pin_memory();
   const auto all = host.to(device, /*non_blocking=*/true);

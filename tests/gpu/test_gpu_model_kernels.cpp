@@ -294,14 +294,23 @@ TEST(GpuLayerNormModulate, KernelsRepeatBitwise) {
   EXPECT_TRUE(runs[0].equal(runs[1]));
 }
 
-// Packed rows (kernels/packed_samples.h) of samples with `lengths` valid rows of `longest`: the valid rows'
-// flat indices in [B·longest] and their SampleRows, on the GPU.
+// Packed rows (kernels/packed_samples.h) of samples of 37, 0, 1, 2900 and 640 valid rows (a sample with none,
+// one with a single row, several tiles' worth) padded to `longest`: the valid rows' flat indices in [B·longest]
+// and their SampleRows, on the GPU.
 struct PackedCase {
+  static constexpr int64_t batch = 5, longest = 2900;
   torch::Tensor rows;
   SampleRows samples;
+
+  // r [B·longest, D] with the padded rows zeroed: the padded kernels' output weights that match the packed ones.
+  torch::Tensor padded_weights(const torch::Tensor& r) const {
+    return torch::zeros_like(r).index_copy_(0, rows, r.index_select(0, rows));
+  }
 };
 
-PackedCase packed_case(const std::vector<int64_t>& lengths, int64_t longest) {
+PackedCase packed_case() {
+  const std::vector<int64_t> lengths{37, 0, 1, 2900, 640};
+  const int64_t longest = PackedCase::longest;
   const auto counts = torch::tensor(lengths, torch::kLong);
   const auto valid = torch::arange(longest).unsqueeze(0) < counts.unsqueeze(1);
   PackedCase c;
@@ -318,9 +327,8 @@ PackedCase packed_case(const std::vector<int64_t>& lengths, int64_t longest) {
 // several tiles' worth; widths of packs of 8 and of 1.
 TEST(GpuLayerNormModulate, PackedRowsMatchThePaddedKernels) {
   torch::manual_seed(13);
-  const std::vector<int64_t> lengths{37, 0, 1, 2900, 640};
-  const int64_t longest = 2900, batch = static_cast<int64_t>(lengths.size());
-  const PackedCase pc = packed_case(lengths, longest);
+  const PackedCase pc = packed_case();
+  const int64_t batch = PackedCase::batch, longest = PackedCase::longest;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     for (const int64_t d : {1280, 200, 77 * 8}) {
       SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
@@ -328,7 +336,7 @@ TEST(GpuLayerNormModulate, PackedRowsMatchThePaddedKernels) {
       const auto x0 = (torch::randn({batch, longest, d}, cuda) * 2 + 0.5).to(dtype);
       const auto mod0 = (0.5 * torch::randn({batch, 1, 2 * d}, cuda)).to(dtype);
       const auto r = torch::randn({batch * longest, d}, cuda);
-      const auto r_padded = torch::zeros_like(r).index_copy_(0, pc.rows, r.index_select(0, pc.rows));
+      const auto r_padded = pc.padded_weights(r);
 
       auto x = x0.clone().requires_grad_(true);
       auto mod = mod0.clone().requires_grad_(true);
@@ -355,9 +363,8 @@ TEST(GpuLayerNormModulate, PackedRowsMatchThePaddedKernels) {
 
 TEST(GpuGatedResidual, PackedRowsMatchThePaddedKernels) {
   torch::manual_seed(23);
-  const std::vector<int64_t> lengths{37, 0, 1, 2900, 640};
-  const int64_t longest = 2900, batch = static_cast<int64_t>(lengths.size());
-  const PackedCase pc = packed_case(lengths, longest);
+  const PackedCase pc = packed_case();
+  const int64_t batch = PackedCase::batch, longest = PackedCase::longest;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     for (const int64_t d : {1280, 77}) {
       SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " width " << d);
@@ -366,7 +373,7 @@ TEST(GpuGatedResidual, PackedRowsMatchThePaddedKernels) {
       const auto y0 = torch::randn({batch, longest, d}, cuda).to(dtype);
       const auto mod0 = (0.5 * torch::randn({batch, 1, 3 * d}, cuda)).to(dtype);
       const auto r = torch::randn({batch * longest, d}, cuda);
-      const auto r_padded = torch::zeros_like(r).index_copy_(0, pc.rows, r.index_select(0, pc.rows));
+      const auto r_padded = pc.padded_weights(r);
 
       auto y = y0.clone().requires_grad_(true);
       auto mod = mod0.clone().requires_grad_(true);
