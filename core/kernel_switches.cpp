@@ -51,9 +51,10 @@ const std::vector<KernelSwitchSpec>& kernel_switch_specs() {
        "HY-Motion's training loss runs the blocks over each batch's valid motion frames and text tokens only, "
        "packed one sample after another: every per-token product and norm skips the padding, and only the "
        "attention works in the padded layout (its inputs scattered there, its output gathered back). The "
-       "result is the padded computation's up to rounding (padded tokens reach nothing the loss sees); the "
-       "shapes then follow each batch's valid lengths, so CUDA graphs are off and the masks are read on the "
-       "host once a step. false: every token, padded or not, as the reference computes it"},
+       "result is the padded computation's up to rounding (padded tokens reach nothing the loss sees). The "
+       "indices are made on the host ahead of the step, each count rounded up to a sixteenth of the padded "
+       "rows, so the step reads nothing on the host and is captured as a CUDA graph per count. false: every "
+       "token, padded or not, as the reference computes it"},
       {"sdpa_backend", "ZEST_SDPA_BACKEND", "auto", {"auto", "cudnn", "efficient", "flash", "math"},
        "CUDA: the fused attention LibTorch may use (auto: LibTorch chooses)",
        "CUDA: the one fused attention LibTorch's scaled_dot_product_attention may choose, for benchmarks and "

@@ -411,8 +411,6 @@ void Engine::finish_bucket_updates() {
 std::string Engine::capture_blocker() const {
   if (!device_.is_cuda()) return "the engine runs on " + device_.str();
   if (offload_) return "the optimizer runs on the host ([engine.offload] optimizer = \"cpu\")";
-  if (const auto* unit = dynamic_cast<const UnitModule*>(model_.get()); unit && !unit->capture_blocker().empty())
-    return unit->capture_blocker();
   if (checkpoint_runner_ && !checkpoint_runner_->unit_drawing_random_numbers().empty())
     return "activation checkpointing: unit '" + checkpoint_runner_->unit_drawing_random_numbers() +
            "' draws random numbers (dropout), and its recompute restores the generators' state on the host";

@@ -39,7 +39,9 @@ class StepGraphs {
   using LossFn = std::function<torch::Tensor(const Inputs& inputs, int micro)>;
 
   static constexpr int kWarmupSteps = 2;  // eager steps of a shape before its capture
-  static constexpr int kDefaultMaxGraphs = 4;
+  // Every graph of a run shares one memory pool (they never run at once), so a shape more costs its capture,
+  // not its activations again: enough for HY-Motion's packed-token buckets at common batches.
+  static constexpr int kDefaultMaxGraphs = 8;
 
   StepGraphs(Engine& engine, std::vector<torch::Generator> generators, int max_graphs = kDefaultMaxGraphs);
   ~StepGraphs();

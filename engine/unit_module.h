@@ -36,9 +36,6 @@ class UnitModule : public torch::nn::Module {
  public:
   // Units in forward order. Every trainable parameter must be covered by exactly one unit.
   virtual std::vector<UnitDecl> unit_decls() const = 0;
-  // Why a training step of this model cannot be captured as a CUDA graph ("" = it can): e.g. shapes that
-  // follow each batch's contents.
-  virtual std::string capture_blocker() const { return ""; }
 
   void set_unit_runner(std::shared_ptr<UnitRunner> runner) { unit_runner_ = std::move(runner); }
   const std::shared_ptr<UnitRunner>& unit_runner() const { return unit_runner_; }

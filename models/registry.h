@@ -48,9 +48,9 @@ struct DatasetFeatures {
 // Everything family-specific, filled by the family's own family() (models/<family>/<family>_family.cpp).
 // Required: name, build, count_parameters, forward, training_loss, make_training_loss, dataset_features.
 // Optional (what needs one says so when it is empty): build_on_meta ([lora]'s counts), synthetic_batch
-// (`zest bench`), activation_profile (the pre-flight activation check, skipped without it), folder_formats,
-// lora_targets, lora_name_prefix (peft's by default). Sampling ([sample], `zest sample`) lives above
-// models/, in pipelines/ and train/validation_samples.cpp, for the built-in families only.
+// (`zest bench`), prepare_batch, activation_profile (the pre-flight activation check, skipped without it),
+// folder_formats, lora_targets, lora_name_prefix (peft's by default). Sampling ([sample], `zest sample`) lives
+// above models/, in pipelines/ and train/validation_samples.cpp, for the built-in families only.
 struct ModelFamily {
   // "hymotion", "unet": lowercase letters and digits, the start of its configurations' names
   // (configs/models/<name>_*.toml, a model file <name>_*.toml) and model.family's value.
@@ -80,6 +80,11 @@ struct ModelFamily {
   // The dataset features of a model-configuration table (read with the family's own parser, so the
   // defaults and validation are the model's); `source` names the configuration in messages.
   std::function<DatasetFeatures(ConfigTable& config, const std::string& source)> dataset_features;
+  // Adds to a loader batch, ahead of its step, what the step would otherwise work out on the host from it
+  // (HY-Motion's packed-token indices): a step that reads nothing on the host never waits for the device and
+  // can be captured as a CUDA graph. `zest train` calls it on the page-locked host batch, `zest bench` on
+  // its synthetic batches; training_loss must also take a batch without the additions.
+  std::function<void(TensorMap& batch)> prepare_batch;
   // A random batch of the loader's keys and the model's real shapes on `device` (benchmarks).
   std::function<TensorMap(UnitModule& model, const SyntheticShapes& shapes, int64_t batch_size,
                           const torch::Device& device, torch::Generator& generator)>

@@ -109,8 +109,10 @@ nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options) {
       device, 1000 + static_cast<uint64_t>(comm->rank()) + 7919 * static_cast<uint64_t>(config.train.seed));
   const SyntheticShapes shapes = resolve_shapes(config, options.shapes);
   const int64_t batch = config.data.batch_size;
-  const std::vector<TensorMap> batches = {family.synthetic_batch(*model, shapes, batch, device, gen),
-                                          family.synthetic_batch(*model, shapes, batch, device, gen)};
+  std::vector<TensorMap> batches = {family.synthetic_batch(*model, shapes, batch, device, gen),
+                                    family.synthetic_batch(*model, shapes, batch, device, gen)};
+  if (family.prepare_batch)
+    for (TensorMap& b : batches) family.prepare_batch(b);  // as the loader's batches are, ahead of the steps
   int64_t next = 0;
   torch::Tensor first_loss, last_loss;  // kept on the device, read once at the end (no sync per step)
   std::vector<torch::Tensor> loss_curve;  // with --loss-curve: each step's last loss, copied on the device

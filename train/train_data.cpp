@@ -3,6 +3,8 @@
 
 #include "data/loader.h"
 #include "data/model_features.h"
+#include "models/model_resolve.h"
+#include "models/registry.h"
 #include "core/check.h"
 #include "core/untrusted_file.h"
 
@@ -54,6 +56,7 @@ struct TrainData::Impl {
   std::unique_ptr<DevicePrefetcher> prefetch;  // draws from `loader`
   std::string items_name;   // the format's throughput unit (DatasetFormatSpec::items_name)
   std::string fingerprint;  // Dataset::fingerprint(), saved with the data position
+  std::function<void(TensorMap&)> prepare;  // the family's prepare_batch (may be empty)
 };
 
 TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const Communicator& comm,
@@ -70,6 +73,7 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
   impl_->dataset = open_dataset(dir, dataset_options, &expected);
   impl_->items_name = dataset_format_spec(expected.format).items_name;
   impl_->fingerprint = impl_->dataset->fingerprint();
+  impl_->prepare = model.family->prepare_batch;
   MemoryBudget budget = available_memory();
   if (budget.shared && comm.local_size() > 1) {  // every rank on this machine loads its own batches
     budget.bytes /= comm.local_size();
@@ -91,6 +95,8 @@ TrainData::TrainData(const RunConfig& config, const ResolvedModel& model, const 
       [this] {
         HostBatch host{impl_->loader->next(), 0};
         host.items = items_in(host.tensors);  // on the host batch: the step never reads the device for it
+        // On the host too, before the copy to the device: the step then reads nothing on the host.
+        if (impl_->prepare) impl_->prepare(host.tensors);
         return host;
       },
       device, /*depth=*/2);

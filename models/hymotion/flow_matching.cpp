@@ -22,18 +22,18 @@ torch::Tensor sample_time(int64_t batch, const TimeSampling& sampling, torch::Ge
 torch::Tensor flow_matching_loss(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,
                                  const torch::Tensor& vtxt_input, const torch::Tensor& x_mask,
                                  const torch::Tensor& ctxt_mask, torch::Generator& generator,
-                                 const TimeSampling& sampling) {
+                                 const TimeSampling& sampling, std::shared_ptr<const PackedTokens> packed) {
   ZEST_CHECK(x1.dim() == 3, "flow_matching_loss: x1 must be [B, L, C], got ", x1.sizes());
   const auto t = sample_time(x1.size(0), sampling, generator).to(x1.device());
   const auto noise_opts = x1.options().dtype(torch::kFloat32).device(generator.device());
   const auto noise = torch::randn(x1.sizes(), generator, noise_opts).to(x1.device());
-  return flow_matching_loss_at(model, x1, ctxt_input, vtxt_input, x_mask, ctxt_mask, t, noise);
+  return flow_matching_loss_at(model, x1, ctxt_input, vtxt_input, x_mask, ctxt_mask, t, noise, std::move(packed));
 }
 
 torch::Tensor flow_matching_loss_at(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,
                                     const torch::Tensor& vtxt_input, const torch::Tensor& x_mask,
                                     const torch::Tensor& ctxt_mask, const torch::Tensor& t,
-                                    const torch::Tensor& noise) {
+                                    const torch::Tensor& noise, std::shared_ptr<const PackedTokens> packed) {
   ZEST_CHECK(noise.sizes() == x1.sizes(), "flow_matching_loss: noise ", noise.sizes(), " vs x1 ", x1.sizes());
   ZEST_CHECK(t.dim() == 1 && t.size(0) == x1.size(0), "flow_matching_loss: t must be [B], got ", t.sizes());
   const auto data = x1.to(torch::kFloat32);
@@ -41,7 +41,8 @@ torch::Tensor flow_matching_loss_at(HyMotionModel& model, const torch::Tensor& x
   const auto x_t = (1 - tt) * noise + tt * data;
   const auto target = data - noise;
   // x_t stays float32: the model's first Linear casts it to the compute dtype, as autocast would.
-  const auto pred = model.forward({x_t, ctxt_input, vtxt_input, t, x_mask, ctxt_mask, /*valid_frames_only=*/true});
+  const auto pred =
+      model.forward({x_t, ctxt_input, vtxt_input, t, x_mask, ctxt_mask, /*valid_frames_only=*/true, std::move(packed)});
   const auto valid = x_mask.to(torch::kBool).unsqueeze(-1);  // [B, L, 1]
   // masked_fill (not a multiply) so that a non-finite value in a padded frame cannot leak in.
   const auto sq_err = (pred.to(torch::kFloat32) - target).pow(2).masked_fill(valid.logical_not(), 0.0);

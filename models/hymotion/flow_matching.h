@@ -25,17 +25,19 @@ torch::Tensor sample_time(int64_t batch, const TimeSampling& sampling, torch::Ge
 // MSE between the predicted and the target velocity (data − noise), averaged over valid frames
 // (x_mask true) and channels only: padded frames contribute nothing. Draws t and the noise from
 // `generator`. x1 [B, L, C] is normalised motion data (any float dtype; x_t, the target and the loss
-// are float32 whatever the model's compute dtype).
+// are float32 whatever the model's compute dtype). `packed`: the batch's packing made ahead of the step
+// (packed_tokens.h's add_packed_tokens), else the model packs the masks itself when the switch is on.
 torch::Tensor flow_matching_loss(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,
                                  const torch::Tensor& vtxt_input, const torch::Tensor& x_mask,
                                  const torch::Tensor& ctxt_mask, torch::Generator& generator,
-                                 const TimeSampling& sampling = {});
+                                 const TimeSampling& sampling = {},
+                                 std::shared_ptr<const PackedTokens> packed = nullptr);
 
 // The same loss at given t [B] and noise [B, L, C] (deterministic; used by the sampler-free tests).
 torch::Tensor flow_matching_loss_at(HyMotionModel& model, const torch::Tensor& x1, const torch::Tensor& ctxt_input,
                                     const torch::Tensor& vtxt_input, const torch::Tensor& x_mask,
                                     const torch::Tensor& ctxt_mask, const torch::Tensor& t,
-                                    const torch::Tensor& noise);
+                                    const torch::Tensor& noise, std::shared_ptr<const PackedTokens> packed = nullptr);
 
 // Classifier-free guidance: v = v_uncond + scale·(v_cond − v_uncond), applied when scale > 1. The
 // unconditional pass replaces vtxt by null_vtxt [1, 1, Cv] and, when given, every text token by

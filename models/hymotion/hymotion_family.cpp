@@ -43,7 +43,8 @@ torch::Tensor sampled_loss(const TimeSampling& sampling, UnitModule& model, cons
   auto* hy = dynamic_cast<HyMotionModel*>(&model);
   ZEST_CHECK(hy != nullptr, "HY-Motion training loss called on a model of another family");
   return flow_matching_loss(*hy, input(batch, "x"), input(batch, "ctxt_input"), input(batch, "vtxt_input"),
-                            input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator, sampling);
+                            input(batch, "x_mask_temporal"), input(batch, "ctxt_mask_temporal"), generator, sampling,
+                            packed_tokens_enabled() ? packed_tokens_of(batch) : nullptr);
 }
 
 torch::Tensor training_loss(UnitModule& model, const TensorMap& batch, torch::Generator& generator) {
@@ -130,6 +131,9 @@ ModelFamily family() {
   f.training_loss = training_loss;
   f.make_training_loss = make_training_loss;
   f.synthetic_batch = synthetic_batch;
+  f.prepare_batch = [](TensorMap& batch) {
+    if (packed_tokens_enabled()) add_packed_tokens(batch);
+  };
   f.dataset_features = dataset_features;
   f.activation_profile = [](ConfigTable& table, const ActivationShapes& shapes) {
     return activation_profile(HyMotionConfig::from_toml(table), shapes);

@@ -64,11 +64,6 @@ std::vector<UnitDecl> HyMotionModel::unit_decls() const {
   return units;
 }
 
-std::string HyMotionModel::capture_blocker() const {
-  if (!packed_tokens_enabled()) return "";
-  return "HY-Motion's training loss packs each batch's valid tokens (engine.kernels.packed_tokens), so a step's "
-         "shapes follow its valid lengths";
-}
 
 void HyMotionModel::check_inputs(const HyMotionInputs& in) const {
   check_shape(in.x, "x", {-1, -1, config_.input_dim});
@@ -188,11 +183,12 @@ torch::Tensor HyMotionModel::forward(const HyMotionInputs& in, std::map<std::str
 }
 
 // The blocks over the valid tokens only (packed_tokens.h): the embedded motion and refined text packed, the
-// blocks run, the final layer's rows scattered back to [B, L, output_dim] with zeros at padded frames.
+// blocks run, the final layer's rows scattered back to [B, L, output_dim] with zeros at the frames not kept.
 torch::Tensor HyMotionModel::forward_packed(const HyMotionInputs& in, const torch::Tensor& motion_embedded,
                                             const torch::Tensor& ctxt_refined, const torch::Tensor& adapter,
                                             AttnContext ctx) {
-  const auto p = std::make_shared<const PackedTokens>(pack_tokens(in.x_mask_temporal, in.ctxt_mask_temporal));
+  const auto p = in.packed ? in.packed
+                           : std::make_shared<const PackedTokens>(pack_tokens(in.x_mask_temporal, in.ctxt_mask_temporal));
   ctx.packed = p;
   auto motion = gather_rows(motion_embedded.reshape({-1, motion_embedded.size(2)}), p->motion_rows);
   auto ctxt = gather_rows(ctxt_refined.reshape({-1, ctxt_refined.size(2)}), p->text_rows);

@@ -26,9 +26,11 @@ struct HyMotionInputs {
   torch::Tensor x_mask_temporal;     // [B, L] bool, true = valid frame
   torch::Tensor ctxt_mask_temporal;  // [B, T] bool, true = valid token
   // The caller reads the valid frames' outputs only (the training loss): with the kernel switch
-  // `packed_tokens` on, the blocks then run over the valid tokens alone (packed_tokens.h) and padded frames'
-  // outputs are zero.
+  // `packed_tokens` on, the blocks then run over the valid tokens alone (packed_tokens.h) and the outputs of
+  // the frames not kept are zero.
   bool valid_frames_only = false;
+  // With valid_frames_only: the packing made ahead of the step (add_packed_tokens); null = pack the masks here.
+  std::shared_ptr<const PackedTokens> packed;
 };
 
 class HyMotionModel : public UnitModule {
@@ -38,7 +40,6 @@ class HyMotionModel : public UnitModule {
   explicit HyMotionModel(HyMotionConfig config, const Init& init = {});
 
   std::vector<UnitDecl> unit_decls() const override;
-  std::string capture_blocker() const override;
   // Predicted velocity [B, L, output_dim]. With `debug`, the reference's intermediate activations are
   // stored under the golden files' debug names (input_encoder, adapter, double_blocks.0.motion, ...).
   torch::Tensor forward(const HyMotionInputs& in, std::map<std::string, torch::Tensor>* debug = nullptr);

@@ -1,10 +1,13 @@
-// pack_tokens (see packed_tokens.h): the index tensors built on the host from the masks (a few thousand
-// entries), then copied to the masks' device in one transfer.
+// pack_tokens and add_packed_tokens (see packed_tokens.h): the index tensors built on the host from the masks
+// (a few thousand entries), then copied to the masks' device in one transfer.
 #include "models/hymotion/packed_tokens.h"
 
 #include "core/check.h"
 #include "core/kernel_switches.h"
 
+#include <torch/cuda.h>
+
+#include <array>
 #include <vector>
 
 namespace zest::hymotion {
@@ -27,6 +30,105 @@ torch::Tensor inverse(const torch::Tensor& rows, int64_t size) {
   return table.index_put_({rows}, torch::arange(rows.size(0), rows.options()));
 }
 
+// The index tensors in the order of kParts; every one int64.
+constexpr std::array<const char*, 12> kParts = {
+    "motion_rows", "text_rows",     "joint_rows", "streams_in_joint", "joint_from_streams", "motion_of_joint",
+    "motion_starts", "motion_sample", "text_starts", "text_sample", "joint_starts", "joint_sample"};
+constexpr const char* kEntryPrefix = "packed_tokens.";
+
+// A packing's index tensors on the host, from bool masks on the host.
+struct HostPacking {
+  int64_t batch = 0, motion_len = 0, text_len = 0;
+  int64_t longest_motion = 0, longest_text = 0, longest_joint = 0;
+  std::vector<torch::Tensor> parts;  // kParts' order
+};
+
+HostPacking pack_on_host(const torch::Tensor& xv, const torch::Tensor& cv) {
+  HostPacking h;
+  h.batch = xv.size(0), h.motion_len = xv.size(1), h.text_len = cv.size(1);
+  const int64_t joint_len = h.motion_len + h.text_len;
+  const auto motion_rows = nonzero_rows(xv), text_rows = nonzero_rows(cv);
+  const auto joint_rows = nonzero_rows(torch::cat({xv, cv}, 1));
+  // Where the kept frames and tokens sit in the joined layout.
+  const auto motion_in_joint = motion_rows.div(h.motion_len, "floor") * joint_len + motion_rows.remainder(h.motion_len);
+  const auto text_in_joint =
+      text_rows.div(h.text_len, "floor") * joint_len + h.motion_len + text_rows.remainder(h.text_len);
+  const auto streams_in_joint = torch::cat({motion_in_joint, text_in_joint});  // the rows of cat(motion, text)
+  const auto from_streams = inverse(streams_in_joint, h.batch * joint_len);
+  const auto joint_of = inverse(joint_rows, h.batch * joint_len);
+  const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
+  const SampleRows motion = sample_rows(motion_counts), text = sample_rows(text_counts),
+                   joint = sample_rows(motion_counts + text_counts);
+  h.longest_motion = motion.longest, h.longest_text = text.longest, h.longest_joint = joint.longest;
+  h.parts = {motion_rows,   text_rows,     joint_rows,  streams_in_joint, from_streams.index_select(0, joint_rows),
+             joint_of.index_select(0, motion_in_joint), motion.starts, motion.sample, text.starts, text.sample,
+             joint.starts,  joint.sample};
+  return h;
+}
+
+// The parts on `device`: from one host buffer (page-locked for a CUDA device, or when `pinned`) in one copy.
+// The masks' read already waited for the device, and each copy from pageable memory would wait for it again.
+std::vector<torch::Tensor> placed_parts(const std::vector<torch::Tensor>& parts, const torch::Device& device,
+                                        bool pinned) {
+  auto host = torch::cat(parts);
+  if (device.is_cuda() || pinned) host = host.pin_memory();
+  const auto all = device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
+  std::vector<torch::Tensor> placed;
+  int64_t at = 0;
+  for (const auto& part : parts) {
+    placed.push_back(all.narrow(0, at, part.size(0)));
+    at += part.size(0);
+  }
+  return placed;
+}
+
+// The packing of placed parts (kParts' order), the starts cast to int32 for the kernels.
+PackedTokens assembled(const HostPacking& shape, const std::vector<torch::Tensor>& parts) {
+  PackedTokens p;
+  p.batch = shape.batch, p.motion_len = shape.motion_len, p.text_len = shape.text_len;
+  p.motion_rows = parts[0];
+  p.text_rows = parts[1];
+  p.joint_rows = parts[2];
+  p.streams_in_joint = parts[3];
+  p.joint_from_streams = parts[4];
+  p.motion_of_joint = parts[5];
+  const auto samples = [&](size_t starts_at, int64_t longest) {
+    return SampleRows{parts[starts_at].to(torch::kInt), parts[starts_at + 1], longest};
+  };
+  p.motion = samples(6, shape.longest_motion);
+  p.text = samples(8, shape.longest_text);
+  p.joint = samples(10, shape.longest_joint);
+  return p;
+}
+
+// The masks as bool on the host.
+torch::Tensor host_valid(const torch::Tensor& valid) { return valid.to(torch::kCPU).ne(0); }
+
+void check_masks(const torch::Tensor& x_valid, const torch::Tensor& ctxt_valid) {
+  ZEST_CHECK(x_valid.dim() == 2 && ctxt_valid.dim() == 2 && x_valid.size(0) == ctxt_valid.size(0),
+             "packed tokens: x_mask_temporal ", x_valid.sizes(), " and ctxt_mask_temporal ", ctxt_valid.sizes(),
+             " must be [B, L] and [B, T]");
+}
+
+// `valid` [B, L] (bool, host) with padded positions marked too, the first ones in row order, until the count
+// is a multiple of a sixteenth of B·L (or all of them).
+torch::Tensor kept_to_bucket(const torch::Tensor& valid) {
+  constexpr int64_t kBuckets = 16;
+  const int64_t total = valid.numel(), count = valid.sum().item<int64_t>();
+  const int64_t step = std::max<int64_t>(1, (total + kBuckets - 1) / kBuckets);
+  const int64_t kept = std::min(total, (count + step - 1) / step * step);
+  if (kept == count) return valid;
+  auto flat = valid.flatten().clone();
+  const auto padded = flat.logical_not().nonzero().squeeze(1).narrow(0, 0, kept - count);
+  return flat.index_fill_(0, padded, true).view(valid.sizes());
+}
+
+const torch::Tensor& entry(const std::map<std::string, torch::Tensor>& batch, const std::string& name) {
+  const auto it = batch.find(name);
+  ZEST_CHECK(it != batch.end(), "packed tokens: the batch has no '", name, "'");
+  return it->second;
+}
+
 KernelSwitch& packed_tokens_switch() {
   static KernelSwitch& on = kernel_switch("packed_tokens");  // once; reading it is an atomic load
   return on;
@@ -37,66 +139,35 @@ bool packed_tokens_enabled() { return packed_tokens_switch().enabled(); }
 void set_packed_tokens(bool on) { packed_tokens_switch().set(on); }
 
 PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt_valid) {
-  ZEST_CHECK(x_valid.dim() == 2 && ctxt_valid.dim() == 2 && x_valid.size(0) == ctxt_valid.size(0),
-             "packed tokens: x_mask_temporal ", x_valid.sizes(), " and ctxt_mask_temporal ", ctxt_valid.sizes(),
-             " must be [B, L] and [B, T]");
-  const auto device = x_valid.device();
-  const auto xv = x_valid.to(torch::kCPU).ne(0), cv = ctxt_valid.to(torch::kCPU).ne(0);
-  PackedTokens p;
-  p.batch = xv.size(0), p.motion_len = xv.size(1), p.text_len = cv.size(1);
-  const int64_t joint_len = p.joint_len();
+  check_masks(x_valid, ctxt_valid);
+  const HostPacking h = pack_on_host(host_valid(x_valid), host_valid(ctxt_valid));
+  return assembled(h, placed_parts(h.parts, x_valid.device(), /*pinned=*/false));
+}
 
-  const auto motion_rows = nonzero_rows(xv), text_rows = nonzero_rows(cv);
-  const auto joint_rows = nonzero_rows(torch::cat({xv, cv}, 1));
-  // Where the valid frames and tokens sit in the joined layout.
-  const auto motion_in_joint = motion_rows.div(p.motion_len, "floor") * joint_len + motion_rows.remainder(p.motion_len);
-  const auto text_in_joint =
-      text_rows.div(p.text_len, "floor") * joint_len + p.motion_len + text_rows.remainder(p.text_len);
-  const auto streams_in_joint = torch::cat({motion_in_joint, text_in_joint});  // the rows of cat(motion, text)
-  const auto from_streams = inverse(streams_in_joint, p.batch * joint_len);
-  const auto joint_of = inverse(joint_rows, p.batch * joint_len);
+void add_packed_tokens(std::map<std::string, torch::Tensor>& batch) {
+  const auto& x_valid = entry(batch, "x_mask_temporal");
+  const auto& ctxt_valid = entry(batch, "ctxt_mask_temporal");
+  check_masks(x_valid, ctxt_valid);
+  const HostPacking h = pack_on_host(kept_to_bucket(host_valid(x_valid)), kept_to_bucket(host_valid(ctxt_valid)));
+  // A loader's page-locked batch: its copy to the device is asynchronous, so the indices' should be too.
+  const bool pinned = x_valid.is_cpu() && torch::cuda::is_available() && x_valid.is_pinned();
+  const auto parts = placed_parts(h.parts, x_valid.device(), pinned);
+  for (size_t i = 0; i < kParts.size(); ++i) batch[std::string(kEntryPrefix) + kParts[i]] = parts[i];
+}
 
-  const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
-  SampleRows motion = sample_rows(motion_counts), text = sample_rows(text_counts),
-             joint = sample_rows(motion_counts + text_counts);
-  // Every index in one host buffer (page-locked for a CUDA device) and one copy: the masks' read already
-  // waited for the device, and each copy from pageable memory would wait for it again.
-  std::vector<torch::Tensor> parts{motion_rows,
-                                   text_rows,
-                                   joint_rows,
-                                   streams_in_joint,
-                                   from_streams.index_select(0, joint_rows),
-                                   joint_of.index_select(0, motion_in_joint),
-                                   motion.starts,
-                                   motion.sample,
-                                   text.starts,
-                                   text.sample,
-                                   joint.starts,
-                                   joint.sample};
-  auto host = torch::cat(parts);
-  if (device.is_cuda()) host = host.pin_memory();
-  const auto all = host.to(device, /*non_blocking=*/true);
-  std::vector<torch::Tensor> on_device;
-  int64_t at = 0;
-  for (const auto& part : parts) {
-    on_device.push_back(all.narrow(0, at, part.size(0)));
-    at += part.size(0);
-  }
-  p.motion_rows = on_device[0];
-  p.text_rows = on_device[1];
-  p.joint_rows = on_device[2];
-  p.streams_in_joint = on_device[3];
-  p.joint_from_streams = on_device[4];
-  p.motion_of_joint = on_device[5];
-  const auto placed = [&](SampleRows s, size_t starts_at) {
-    s.starts = on_device[starts_at].to(torch::kInt);
-    s.sample = on_device[starts_at + 1];
-    return s;
-  };
-  p.motion = placed(motion, 6);
-  p.text = placed(text, 8);
-  p.joint = placed(joint, 10);
-  return p;
+std::shared_ptr<const PackedTokens> packed_tokens_of(const std::map<std::string, torch::Tensor>& batch) {
+  if (batch.count(std::string(kEntryPrefix) + kParts[0]) == 0) return nullptr;
+  const auto& x_valid = entry(batch, "x_mask_temporal");
+  const auto& ctxt_valid = entry(batch, "ctxt_mask_temporal");
+  check_masks(x_valid, ctxt_valid);
+  HostPacking shape;
+  shape.batch = x_valid.size(0), shape.motion_len = x_valid.size(1), shape.text_len = ctxt_valid.size(1);
+  shape.longest_motion = shape.motion_len;
+  shape.longest_text = shape.text_len;
+  shape.longest_joint = shape.motion_len + shape.text_len;
+  std::vector<torch::Tensor> parts;
+  for (const char* part : kParts) parts.push_back(entry(batch, std::string(kEntryPrefix) + part));
+  return std::make_shared<const PackedTokens>(assembled(shape, parts));
 }
 
 }  // namespace zest::hymotion

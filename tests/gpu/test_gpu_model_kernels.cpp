@@ -467,6 +467,7 @@ TEST(GpuGatedResidual, KernelsRepeatBitwise) {
 // [left | GELU_tanh(right)] with right a slice of a projection (HY-Motion's single-stream block) against
 // ATen's GELU and concatenation on the same GPU, forward and both gradients; a left with its own row
 // stride; widths that take packs of 8, 4 and 1.
+// [B, L, ·] halves, and packed rows [N, ·] (HY-Motion's packed valid tokens).
 TEST(GpuConcatGelu, KernelsMatchTheOpChain) {
   torch::manual_seed(23);
   struct Widths {
@@ -475,36 +476,42 @@ TEST(GpuConcatGelu, KernelsMatchTheOpChain) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     for (const Widths w : {Widths{1280, 5120}, Widths{64, 256}, Widths{20, 36}, Widths{7, 13}}) {
       for (const bool strided_left : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " widths " << w.left << "+" << w.right
-                                          << (strided_left ? " strided left" : ""));
-        const auto opts = torch::TensorOptions().device(torch::kCUDA);
-        const auto h0 = (2 * torch::randn({2, 33, 3 * w.left + w.right}, opts)).to(dtype);
-        const auto o0 = torch::randn({2, 33, strided_left ? 2 * w.left : w.left}, opts).to(dtype);
-        const auto r = torch::randn({2, 33, w.left + w.right}, opts);
-        std::vector<torch::Tensor> out, dh, dot;
-        for (const bool kernels : {true, false}) {
-          auto h = h0.clone().requires_grad_(true);
-          auto o_full = o0.clone().requires_grad_(true);
-          const auto o = o_full.narrow(-1, 0, w.left);
-          const auto right = h.narrow(-1, 3 * w.left, w.right);
-          torch::Tensor y;
-          if (kernels) {
-            EXPECT_TRUE(uses_concat_gelu_kernels(o, right));
-            y = concat_gelu_tanh(o, right);
-          } else {
-            y = torch::cat({o, torch::gelu(right, "tanh")}, -1);
+        for (const bool packed : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " widths " << w.left << "+" << w.right
+                                            << (strided_left ? " strided left" : "") << (packed ? " packed" : ""));
+          const auto opts = torch::TensorOptions().device(torch::kCUDA);
+          const auto rows = [&](int64_t width) {
+            return packed ? std::vector<int64_t>{66, width} : std::vector<int64_t>{2, 33, width};
+          };
+          const auto h0 = (2 * torch::randn(rows(3 * w.left + w.right), opts)).to(dtype);
+          const auto o0 = torch::randn(rows(strided_left ? 2 * w.left : w.left), opts).to(dtype);
+          const auto r = torch::randn(rows(w.left + w.right), opts);
+          std::vector<torch::Tensor> out, dh, dot;
+          for (const bool kernels : {true, false}) {
+            auto h = h0.clone().requires_grad_(true);
+            auto o_full = o0.clone().requires_grad_(true);
+            const auto o = o_full.narrow(-1, 0, w.left);
+            const auto right = h.narrow(-1, 3 * w.left, w.right);
+            torch::Tensor y;
+            if (kernels) {
+              EXPECT_TRUE(uses_concat_gelu_kernels(o, right));
+              y = concat_gelu_tanh(o, right);
+            } else {
+              y = torch::cat({o, torch::gelu(right, "tanh")}, -1);
+            }
+            (y.to(torch::kFloat32) * r).sum().backward();
+            out.push_back(y.detach());
+            dh.push_back(h.grad());
+            dot.push_back(o_full.grad());
           }
-          (y.to(torch::kFloat32) * r).sum().backward();
-          out.push_back(y.detach());
-          dh.push_back(h.grad());
-          dot.push_back(o_full.grad());
+          EXPECT_EQ(out[0].sizes(), out[1].sizes());
+          EXPECT_TRUE(out[0].is_contiguous());
+          const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+          EXPECT_LE(relative_max_error(out[0], out[1]), tolerance);
+          EXPECT_LE(relative_max_error(dh[0], dh[1]), tolerance);
+          EXPECT_TRUE(dot[0].equal(dot[1]));  // the output's gradient, passed through
+          EXPECT_EQ(dh[0].narrow(-1, 0, 3 * w.left).abs().max().item<double>(), 0.0);
         }
-        EXPECT_TRUE(out[0].is_contiguous());
-        const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-2;
-        EXPECT_LE(relative_max_error(out[0], out[1]), tolerance);
-        EXPECT_LE(relative_max_error(dh[0], dh[1]), tolerance);
-        EXPECT_TRUE(dot[0].equal(dot[1]));  // the output's gradient, passed through
-        EXPECT_EQ(dh[0].narrow(-1, 0, 3 * w.left).abs().max().item<double>(), 0.0);
       }
     }
   }

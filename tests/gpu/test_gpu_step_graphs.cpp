@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuStepGraphs,
                          [](const auto& info) { return name_of(info.param); });
 
 // The flow-matching loss draws its noise and times from a generator: each replay must draw fresh
-// numbers, the same ones the eager steps draw from the same seed.
+// numbers, the same ones the eager steps draw from the same seed. The batch is prepared as the bench's and the
+// loader's are (the tokens packed ahead of the step, the default), so the packed step is what is captured.
 TEST(GpuStepGraphs, HyMotionNoiseIsReplayedFresh) {
   ModelSelection selection;
   selection.name = "hymotion_tiny";
@@ -160,7 +161,9 @@ TEST(GpuStepGraphs, HyMotionNoiseIsReplayedFresh) {
     Engine engine(model, ec, adamw(), SchedulerConfig{}, world_communicator());
     torch::Generator gen = at::globalContext().defaultGenerator(engine.device()).clone();
     gen.set_current_seed(7);
-    const auto batch = resolved.family->synthetic_batch(*model, {24, 6}, 2, engine.device(), gen);
+    auto batch = resolved.family->synthetic_batch(*model, {24, 6}, 2, engine.device(), gen);
+    resolved.family->prepare_batch(batch);
+    EXPECT_EQ(batch.count("packed_tokens.motion_rows"), 1u);
     StepGraphs graphs(engine, {gen});
     std::vector<double> losses;
     for (int step = 0; step < 6; ++step) {
