@@ -256,8 +256,8 @@ const FieldTable<EngineConfig>& engine_fields() {
                    "with optimizer offload or a checkpointed unit seen drawing random numbers in the eager steps "
                    "(dropout; then every step runs eagerly, said once in the log). The graphs' private pool takes the place "
                    "of the eager steps' cache (the log states both), so the device reserves what eager steps reserve: "
-                   "HY-Motion 1B at 8 sequences on an H100, 19.6 GiB, as the tuned compiled peer, for 55.3 ms a step "
-                   "against 66.7 eagerly (bench/RESULTS.md). Up to 8 batch shapes are captured, each after 2 eager "
+                   "HY-Motion 1B at 8 sequences on an H100, 18.65 GiB against the tuned compiled peer's 19.60, for "
+                   "46.9 ms a step against its 72.3 (bench/RESULTS.md). Up to 8 batch shapes are captured, each after 2 eager "
                    "steps; steps of other shapes run eagerly");
     t.boolean("cudnn_benchmark", &C::cudnn_benchmark, "CUDA: time cuDNN's convolution algorithms per shape, keep the fastest")
         .reference("on a GPU, time cuDNN's convolution algorithms once per shape and keep the fastest (LibTorch's "
