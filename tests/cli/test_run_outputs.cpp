@@ -1,6 +1,7 @@
 // What `zest train` writes, in-process: every write failure is an error (metrics.jsonl, the progress
 // output, config.toml) except a closed stdout; folders are checked before training; and the data
 // position saved with checkpoints, in its global form and the older per-rank one.
+#include "common/scoped_switch.h"
 #include "common/temp_dir.h"
 
 #include "comm/self_communicator.h"
@@ -8,6 +9,7 @@
 #include "core/config_reader.h"
 #include "data/model_features.h"
 #include "data/synth.h"
+#include "models/hymotion/packed_tokens.h"
 #include "train/progress.h"
 #include "train/run_config.h"
 #include "train/run_folder.h"
@@ -226,6 +228,25 @@ TEST_F(DataPosition, PositionsThatCannotBeHonouredAreClearErrors) {
   expect_error([&] { data.load_state(nlohmann::json::object(), 1); }, {"field 'epoch' is missing (expected an integer >= 0)"});
   expect_error([&] { data.load_state(nlohmann::json{{"epoch", 0}, {"consumed", 3}, {"dataset_size", 16}, {"dataset_fingerprint", 7}}, 1); },
                {"field 'dataset_fingerprint' must be a string, got an integer (7)"});
+}
+
+// The step's batches come prepared by the family (models/registry.h's prepare_batch): HY-Motion's packed-token
+// indices made on the host before the copy to the device, so that the step reads nothing there; none when the
+// kernel switch is off.
+TEST_F(DataPosition, TheStepsBatchesCarryThePackingMadeAhead) {
+  for (const bool packed : {true, false}) {
+    SCOPED_TRACE(packed ? "packed_tokens on" : "packed_tokens off");
+    const ScopedSwitch packing(hymotion::packed_tokens_enabled, hymotion::set_packed_tokens, packed);
+    TrainData data(config_, model_, comm_);
+    const HostBatch batch = data.next_for_step();
+    EXPECT_EQ(batch.tensors.count("packed_tokens.motion_rows"), packed ? 1u : 0u);
+    const auto p = hymotion::packed_tokens_of(batch.tensors);
+    ASSERT_EQ(p != nullptr, packed);
+    if (!packed) continue;
+    EXPECT_EQ(p->batch, 3);
+    const int64_t valid_frames = batch.tensors.at("x_mask_temporal").sum().item<int64_t>();
+    EXPECT_GE(p->motion_rows.size(0), valid_frames);  // every valid frame kept, rounded up to a bucket
+  }
 }
 
 }  // namespace
