@@ -36,38 +36,45 @@ constexpr std::array<const char*, 12> kParts = {
     "motion_starts", "motion_sample", "text_starts", "text_sample", "joint_starts", "joint_sample"};
 constexpr const char* kEntryPrefix = "packed_tokens.";
 
-// A packing's index tensors on the host, from bool masks on the host.
-struct HostPacking {
+// What a packing's kernels take on the host besides its index tensors.
+struct PackingShape {
   int64_t batch = 0, motion_len = 0, text_len = 0;
-  int64_t longest_motion = 0, longest_text = 0, longest_joint = 0;
-  std::vector<torch::Tensor> parts;  // kParts' order
+  int64_t longest_motion = 0, longest_text = 0, longest_joint = 0;  // the most rows of one sample
+};
+
+// A packing's index tensors on the host (kParts' order), from bool masks on the host.
+struct HostPacking {
+  PackingShape shape;
+  std::vector<torch::Tensor> parts;
 };
 
 HostPacking pack_on_host(const torch::Tensor& xv, const torch::Tensor& cv) {
   HostPacking h;
-  h.batch = xv.size(0), h.motion_len = xv.size(1), h.text_len = cv.size(1);
-  const int64_t joint_len = h.motion_len + h.text_len;
+  PackingShape& shape = h.shape;
+  shape.batch = xv.size(0), shape.motion_len = xv.size(1), shape.text_len = cv.size(1);
+  const int64_t joint_len = shape.motion_len + shape.text_len;
   const auto motion_rows = nonzero_rows(xv), text_rows = nonzero_rows(cv);
   const auto joint_rows = nonzero_rows(torch::cat({xv, cv}, 1));
   // Where the kept frames and tokens sit in the joined layout.
-  const auto motion_in_joint = motion_rows.div(h.motion_len, "floor") * joint_len + motion_rows.remainder(h.motion_len);
+  const auto motion_in_joint =
+      motion_rows.div(shape.motion_len, "floor") * joint_len + motion_rows.remainder(shape.motion_len);
   const auto text_in_joint =
-      text_rows.div(h.text_len, "floor") * joint_len + h.motion_len + text_rows.remainder(h.text_len);
+      text_rows.div(shape.text_len, "floor") * joint_len + shape.motion_len + text_rows.remainder(shape.text_len);
   const auto streams_in_joint = torch::cat({motion_in_joint, text_in_joint});  // the rows of cat(motion, text)
-  const auto from_streams = inverse(streams_in_joint, h.batch * joint_len);
-  const auto joint_of = inverse(joint_rows, h.batch * joint_len);
+  const auto from_streams = inverse(streams_in_joint, shape.batch * joint_len);
+  const auto joint_of = inverse(joint_rows, shape.batch * joint_len);
   const auto motion_counts = xv.sum(1), text_counts = cv.sum(1);
   const SampleRows motion = sample_rows(motion_counts), text = sample_rows(text_counts),
                    joint = sample_rows(motion_counts + text_counts);
-  h.longest_motion = motion.longest, h.longest_text = text.longest, h.longest_joint = joint.longest;
+  shape.longest_motion = motion.longest, shape.longest_text = text.longest, shape.longest_joint = joint.longest;
   h.parts = {motion_rows,   text_rows,     joint_rows,  streams_in_joint, from_streams.index_select(0, joint_rows),
              joint_of.index_select(0, motion_in_joint), motion.starts, motion.sample, text.starts, text.sample,
              joint.starts,  joint.sample};
   return h;
 }
 
-// The parts on `device`: from one host buffer (page-locked for a CUDA device, or when `pinned`) in one copy.
-// The masks' read already waited for the device, and each copy from pageable memory would wait for it again.
+// The parts on `device`: views of one host buffer (page-locked for a CUDA device, or when `pinned`), copied in
+// one transfer that does not wait for the device (from pageable memory each copy would).
 std::vector<torch::Tensor> placed_parts(const std::vector<torch::Tensor>& parts, const torch::Device& device,
                                         bool pinned) {
   auto host = torch::cat(parts);
@@ -83,7 +90,7 @@ std::vector<torch::Tensor> placed_parts(const std::vector<torch::Tensor>& parts,
 }
 
 // The packing of placed parts (kParts' order), the starts cast to int32 for the kernels.
-PackedTokens assembled(const HostPacking& shape, const std::vector<torch::Tensor>& parts) {
+PackedTokens assembled(const PackingShape& shape, const std::vector<torch::Tensor>& parts) {
   PackedTokens p;
   p.batch = shape.batch, p.motion_len = shape.motion_len, p.text_len = shape.text_len;
   p.motion_rows = parts[0];
@@ -141,7 +148,7 @@ void set_packed_tokens(bool on) { packed_tokens_switch().set(on); }
 PackedTokens pack_tokens(const torch::Tensor& x_valid, const torch::Tensor& ctxt_valid) {
   check_masks(x_valid, ctxt_valid);
   const HostPacking h = pack_on_host(host_valid(x_valid), host_valid(ctxt_valid));
-  return assembled(h, placed_parts(h.parts, x_valid.device(), /*pinned=*/false));
+  return assembled(h.shape, placed_parts(h.parts, x_valid.device(), /*pinned=*/false));
 }
 
 void add_packed_tokens(std::map<std::string, torch::Tensor>& batch) {
@@ -160,7 +167,7 @@ std::shared_ptr<const PackedTokens> packed_tokens_of(const std::map<std::string,
   const auto& x_valid = entry(batch, "x_mask_temporal");
   const auto& ctxt_valid = entry(batch, "ctxt_mask_temporal");
   check_masks(x_valid, ctxt_valid);
-  HostPacking shape;
+  PackingShape shape;
   shape.batch = x_valid.size(0), shape.motion_len = x_valid.size(1), shape.text_len = ctxt_valid.size(1);
   shape.longest_motion = shape.motion_len;
   shape.longest_text = shape.text_len;
