@@ -23,7 +23,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("config", args->config, "run file (configs/*.toml, bench/configs/*.toml)")->required();
   cmd->add_option("--set", args->overrides, "override a key: section.key=value (TOML value)");
   cmd->add_option("--steps", args->options.steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", args->options.warmup, "untimed steps first")->capture_default_str()->check(
+  cmd->add_option("--warmup", args->options.warmup, "untimed steps first (with CUDA graphs, more until every batch's shape is captured)")->capture_default_str()->check(
       CLI::Range(0, 100000));
   cmd->add_option("--length", args->options.shapes.length,
                   "motion frames / latent side (default: data.seq_len, else 360 / 64)")
