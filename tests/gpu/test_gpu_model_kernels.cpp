@@ -306,6 +306,18 @@ struct PackedCase {
   torch::Tensor padded_weights(const torch::Tensor& r) const {
     return torch::zeros_like(r).index_copy_(0, rows, r.index_select(0, rows));
   }
+  // The packed rows [N, D] of a padded [B, longest, D] (or [B·longest, D]) tensor.
+  torch::Tensor packed(const torch::Tensor& padded) const {
+    return padded.reshape({-1, padded.size(-1)}).index_select(0, rows);
+  }
+  // The packed run's modulation gradient against the padded run's: within a sum's rounding in another order,
+  // and none for the sample with no rows.
+  static void expect_modulation_grads_match(const torch::Tensor& packed_grad, const torch::Tensor& padded_grad,
+                                            torch::ScalarType dtype) {
+    const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+    EXPECT_LE(relative_max_error(packed_grad.cpu(), padded_grad.cpu()), tolerance);
+    EXPECT_EQ(packed_grad[1].abs().max().item<double>(), 0.0);
+  }
 };
 
 PackedCase packed_case() {
@@ -345,18 +357,16 @@ TEST(GpuLayerNormModulate, PackedRowsMatchThePaddedKernels) {
       const auto y = layer_norm_modulate(x, chunks[0], chunks[1], 1e-6);
       (y.to(torch::kFloat32).view({-1, d}) * r_padded).sum().backward();
 
-      auto xp = x0.view({-1, d}).index_select(0, pc.rows).requires_grad_(true);
+      auto xp = pc.packed(x0).requires_grad_(true);
       auto modp = mod0.clone().requires_grad_(true);
       const auto chunks_p = modp.chunk(2, -1);
       ASSERT_TRUE(uses_layer_norm_modulate_kernels(xp, chunks_p[0], chunks_p[1], &pc.samples));
       const auto yp = layer_norm_modulate(xp, chunks_p[0], chunks_p[1], 1e-6, &pc.samples);
-      (yp.to(torch::kFloat32) * r.index_select(0, pc.rows)).sum().backward();
+      (yp.to(torch::kFloat32) * pc.packed(r)).sum().backward();
 
-      EXPECT_TRUE(yp.detach().equal(y.detach().view({-1, d}).index_select(0, pc.rows)));
-      EXPECT_TRUE(xp.grad().equal(x.grad().view({-1, d}).index_select(0, pc.rows)));
-      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
-      EXPECT_LE(relative_max_error(modp.grad().cpu(), mod.grad().cpu()), tolerance);
-      EXPECT_EQ(modp.grad()[1].abs().max().item<double>(), 0.0);  // the sample with no rows
+      EXPECT_TRUE(yp.detach().equal(pc.packed(y.detach())));
+      EXPECT_TRUE(xp.grad().equal(pc.packed(x.grad())));
+      PackedCase::expect_modulation_grads_match(modp.grad(), mod.grad(), dtype);
     }
   }
 }
@@ -382,19 +392,17 @@ TEST(GpuGatedResidual, PackedRowsMatchThePaddedKernels) {
       const auto z = gated_residual(x0, y, gate);
       (z.to(torch::kFloat32).view({-1, d}) * r_padded).sum().backward();
 
-      const auto xp = x0.view({-1, d}).index_select(0, pc.rows);
-      auto yp = y0.view({-1, d}).index_select(0, pc.rows).requires_grad_(true);
+      const auto xp = pc.packed(x0);
+      auto yp = pc.packed(y0).requires_grad_(true);
       auto modp = mod0.clone().requires_grad_(true);
       const auto gate_p = modp.chunk(3, -1)[2];
       ASSERT_TRUE(uses_gated_residual_kernels(xp, yp, gate_p, &pc.samples));
       const auto zp = gated_residual(xp, yp, gate_p, &pc.samples);
-      (zp.to(torch::kFloat32) * r.index_select(0, pc.rows)).sum().backward();
+      (zp.to(torch::kFloat32) * pc.packed(r)).sum().backward();
 
-      EXPECT_TRUE(zp.detach().equal(z.detach().view({-1, d}).index_select(0, pc.rows)));
-      EXPECT_TRUE(yp.grad().equal(y.grad().view({-1, d}).index_select(0, pc.rows)));
-      const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
-      EXPECT_LE(relative_max_error(modp.grad().cpu(), mod.grad().cpu()), tolerance);
-      EXPECT_EQ(modp.grad()[1].abs().max().item<double>(), 0.0);  // the sample with no rows
+      EXPECT_TRUE(zp.detach().equal(pc.packed(z.detach())));
+      EXPECT_TRUE(yp.grad().equal(pc.packed(y.grad())));
+      PackedCase::expect_modulation_grads_match(modp.grad(), mod.grad(), dtype);
     }
   }
 }
