@@ -16,13 +16,11 @@ bool uses_gated_residual_kernels(const torch::Tensor& x, const torch::Tensor& y,
 #ifdef ZEST_WITH_CUDA
   if (!x.is_cuda()) return false;
   const auto dtype = x.scalar_type();
-  const int64_t rows_dims = samples ? 2 : 3;
-  const int64_t batch = samples ? samples->batch() : x.dim() == 3 ? x.size(0) : -1;
-  const bool covered = x.dim() == rows_dims && x.numel() > 0 && is_kernel_dtype(dtype) && y.sizes() == x.sizes() &&
+  const int64_t batch = per_sample_batch(x, samples);
+  const bool covered = batch >= 0 && x.numel() > 0 && is_kernel_dtype(dtype) && y.sizes() == x.sizes() &&
                        y.scalar_type() == dtype && y.device() == x.device() && gate.dim() == 3 &&
                        gate.size(0) == batch && gate.size(1) == 1 && gate.size(2) == x.size(-1) &&
-                       gate.stride(2) == 1 && gate.scalar_type() == dtype && gate.device() == x.device() &&
-                       (!samples || samples->rows() == x.size(0));
+                       gate.stride(2) == 1 && gate.scalar_type() == dtype && gate.device() == x.device();
   note_fused_path("gated_residual", covered,
                   samples ? "packed inputs not [rows, D] with a per-sample [B, 1, D] gate of their dtype"
                           : "inputs not [B, S, D] with a per-sample [B, 1, D] gate of their dtype");

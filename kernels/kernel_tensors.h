@@ -55,6 +55,13 @@ inline PackedSamples packed_samples(const torch::Tensor& starts, int64_t rows) {
   return {starts.data_ptr<int32_t>(), rows};
 }
 
+// The sample count of a per-sample kernel's input: x [B, S, D] when `samples` is null, or the packed rows
+// [rows, D] of `samples`; −1 when x has neither layout.
+inline int64_t per_sample_batch(const torch::Tensor& x, const SampleRows* samples) {
+  if (samples) return x.dim() == 2 && x.size(0) == samples->rows() ? samples->batch() : -1;
+  return x.dim() == 3 ? x.size(0) : -1;
+}
+
 // The current CUDA stream of t's device, as the kernels' launch functions take it.
 void* current_stream_of(const torch::Tensor& t);
 

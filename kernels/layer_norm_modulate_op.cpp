@@ -28,10 +28,9 @@ bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tenso
                                       const SampleRows* samples) {
 #ifdef ZEST_WITH_CUDA
   if (!x.is_cuda()) return false;
-  const int64_t batch = samples ? samples->batch() : x.dim() == 3 ? x.size(0) : -1;
-  const bool layout = x.dim() == (samples ? 2 : 3) && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) &&
-                      is_per_sample(shift, x, batch) && is_per_sample(scale, x, batch) &&
-                      (!samples || samples->rows() == x.size(0));
+  const int64_t batch = per_sample_batch(x, samples);
+  const bool layout = batch >= 0 && x.numel() > 0 && is_kernel_dtype(x.scalar_type()) &&
+                      is_per_sample(shift, x, batch) && is_per_sample(scale, x, batch);
   const bool covered = layout && layer_norm_modulate_covers(x.size(-1));
   note_fused_path("layer_norm_modulate", covered,
                   !layout ? (samples ? "packed input not [rows, D] with per-sample [B, 1, D] shift and scale of its dtype"
