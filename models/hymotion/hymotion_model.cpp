@@ -64,7 +64,6 @@ std::vector<UnitDecl> HyMotionModel::unit_decls() const {
   return units;
 }
 
-
 void HyMotionModel::check_inputs(const HyMotionInputs& in) const {
   check_shape(in.x, "x", {-1, -1, config_.input_dim});
   const int64_t batch = in.x.size(0), motion_len = in.x.size(1);
