@@ -6,7 +6,9 @@
 // channels' (weighted by the affine weight in backward). So the widest access depends on the channel count alone, not on the group size
 // (SD's 320-channel norms have groups of 10 channels: 4-byte accesses when threads kept to one group).
 // Forward reads x twice and writes y once; backward reads x and dy twice and writes dx once: no float32
-// copies of the activations.
+// copies of the activations. A channel shift (x + s[n, c]) moves every sum of x − k by nothing when k, the
+// value the sums are taken about, moves with it; so it changes only the per-channel constants: the group's
+// mean seen from x is the mean less s.
 #include "kernels/group_norm_nhwc.h"
 #include "kernels/kernel_access.cuh"
 
@@ -76,6 +78,12 @@ __device__ __forceinline__ int64_t first_channel() {
 // The (sample, group) statistic channel `ch` of sample n is normalised with: index into mean, rstd, coef.
 __device__ __forceinline__ int64_t stat_index(const Layout& l, int64_t n, int64_t ch) {
   return n * l.groups + ch / (l.c / l.groups);
+}
+
+// The shift of channel `ch` of sample n (0 without one).
+template <typename T>
+__device__ __forceinline__ float shift_of(const T* shift, const Layout& l, int64_t n, int64_t ch) {
+  return shift == nullptr ? 0.0f : to_float(shift[n * l.c + ch]);
 }
 
 // Visits this thread's pixel rows of its chunk (`at`: the row's first element of this thread's channels),
@@ -165,39 +173,45 @@ __global__ void channel_sums_kernel(const T* x, Layout l, float* partial) {
 }
 
 // mean and rstd per (sample, group) from its channels' shifted sums: Σx = Σ_c (S1 + hw·k) and
-// Σ(x − μ)² = Σ_c (S2 + 2(k − μ)·S1 + hw·(k − μ)²).
+// Σ(x − μ)² = Σ_c (S2 + 2(k − μ)·S1 + hw·(k − μ)²), x and k with the channel's shift; with a shift also each
+// channel's mean (S1/hw + k).
 template <typename T>
-__global__ void group_stats_kernel(const T* x, const float* sums, Layout l, float eps, float* mean, float* rstd) {
+__global__ void group_stats_kernel(const T* x, const T* shift, const float* sums, Layout l, float eps, float* mean,
+                                   float* rstd, float* channel_means) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= l.n * l.groups) return;
   const int64_t n = i / l.groups, g = i % l.groups, per_group = l.c / l.groups;
   const float* s1 = sums + n * 2 * l.c;
   const float* s2 = s1 + l.c;
   const T* first = x + n * l.hw * l.c;
+  const auto about = [&](int64_t ch) { return to_float(first[ch]) + shift_of(shift, l, n, ch); };
   const float hw = static_cast<float>(l.hw);
   float total = 0.0f;
-  for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) total += s1[ch] + hw * to_float(first[ch]);
+  for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) {
+    total += s1[ch] + hw * about(ch);
+    if (channel_means != nullptr) channel_means[n * l.c + ch] = s1[ch] / hw + about(ch);
+  }
   const float mu = total / (hw * static_cast<float>(per_group));
   float m2 = 0.0f;
   for (int64_t ch = g * per_group; ch < (g + 1) * per_group; ++ch) {
-    const float d = to_float(first[ch]) - mu;
+    const float d = about(ch) - mu;
     m2 += s2[ch] + 2.0f * d * s1[ch] + hw * d * d;
   }
   mean[i] = mu;
   rstd[i] = rsqrtf(fmaxf(m2, 0.0f) / (hw * static_cast<float>(per_group)) + eps);  // the biased variance
 }
 
-// y = x·scale + offset per channel (scale = rstd·weight, offset = bias − mean·scale), then SiLU.
+// y = x·scale + offset per channel (scale = rstd·weight, offset = bias − (mean − shift)·scale), then SiLU.
 template <typename T, int V>
-__global__ void normalize_kernel(const T* x, const T* weight, const T* bias, const float* mean, const float* rstd,
-                                 Layout l, bool silu, T* y) {
+__global__ void normalize_kernel(const T* x, const T* shift, const T* weight, const T* bias, const float* mean,
+                                 const float* rstd, Layout l, bool silu, T* y) {
   const int64_t n = blockIdx.y, c0 = first_channel<V>();
   float scale[V], offset[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int64_t stat = stat_index(l, n, c0 + v);
     scale[v] = rstd[stat] * to_float(weight[c0 + v]);
-    offset[v] = to_float(bias[c0 + v]) - mean[stat] * scale[v];
+    offset[v] = to_float(bias[c0 + v]) - (mean[stat] - shift_of(shift, l, n, c0 + v)) * scale[v];
   }
   for_my_rows<V>(
       l, [&](int64_t at) { return load<T, V>(x, at); },
@@ -220,16 +234,17 @@ struct XAndGrad {
   Pack<T, V> x, dy;
 };
 
-// A thread's per-channel constants: the group's statistics and the affine parameters.
+// A thread's per-channel constants: the group's statistics (the mean as seen from the unshifted x) and the
+// affine parameters.
 template <typename T, int V>
 struct ChannelConstants {
   float mean[V], rstd[V], weight[V], bias[V];
-  __device__ ChannelConstants(const float* means, const float* rstds, const T* w, const T* b, const Layout& l,
-                              int64_t n, int64_t c0) {
+  __device__ ChannelConstants(const float* means, const float* rstds, const T* shift, const T* w, const T* b,
+                              const Layout& l, int64_t n, int64_t c0) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t stat = stat_index(l, n, c0 + v);
-      mean[v] = means[stat], rstd[v] = rstds[stat];
+      mean[v] = means[stat] - shift_of(shift, l, n, c0 + v), rstd[v] = rstds[stat];
       weight[v] = to_float(w[c0 + v]), bias[v] = to_float(b[c0 + v]);
     }
   }
@@ -242,11 +257,12 @@ struct ChannelConstants {
 
 // Per channel Σ dz and Σ dz·x̂ (the bias and weight gradients of this chunk).
 template <typename T, int V>
-__global__ void backward_channel_sums_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
-                                             const T* weight, const T* bias, Layout l, bool silu, float* partial) {
+__global__ void backward_channel_sums_kernel(const T* dy, const T* x, const T* shift, const float* mean,
+                                             const float* rstd, const T* weight, const T* bias, Layout l, bool silu,
+                                             float* partial) {
   extern __shared__ float shared[];
   const int64_t n = blockIdx.y, c0 = first_channel<V>();
-  const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
+  const ChannelConstants<T, V> k(mean, rstd, shift, weight, bias, l, n, c0);
   float sum_dz[V] = {}, sum_dz_xhat[V] = {};
   for_my_rows<V>(
       l, [&](int64_t at) { return XAndGrad<T, V>{load<T, V>(x, at), load<T, V>(dy, at)}; },
@@ -292,10 +308,10 @@ __global__ void backward_finish_kernel(const float* sums, const T* weight, Layou
 
 // dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂·x̂)).
 template <typename T, int V>
-__global__ void dx_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const T* weight,
-                          const T* bias, const float* coef, Layout l, bool silu, T* dx) {
+__global__ void dx_kernel(const T* dy, const T* x, const T* shift, const float* mean, const float* rstd,
+                          const T* weight, const T* bias, const float* coef, Layout l, bool silu, T* dx) {
   const int64_t n = blockIdx.y, c0 = first_channel<V>();
-  const ChannelConstants<T, V> k(mean, rstd, weight, bias, l, n, c0);
+  const ChannelConstants<T, V> k(mean, rstd, shift, weight, bias, l, n, c0);
   float mean_dxhat[V], mean_dxhat_xhat[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
@@ -316,6 +332,20 @@ __global__ void dx_kernel(const T* dy, const T* x, const float* mean, const floa
       });
 }
 
+// The shift's gradient, Σ over the pixels of dx, without reading dx: summing dx_kernel's formula over a
+// channel's pixels gives rstd·(weight·Σdz − hw·mean(dx̂) − mean(dx̂·x̂)·Σx̂), and Σx̂ = rstd·hw·(channel mean −
+// group mean), the channel mean from forward.
+template <typename T>
+__global__ void shift_grad_kernel(const float* sums, const float* coef, const float* mean, const float* rstd,
+                                  const T* weight, const float* channel_means, Layout l, float* dshift) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= l.n * l.c) return;
+  const int64_t n = i / l.c, ch = i % l.c, stat = stat_index(l, n, ch);
+  const float sum_dz = sums[n * 2 * l.c + ch], hw = static_cast<float>(l.hw);
+  const float sum_xhat = rstd[stat] * hw * (channel_means[i] - mean[stat]);
+  dshift[i] = rstd[stat] * (to_float(weight[ch]) * sum_dz - hw * coef[2 * stat] - coef[2 * stat + 1] * sum_xhat);
+}
+
 }  // namespace
 
 int64_t GroupNormShape::chunks() const { return layout_of(*this).chunks; }
@@ -333,7 +363,7 @@ int64_t group_norm_nhwc_backward_scratch(const GroupNormShape& s) {
 
 void launch_group_norm_nhwc_forward(const GroupNormShape& shape, KernelDtype dtype, const void* x, const void* weight,
                                     const void* bias, double eps, bool silu, void* y, float* mean, float* rstd,
-                                    float* scratch, void* cuda_stream) {
+                                    const ChannelShift& shift, float* scratch, void* cuda_stream) {
   const Layout l = layout_of(shape);
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   float* partial = scratch;
@@ -341,20 +371,24 @@ void launch_group_norm_nhwc_forward(const GroupNormShape& shape, KernelDtype dty
   dispatch(dtype, shape.vector_width, [&]<typename T, int V>() {
     const size_t shared_bytes = chunk_shared_bytes(l, V);
     const auto* typed_x = static_cast<const T*>(x);
+    const auto* typed_shift = static_cast<const T*>(shift.shift);
     channel_sums_kernel<T, V><<<chunk_grid(l), chunk_block(l), shared_bytes, stream>>>(typed_x, l, partial);
     const float* totals = add_chunks(partial, l, sums, stream);
     group_stats_kernel<T><<<blocks_for(l.n * l.groups, kSmallThreads), kSmallThreads, 0, stream>>>(
-        typed_x, totals, l, static_cast<float>(eps), mean, rstd);
-    normalize_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(
-        typed_x, static_cast<const T*>(weight), static_cast<const T*>(bias), mean, rstd, l, silu, static_cast<T*>(y));
+        typed_x, typed_shift, totals, l, static_cast<float>(eps), mean, rstd,
+        typed_shift == nullptr ? nullptr : shift.channel_means);
+    normalize_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(typed_x, typed_shift,
+                                                                         static_cast<const T*>(weight),
+                                                                         static_cast<const T*>(bias), mean, rstd, l,
+                                                                         silu, static_cast<T*>(y));
   });
   check_launch("group norm forward");
 }
 
 void launch_group_norm_nhwc_backward(const GroupNormShape& shape, KernelDtype dtype, const void* dy, const void* x,
                                      const float* mean, const float* rstd, const void* weight, const void* bias,
-                                     bool silu, void* dx, float* dweight, float* dbias, float* scratch,
-                                     void* cuda_stream) {
+                                     bool silu, void* dx, float* dweight, float* dbias, const ChannelShift& shift,
+                                     float* scratch, void* cuda_stream) {
   const Layout l = layout_of(shape);
   const auto stream = static_cast<cudaStream_t>(cuda_stream);
   float* partial = scratch;
@@ -366,13 +400,19 @@ void launch_group_norm_nhwc_backward(const GroupNormShape& shape, KernelDtype dt
     const auto* typed_x = static_cast<const T*>(x);
     const auto* typed_weight = static_cast<const T*>(weight);
     const auto* typed_bias = static_cast<const T*>(bias);
+    const auto* typed_shift = static_cast<const T*>(shift.shift);
     backward_channel_sums_kernel<T, V><<<chunk_grid(l), chunk_block(l), shared_bytes, stream>>>(
-        typed_dy, typed_x, mean, rstd, typed_weight, typed_bias, l, silu, partial);
+        typed_dy, typed_x, typed_shift, mean, rstd, typed_weight, typed_bias, l, silu, partial);
     const float* totals = add_chunks(partial, l, sums, stream);
     backward_finish_kernel<T><<<blocks_for(l.n * l.groups + l.c, kSmallThreads), kSmallThreads, 0, stream>>>(
         totals, typed_weight, l, coef, dweight, dbias);
-    dx_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(typed_dy, typed_x, mean, rstd, typed_weight,
-                                                                  typed_bias, coef, l, silu, static_cast<T*>(dx));
+    dx_kernel<T, V><<<chunk_grid(l), chunk_block(l), 0, stream>>>(typed_dy, typed_x, typed_shift, mean, rstd,
+                                                                  typed_weight, typed_bias, coef, l, silu,
+                                                                  static_cast<T*>(dx));
+    if (typed_shift != nullptr) {
+      shift_grad_kernel<T><<<blocks_for(l.n * l.c, kSmallThreads), kSmallThreads, 0, stream>>>(
+          totals, coef, mean, rstd, typed_weight, shift.channel_means, l, shift.dshift);
+    }
   });
   check_launch("group norm backward");
 }

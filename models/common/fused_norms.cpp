@@ -4,35 +4,27 @@
 #include "models/common/fused_norms.h"
 
 #include "kernels/layer_norm_modulate_op.h"
+#ifdef ZEST_WITH_CUDA
+#include "kernels/group_norm_nhwc_op.h"
+#endif
 
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zest {
 
-#ifdef ZEST_WITH_CUDA
-// The channels-last CUDA kernels (kernels/group_norm_nhwc_cuda.cpp).
-bool group_norm_nhwc_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                             int64_t groups);
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_forward(const torch::Tensor& x,
-                                                                                const torch::Tensor& weight,
-                                                                                const torch::Tensor& bias,
-                                                                                int64_t groups, double eps, bool silu);
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> group_norm_nhwc_backward(
-    const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean, const torch::Tensor& rstd,
-    const torch::Tensor& weight, const torch::Tensor& bias, int64_t groups, bool silu);
-#endif
-
 // Whether the channels-last kernels run this group norm (a CUDA build, channels-last activations).
 bool uses_group_norm_kernels(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                             int64_t groups) {
+                             int64_t groups, const torch::Tensor& shift) {
 #ifdef ZEST_WITH_CUDA
   if (!x.is_cuda()) return false;
-  const bool covered = group_norm_nhwc_applies(x, weight, bias, groups);
-  note_fused_path("group_norm_nhwc", covered, "activations not channels-last, or channels not a multiple of groups");
+  const bool covered = group_norm_nhwc_applies(x, weight, bias, shift, groups);
+  note_fused_path("group_norm_nhwc", covered,
+                  "activations not channels-last, channels not a multiple of groups, or a shift not [N, C] of their "
+                  "dtype");
   return covered;
 #else
-  (void)x, (void)weight, (void)bias, (void)groups;
+  (void)x, (void)weight, (void)bias, (void)groups, (void)shift;
   return false;
 #endif
 }
@@ -122,19 +114,43 @@ struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
   }
 };
 
-struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
+#ifdef ZEST_WITH_CUDA
+// zest's channels-last kernels (kernels/group_norm_nhwc_op.h), the shift (absent: an empty tensor) inside.
+struct GroupNormKernels : torch::autograd::Function<GroupNormKernels> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, const torch::Tensor& shift_or_empty, int64_t groups,
+                               double eps, bool silu) {
+    const torch::Tensor shift = shift_or_empty.numel() > 0 ? shift_or_empty : torch::Tensor();
+    GroupNormForward out = group_norm_nhwc_forward(x, weight, bias, shift, groups, eps, silu);
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["silu"] = silu;
+    ctx->saved_data["shifted"] = shift.defined();
+    ctx->save_for_backward({x, weight, bias, shift_or_empty, out.mean, out.rstd, out.channel_means});
+    return out.y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto& bias = saved[2];
+    const torch::Tensor shift = ctx->saved_data["shifted"].toBool() ? saved[3] : torch::Tensor();
+    const GroupNormForward statistics{{}, saved[4], saved[5], saved[6]};
+    GroupNormGrads g = group_norm_nhwc_backward(grads[0], x, shift, statistics, weight, bias,
+                                                ctx->saved_data["groups"].toInt(), ctx->saved_data["silu"].toBool());
+    return {g.dx, g.dweight.to(weight.scalar_type()), g.dbias.to(bias.scalar_type()),
+            shift.defined() ? g.dshift.to(shift.scalar_type()) : torch::Tensor(), {}, {}, {}};
+  }
+};
+#endif
+
+// ATen's float32 group norm over an NCHW float32 copy of x.
+struct GroupNormAten : torch::autograd::Function<GroupNormAten> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["silu"] = silu;
-#ifdef ZEST_WITH_CUDA
-    if (uses_group_norm_kernels(x, weight, bias, groups)) {
-      auto [y, mean, rstd] = group_norm_nhwc_forward(x, weight, bias, groups, eps, silu);
-      ctx->save_for_backward({x, weight, bias, mean, rstd});
-      return y;
-    }
-#endif
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
     auto [out, mean, rstd] = at::native_group_norm(f32_nchw(x), f32(weight), f32(bias), n, c, hw, groups, eps);
     ctx->save_for_backward({x, weight, bias, mean, rstd});
@@ -151,12 +167,6 @@ struct GroupNormSilu : torch::autograd::Function<GroupNormSilu> {
     const int64_t groups = ctx->saved_data["groups"].toInt();
     const double eps = ctx->saved_data["eps"].toDouble();
     const bool silu = ctx->saved_data["silu"].toBool();
-#ifdef ZEST_WITH_CUDA
-    if (uses_group_norm_kernels(x, weight, bias, groups)) {
-      auto [dx, dweight, dbias] = group_norm_nhwc_backward(grads[0], x, mean, rstd, weight, bias, groups, silu);
-      return {dx, dweight.to(weight.scalar_type()), dbias.to(bias.scalar_type()), {}, {}, {}};
-    }
-#endif
     const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
     const auto xf = f32_nchw(x);
     auto g = f32_nchw(grads[0]);
@@ -190,8 +200,15 @@ torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& wei
 }
 
 torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
-                              const torch::Tensor& bias, double eps, bool silu) {
-  return GroupNormSilu::apply(x, weight, bias, groups, eps, silu);
+                              const torch::Tensor& bias, double eps, bool silu, const torch::Tensor& shift) {
+#ifdef ZEST_WITH_CUDA
+  if (uses_group_norm_kernels(x, weight, bias, groups, shift)) {
+    return GroupNormKernels::apply(x, weight, bias, shift.defined() ? shift : x.new_empty({0}), groups, eps, silu);
+  }
+#endif
+  // The shift added over the pixels (broadcast from [N, C, 1, 1]; the sum keeps x's memory layout).
+  const auto input = shift.defined() ? x + shift.view({x.size(0), x.size(1), 1, 1}) : x;
+  return GroupNormAten::apply(input, weight, bias, groups, eps, silu);
 }
 
 }  // namespace zest

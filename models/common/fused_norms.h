@@ -25,12 +25,14 @@ torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& wei
                                 double eps);
 
 // GroupNorm(x) with affine weight and bias over [N, C, *], then SiLU when `silu`; float32 math, result in
-// x's dtype and memory layout. Channels-last CUDA activations run zest's kernels (kernels/group_norm_nhwc.h),
-// everything else ATen's float32 group norm on an NCHW float32 copy.
+// x's dtype and memory layout. With `shift` ([N, C], x's dtype), the norm of x + shift at every position: on
+// the kernels the sum is never written and the shift's gradient takes no pass over the activations (a UNet
+// resnet's time embedding). Channels-last CUDA activations run zest's kernels (kernels/group_norm_nhwc.h),
+// everything else ATen's float32 group norm on an NCHW float32 copy (of x + shift).
 torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
-                              const torch::Tensor& bias, double eps, bool silu);
+                              const torch::Tensor& bias, double eps, bool silu, const torch::Tensor& shift = {});
 // Whether group_norm_silu runs zest's channels-last kernels for these inputs.
 bool uses_group_norm_kernels(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                             int64_t groups);
+                             int64_t groups, const torch::Tensor& shift = {});
 
 }  // namespace zest

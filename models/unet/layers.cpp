@@ -64,12 +64,12 @@ GroupNormImpl::GroupNormImpl(int64_t groups, int64_t channels, double eps,
 
 // GroupNorm and LayerNorm are on autocast's float32 list: statistics, affine (and the SiLU after them)
 // in float32; the result is returned in x's dtype, which the next conv or Linear casts to anyway.
-torch::Tensor GroupNormImpl::forward(const torch::Tensor& x) const {
-  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/false);
+torch::Tensor GroupNormImpl::forward(const torch::Tensor& x, const torch::Tensor& shift) const {
+  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/false, shift);
 }
 
-torch::Tensor GroupNormImpl::forward_silu(const torch::Tensor& x) const {
-  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/true);
+torch::Tensor GroupNormImpl::forward_silu(const torch::Tensor& x, const torch::Tensor& shift) const {
+  return group_norm_silu(x, groups_, weight, bias, eps_, /*silu=*/true, shift);
 }
 
 LayerNormImpl::LayerNormImpl(int64_t dim, double eps, const torch::TensorOptions& options)

@@ -42,10 +42,11 @@ class GroupNormImpl : public torch::nn::Module {
  public:
   GroupNormImpl(int64_t groups, int64_t channels, double eps, const torch::TensorOptions& options);
   // Computed in float32 (autocast's rule), returned in x's dtype: the conv or Linear after it casts
-  // anyway, and backward keeps only x (models/common/fused_norms.h).
-  torch::Tensor forward(const torch::Tensor& x) const;
-  // SiLU(GroupNorm(x)) the same way (the SiLU in float32 too).
-  torch::Tensor forward_silu(const torch::Tensor& x) const;
+  // anyway, and backward keeps only x (models/common/fused_norms.h). With `shift` [B, C]: the norm of x + shift
+  // at every pixel, the sum never written on the GPU kernels.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& shift = {}) const;
+  // SiLU(GroupNorm(x [+ shift])) the same way (the SiLU in float32 too).
+  torch::Tensor forward_silu(const torch::Tensor& x, const torch::Tensor& shift = {}) const;
 
   torch::Tensor weight;  // [C]
   torch::Tensor bias;    // [C]

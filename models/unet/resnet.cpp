@@ -54,11 +54,10 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(const ResnetOptions& o, const torch::Tensor
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& temb) const {
   const bool is_silu = o_.act == Act::silu;  // the fused norm + SiLU, else the norm then the activation
   auto h = conv1->forward_without_bias(is_silu ? norm1->forward_silu(x) : activate(o_.act, norm1->forward(x)));
-  // conv1's bias joins the time embedding [B, C]: one broadcast add over the activation instead of two,
-  // and one sum of its gradient in backward.
+  // conv1's bias joins the time embedding [B, C], and norm2 adds the two at every pixel as it reads h: on
+  // the GPU kernels no pass writes the sum or sums its gradient over the pixels (models/common/fused_norms.h).
   const auto shift = time_emb_proj->forward(activate(o_.act, temb)) + conv1->bias;
-  h = h + shift.unsqueeze(-1).unsqueeze(-1);
-  h = is_silu ? norm2->forward_silu(h) : activate(o_.act, norm2->forward(h));
+  h = is_silu ? norm2->forward_silu(h, shift) : activate(o_.act, norm2->forward(h, shift));
   if (o_.dropout > 0.0) h = torch::dropout(h, o_.dropout, is_training());
   h = conv2->forward(h);
   const auto shortcut = conv_shortcut ? conv_shortcut->forward(x) : x;

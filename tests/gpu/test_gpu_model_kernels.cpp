@@ -1,7 +1,8 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
-// the channels-last group norm (+SiLU) for the group sizes the UNets use (10..80 channels), odd spatial
-// sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm in the compute dtype; RoPE; the
-// per-head RMSNorm; the modulated layer norm; the gated residual; [attention | GELU_tanh(MLP half)].
+// the channels-last group norm (+SiLU, with and without a per-sample channel shift) for the group sizes the
+// UNets use (10..80 channels), odd spatial sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm
+// in the compute dtype; RoPE; the per-head RMSNorm; the modulated layer norm; the gated residual;
+// [attention | GELU_tanh(MLP half)].
 #include "common/tensor_close.h"
 #include "kernels/fused_paths.h"
 #include "kernels/concat_gelu_op.h"
@@ -27,27 +28,68 @@ struct Result {
   torch::Tensor y, dx, dweight, dbias;
 };
 
-Result run_zest(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0, const torch::Tensor& r,
-                int64_t groups, bool silu) {
-  auto x = x0.detach().clone().requires_grad_(true);
-  auto w = w0.detach().clone().requires_grad_(true);
-  auto b = b0.detach().clone().requires_grad_(true);
-  EXPECT_TRUE(uses_group_norm_kernels(x, w, b, groups));
-  auto y = group_norm_silu(x, groups, w, b, 1e-5, silu);
-  EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
-  (y.to(torch::kFloat32) * r).sum().backward();
-  return {y.detach(), x.grad(), w.grad(), b.grad()};
+// The group norm's results, and the shift's gradient when it has one.
+struct GroupNormResult {
+  torch::Tensor y, dx, dweight, dbias, dshift;
+};
+
+// A copy of t that requires its gradient (undefined stays undefined).
+torch::Tensor leaf(const torch::Tensor& t, torch::ScalarType dtype) {
+  return t.defined() ? t.detach().to(dtype).clone().requires_grad_(true) : t;
 }
 
-Result run_reference(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0,
-                     const torch::Tensor& r, int64_t groups, bool silu) {
-  auto x = x0.detach().to(torch::kFloat32).contiguous().clone().requires_grad_(true);
-  auto w = w0.detach().to(torch::kFloat32).clone().requires_grad_(true);
-  auto b = b0.detach().to(torch::kFloat32).clone().requires_grad_(true);
-  auto y = torch::group_norm(x, groups, w, b, 1e-5);
+// zest's kernels on x (+ shift [n, c] when defined).
+GroupNormResult run_zest(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0,
+                         const torch::Tensor& shift0, const torch::Tensor& r, int64_t groups, bool silu) {
+  const auto dtype = x0.scalar_type();
+  auto x = leaf(x0, dtype), w = leaf(w0, dtype), b = leaf(b0, dtype), shift = leaf(shift0, dtype);
+  EXPECT_TRUE(uses_group_norm_kernels(x, w, b, groups, shift));
+  auto y = group_norm_silu(x, groups, w, b, 1e-5, silu, shift);
+  EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+  (y.to(torch::kFloat32) * r).sum().backward();
+  return {y.detach(), x.grad(), w.grad(), b.grad(), shift.defined() ? shift.grad() : torch::Tensor()};
+}
+
+// ATen's float32 group norm of x + shift, the sum written and broadcast.
+GroupNormResult run_reference(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0,
+                              const torch::Tensor& shift0, const torch::Tensor& r, int64_t groups, bool silu) {
+  auto x = leaf(x0.contiguous(), torch::kFloat32), w = leaf(w0, torch::kFloat32), b = leaf(b0, torch::kFloat32);
+  auto shift = leaf(shift0, torch::kFloat32);
+  auto y = torch::group_norm(shift.defined() ? x + shift.view({x.size(0), x.size(1), 1, 1}) : x, groups, w, b, 1e-5);
   if (silu) y = torch::silu(y);
   (y * r).sum().backward();
-  return {y.detach(), x.grad(), w.grad(), b.grad()};
+  return {y.detach(), x.grad(), w.grad(), b.grad(), shift.defined() ? shift.grad() : torch::Tensor()};
+}
+
+// One case against ATen's float32 ops: values, gradients, and the same bits when run again.
+void expect_group_norm_matches(const Case& k, torch::ScalarType dtype, bool silu, bool shifted) {
+  SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " shape [" << k.n << ", " << k.c << ", " << k.h << ", "
+                                    << k.w << "] groups " << k.groups << " silu " << silu << " shifted " << shifted);
+  const double tolerance = dtype == torch::kFloat32 ? 1e-4 : 2e-2;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  // An offset and a scale per channel, so a variance formula that cancels would show.
+  const auto x = (torch::randn({k.n, k.c, k.h, k.w}, cuda) * 3 + torch::randn({1, k.c, 1, 1}, cuda) * 5)
+                     .to(dtype)
+                     .contiguous(at::MemoryFormat::ChannelsLast);
+  const auto w = (1 + 0.5 * torch::randn({k.c}, cuda)).to(dtype);
+  const auto b = (0.5 * torch::randn({k.c}, cuda)).to(dtype);
+  // A shift per sample and channel as large as the spread, so a shift left out or counted twice shows.
+  const auto shift = shifted ? (3 * torch::randn({k.n, k.c}, cuda)).to(dtype) : torch::Tensor();
+  const auto r = torch::randn({k.n, k.c, k.h, k.w}, cuda);
+  const GroupNormResult got = run_zest(x, w, b, shift, r, k.groups, silu);
+  const GroupNormResult want = run_reference(x, w, b, shift, r, k.groups, silu);
+  EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+  EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
+  EXPECT_LE(relative_max_error(got.dweight, want.dweight), tolerance);
+  EXPECT_LE(relative_max_error(got.dbias, want.dbias), tolerance);
+  if (shifted) {
+    EXPECT_LE(relative_max_error(got.dshift, want.dshift), tolerance);
+  }
+  const GroupNormResult again = run_zest(x, w, b, shift, r, k.groups, silu);
+  EXPECT_TRUE(got.y.equal(again.y) && got.dx.equal(again.dx) && got.dweight.equal(again.dweight));
+  if (shifted) {
+    EXPECT_TRUE(got.dshift.equal(again.dshift));
+  }
 }
 
 TEST(GpuGroupNorm, ChannelsLastKernelsMatchAtenInFloat32AndBf16) {
@@ -55,27 +97,9 @@ TEST(GpuGroupNorm, ChannelsLastKernelsMatchAtenInFloat32AndBf16) {
   const std::vector<Case> cases = {{3, 320, 16, 16, 32}, {2, 2560, 8, 8, 32}, {2, 960, 5, 7, 32},
                                    {2, 1920, 9, 4, 32},  {2, 640, 130, 3, 32}, {2, 8, 3, 3, 4}};
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    const double tolerance = dtype == torch::kFloat32 ? 1e-4 : 2e-2;
     for (const auto& k : cases) {
       for (const bool silu : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " shape [" << k.n << ", " << k.c << ", " << k.h
-                                          << ", " << k.w << "] groups " << k.groups << " silu " << silu);
-        const auto cuda = torch::TensorOptions().device(torch::kCUDA);
-        // An offset and a scale per channel, so a variance formula that cancels would show.
-        const auto x = (torch::randn({k.n, k.c, k.h, k.w}, cuda) * 3 + torch::randn({1, k.c, 1, 1}, cuda) * 5)
-                           .to(dtype)
-                           .contiguous(at::MemoryFormat::ChannelsLast);
-        const auto w = (1 + 0.5 * torch::randn({k.c}, cuda)).to(dtype);
-        const auto b = (0.5 * torch::randn({k.c}, cuda)).to(dtype);
-        const auto r = torch::randn({k.n, k.c, k.h, k.w}, cuda);
-        const Result got = run_zest(x, w, b, r, k.groups, silu);
-        const Result want = run_reference(x, w, b, r, k.groups, silu);
-        EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
-        EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
-        EXPECT_LE(relative_max_error(got.dweight, want.dweight), tolerance);
-        EXPECT_LE(relative_max_error(got.dbias, want.dbias), tolerance);
-        const Result again = run_zest(x, w, b, r, k.groups, silu);
-        EXPECT_TRUE(got.y.equal(again.y) && got.dx.equal(again.dx) && got.dweight.equal(again.dweight));
+        for (const bool shifted : {false, true}) expect_group_norm_matches(k, dtype, silu, shifted);
       }
     }
   }
