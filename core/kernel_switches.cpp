@@ -36,6 +36,12 @@ const std::vector<KernelSwitchSpec>& kernel_switch_specs() {
        "CUDA: k×k convolutions over channels-last 16-bit activations keep a channels-last weight copy and add "
        "their weight and bias gradients into the slots; off by default (the same speed on an H200, 1.0 GiB more "
        "peak memory for SD1.5 at 32 × 64²)"},
+      {"layer_norm_kernels", "ZEST_LAYER_NORM_KERNELS", "true", {},
+       "CUDA: the UNet's affine layer norms run as zest's row kernels, one pass each way",
+       "CUDA: the UNet transformer blocks' affine layer norms run as zest's row kernels (HY-Motion's modulated "
+       "layer norm with the weight as the multiplier): backward makes the input's, weight's and bias's gradients "
+       "in one pass over the input and its gradient, where LibTorch's layer norm reads both twice; false: "
+       "LibTorch's layer norm (reported like a fallback in `fused_paths`)"},
       {"qk_norm_rope", "ZEST_QK_NORM_ROPE", "true", {},
        "CUDA: HY-Motion's q/k RMSNorm + RoPE + stream join in one kernel each way",
        "CUDA: HY-Motion's q/k RMSNorm, RoPE and the stream join run as one kernel each way; false: the op chain "

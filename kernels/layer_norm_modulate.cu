@@ -100,12 +100,14 @@ __device__ __forceinline__ void load_modulation(const T* m, int packs, float* v)
   }
 }
 
-// (1 + scale) in the activation dtype, as `1 + scale` computes it, for the thread's columns.
+// The multiplier of the thread's columns: (1 + scale) in the activation dtype, as `1 + scale` computes it, or
+// the affine weight as it is.
 template <typename T, int V, int K>
-__device__ __forceinline__ void load_one_plus_scale(const T* scale, int packs, float* one_plus) {
-  load_modulation<T, V, K>(scale, packs, one_plus);
+__device__ __forceinline__ void load_multiplier(const T* scale, int packs, bool affine, float* multiplier) {
+  load_modulation<T, V, K>(scale, packs, multiplier);
+  if (affine) return;
 #pragma unroll
-  for (int e = 0; e < K; ++e) one_plus[e] = rounded<T>(1.0f + one_plus[e]);
+  for (int e = 0; e < K; ++e) multiplier[e] = rounded<T>(1.0f + multiplier[e]);
 }
 
 // K: the elements a thread holds (packs · V), a template parameter so that registers are sized to the row.
@@ -124,8 +126,8 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
   if (blockIdx.x < rows) ahead = load_row_packs<T, V, K>(x + blockIdx.x * r.dim, packs);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t b = sample_of_row(r.samples, row, r.batch, r.seq);
-    float one_plus[K], shifted[K];
-    load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
+    float multiplier[K], shifted[K];
+    load_multiplier<T, V, K>(scale + b * r.scale_stride_b, packs, r.affine, multiplier);
     load_modulation<T, V, K>(shift + b * r.shift_stride_b, packs, shifted);
     float v[K];
     to_floats<T, V, K>(ahead, v);
@@ -139,11 +141,13 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(ModulatedRows r, c
     for (int e = 0; e < K; ++e) squares += e < packs * V ? (v[e] - mean) * (v[e] - mean) : 0.0f;
     const float rstd = rsqrtf(block_sum(make_float2(squares, 0.0f), shared).x * inv_dim + eps);
     if (threadIdx.x == 0) mean_out[row] = mean, rstd_out[row] = rstd;
-    store_row<T, V, K>(y + row * r.dim, packs, [&](int e) { return (v[e] - mean) * rstd * one_plus[e] + shifted[e]; });
+    store_row<T, V, K>(y + row * r.dim, packs,
+                       [&](int e) { return (v[e] - mean) * rstd * multiplier[e] + shifted[e]; });
   }
 }
 
-// Per row, with ĝ = dy·(1 + scale) and n = (x − mean)·rstd: dx = rstd·(ĝ − Σĝ/dim − n·Σ(ĝ·n)/dim).
+// Per row, with ĝ = dy·multiplier (1 + scale, or the affine weight) and n = (x − mean)·rstd:
+// dx = rstd·(ĝ − Σĝ/dim − n·Σ(ĝ·n)/dim).
 // Block (tile, b) takes rows tile·rows_per_tile ... of sample b and writes its column sums of dy (shift's
 // gradient) and dy·n (scale's) to partial[0 or 1][b][tile][dim].
 // The next row's dy and x are loaded (as packs, converted only when their row comes) before this row's
@@ -156,8 +160,8 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
   const int packs = packs_of_thread(r.dim / V);
   const float inv_dim = 1.0f / static_cast<float>(r.dim);
   const int64_t b = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
-  float one_plus[K], dshift[K] = {}, dscale[K] = {};
-  load_one_plus_scale<T, V, K>(scale + b * r.scale_stride_b, packs, one_plus);
+  float multiplier[K], dshift[K] = {}, dscale[K] = {};
+  load_multiplier<T, V, K>(scale + b * r.scale_stride_b, packs, r.affine, multiplier);
   const SampleRange sample = sample_range(r.samples, b, r.seq);
   const int64_t first = tile * rows_per_tile;
   const int64_t last = first + rows_per_tile < sample.count ? first + rows_per_tile : sample.count;
@@ -183,7 +187,7 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(ModulatedRows r, 
       n[e] = (n[e] - row_mean) * row_rstd;
       dshift[e] += g[e];
       dscale[e] += g[e] * n[e];
-      g[e] *= one_plus[e];
+      g[e] *= multiplier[e];
       sums.x += g[e];
       sums.y += g[e] * n[e];
     }

@@ -2,7 +2,9 @@
 // as CUDA kernels without LibTorch (nvcc compiles them; kernels/layer_norm_modulate_cuda.cpp is the
 // tensor glue): a block a row at a time, float32 statistics, (1 + scale) rounded to the activation dtype as the
 // op chain computes it, the result rounded once; backward reduces shift's and scale's gradients over each
-// sample's rows in a fixed order, so results repeat bitwise.
+// sample's rows in a fixed order, so results repeat bitwise. The same kernels run an affine layer norm,
+// LayerNorm(x)·weight + bias (`affine`: the weight multiplies as it is, every row one sample's): backward
+// makes dx and the weight's and bias's gradients in one pass over x and dy, where ATen's reads both twice.
 #pragma once
 
 #include "kernels/kernel_dtype.h"
@@ -20,6 +22,7 @@ struct ModulatedRows {
   int64_t batch = 0, seq = 0, dim = 0;
   int64_t shift_stride_b = 0, scale_stride_b = 0;
   PackedSamples samples;
+  bool affine = false;  // scale multiplies as it is (an affine weight), not as 1 + scale
   ZEST_HOST_DEVICE int64_t rows() const { return samples.starts ? samples.rows : batch * seq; }
 };
 

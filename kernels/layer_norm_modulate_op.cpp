@@ -1,8 +1,9 @@
-// uses_layer_norm_modulate_kernels (see layer_norm_modulate_op.h); the kernels' autograd function is in
-// layer_norm_modulate_cuda.cpp.
+// uses_layer_norm_modulate_kernels and uses_layer_norm_affine_kernels (see layer_norm_modulate_op.h); the
+// kernels' autograd functions are in layer_norm_modulate_cuda.cpp.
 #include "kernels/layer_norm_modulate_op.h"
 
 #include "core/check.h"
+#include "core/kernel_switches.h"
 #include "kernels/fused_paths.h"
 #include "kernels/kernel_tensors.h"
 
@@ -43,7 +44,49 @@ bool uses_layer_norm_modulate_kernels(const torch::Tensor& x, const torch::Tenso
 #endif
 }
 
+namespace {
+KernelSwitch& affine_switch() {  // [engine.kernels] layer_norm_kernels (core/kernel_switches.h)
+  static KernelSwitch& on = kernel_switch("layer_norm_kernels");
+  return on;
+}
+
+#ifdef ZEST_WITH_CUDA
+// Why the affine kernels cannot take these inputs, or nothing when they can.
+std::string affine_refusal(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!layer_norm_kernels_enabled()) return "switched off ([engine.kernels] layer_norm_kernels = false)";
+  const auto is_vector = [&](const torch::Tensor& p) {
+    return p.defined() && p.dim() == 1 && p.size(0) == x.size(-1) && p.is_contiguous() &&
+           p.scalar_type() == x.scalar_type() && p.device() == x.device();
+  };
+  if (x.dim() < 1 || x.numel() == 0 || !is_kernel_dtype(x.scalar_type()) || !is_vector(weight) || !is_vector(bias)) {
+    return "input not [..., D] with weight and bias [D] of its dtype";
+  }
+  if (!layer_norm_modulate_covers(x.size(-1))) return "width " + std::to_string(x.size(-1)) + " not covered (1 to 8192)";
+  return "";
+}
+#endif
+}  // namespace
+
+bool layer_norm_kernels_enabled() { return affine_switch().enabled(); }
+void set_layer_norm_kernels(bool enabled) { affine_switch().set(enabled); }
+
+bool uses_layer_norm_affine_kernels(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+#ifdef ZEST_WITH_CUDA
+  if (!x.is_cuda()) return false;
+  const std::string why = affine_refusal(x, weight, bias);
+  note_fused_path("layer_norm_affine", why.empty(), why);
+  return why.empty();
+#else
+  (void)x, (void)weight, (void)bias;
+  return false;
+#endif
+}
+
 #ifndef ZEST_WITH_CUDA
+torch::Tensor layer_norm_affine_with_kernels(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double) {
+  ZEST_FAIL("affine layer-norm kernels: this zest was built without CUDA");
+}
+
 torch::Tensor layer_norm_modulate_with_kernels(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                double, const SampleRows*) {
   ZEST_FAIL("modulated layer-norm kernels: this zest was built without CUDA");

@@ -196,6 +196,7 @@ torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& s
 
 torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                 double eps) {
+  if (uses_layer_norm_affine_kernels(x, weight, bias)) return layer_norm_affine_with_kernels(x, weight, bias, eps);
   return LayerNormAffine::apply(x, weight, bias, eps);
 }
 

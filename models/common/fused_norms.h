@@ -20,7 +20,8 @@ namespace zest {
 torch::Tensor layer_norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                   double eps, const SampleRows* samples = nullptr);
 
-// LayerNorm(x) over the last dim with affine weight and bias; float32 math, result in x's dtype.
+// LayerNorm(x) over the last dim with affine weight and bias; float32 math, result in x's dtype. On CUDA
+// zest's row kernels run it (kernels/layer_norm_modulate_op.h; [engine.kernels] layer_norm_kernels).
 torch::Tensor layer_norm_affine(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                 double eps);
 

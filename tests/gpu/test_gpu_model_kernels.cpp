@@ -1,7 +1,7 @@
 // The model kernels on the GPU (ctest label `gpu`), each against ATen's op-by-op form through autograd:
 // the channels-last group norm (+SiLU, with and without a per-sample channel shift) for the group sizes the
-// UNets use (10..80 channels), odd spatial sizes, float32 and bf16, bitwise repeatable; GEGLU; the layer norm
-// in the compute dtype; RoPE; the per-head RMSNorm; the modulated layer norm; the gated residual;
+// UNets use (10..80 channels), odd spatial sizes, float32 and bf16, bitwise repeatable; GEGLU; the affine layer
+// norm (zest's row kernels, and ATen's in the compute dtype); RoPE; the per-head RMSNorm; the modulated layer norm; the gated residual;
 // [attention | GELU_tanh(MLP half)].
 #include "common/tensor_close.h"
 #include "kernels/fused_paths.h"
@@ -139,29 +139,48 @@ TEST(GpuGeglu, KernelsMatchAtenOps) {
   }
 }
 
-// The layer norm on bf16 CUDA tensors (ATen's kernels in their float32 accumulate type) gives the values
-// of the float32 path the CPU runs, output and gradients.
-TEST(GpuLayerNorm, Bf16OnTheGpuMatchesTheFloat32Path) {
+// The affine layer norm on CUDA tensors — zest's row kernels, and with [engine.kernels] layer_norm_kernels off
+// ATen's kernels in their float32 accumulate type — gives the values of the float32 path the CPU runs, output
+// and gradients: the UNets' widths (320, 640, 1280), widths whose last threads hold less (200, 1000), and rows
+// enough that every backward tile sums several.
+TEST(GpuLayerNorm, KernelsAndAtenMatchTheFloat32Path) {
   torch::manual_seed(5);
-  const auto x = (torch::randn({4, 300, 320}) * 2 + 1).to(torch::kBFloat16);
-  const auto w = (1 + 0.3 * torch::randn({320})).to(torch::kBFloat16);
-  const auto b = (0.3 * torch::randn({320})).to(torch::kBFloat16);
-  const auto r = torch::randn({4, 300, 320});
-  Result got, want;
-  for (auto* result : {&got, &want}) {
-    const auto device = result == &got ? torch::kCUDA : torch::kCPU;
-    auto xx = x.to(device).requires_grad_(true);
-    auto ww = w.to(device).requires_grad_(true);
-    auto bb = b.to(device).requires_grad_(true);
-    const auto y = layer_norm_affine(xx, ww, bb, 1e-5);
-    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
-    (y.to(torch::kFloat32) * r.to(device)).sum().backward();
-    *result = {y.detach().cpu(), xx.grad().cpu(), ww.grad().cpu(), bb.grad().cpu()};
+  struct Shape {
+    int64_t batch, seq, d;
+  };
+  const std::vector<Shape> shapes = {{4, 300, 320}, {2, 77, 640}, {3, 50, 1280}, {2, 33, 200},
+                                     {2, 41, 1000}, {2, 4096, 320}, {1, 3000, 1280}};
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tolerance = dtype == torch::kFloat32 ? 1e-4 : 1e-2;
+    for (const auto [batch, seq, d] : shapes) {
+      for (const bool kernels : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " [" << batch << ", " << seq << ", " << d
+                                          << "] kernels " << kernels);
+        set_layer_norm_kernels(kernels);
+        const auto x = (torch::randn({batch, seq, d}) * 2 + 1).to(dtype);
+        const auto w = (1 + 0.3 * torch::randn({d})).to(dtype);
+        const auto b = (0.3 * torch::randn({d})).to(dtype);
+        const auto r = torch::randn({batch, seq, d});
+        Result got, want;
+        for (auto* result : {&got, &want}) {
+          const auto device = result == &got ? torch::kCUDA : torch::kCPU;
+          auto xx = x.to(device).requires_grad_(true);
+          auto ww = w.to(device).requires_grad_(true);
+          auto bb = b.to(device).requires_grad_(true);
+          EXPECT_EQ(uses_layer_norm_affine_kernels(xx, ww, bb), kernels && device == torch::kCUDA);
+          const auto y = layer_norm_affine(xx, ww, bb, 1e-5);
+          EXPECT_EQ(y.scalar_type(), dtype);
+          (y.to(torch::kFloat32) * r.to(device)).sum().backward();
+          *result = {y.detach().cpu(), xx.grad().cpu(), ww.grad().cpu(), bb.grad().cpu()};
+        }
+        EXPECT_LE(relative_max_error(got.y, want.y), tolerance);
+        EXPECT_LE(relative_max_error(got.dx, want.dx), tolerance);
+        EXPECT_LE(relative_max_error(got.dweight, want.dweight), tolerance);
+        EXPECT_LE(relative_max_error(got.dbias, want.dbias), tolerance);
+      }
+    }
   }
-  EXPECT_LE(relative_max_error(got.y, want.y), 1e-2);
-  EXPECT_LE(relative_max_error(got.dx, want.dx), 1e-2);
-  EXPECT_LE(relative_max_error(got.dweight, want.dweight), 1e-2);
-  EXPECT_LE(relative_max_error(got.dbias, want.dbias), 1e-2);
+  set_layer_norm_kernels(true);
 }
 
 // HY-Motion's RoPE on CUDA (the kernels) against the same function on the CPU (ATen's ops), with all
