@@ -26,6 +26,11 @@ const std::vector<KernelSwitchSpec>& kernel_switch_specs() {
        "CUDA: HY-Motion's linear1 as two products, [q | k | v] and the MLP half",
        "CUDA: HY-Motion's single-block `linear1` runs as two products, `[q | k | v]` and the MLP half, each "
        "part contiguous and the gradients added into the slots' row ranges; false: one product and a split"},
+      {"shared_input_linear", "ZEST_SHARED_INPUT_LINEAR", "true", {},
+       "CUDA: Linear layers reading one input (a UNet self-attention's q, k, v) add their input gradients together",
+       "CUDA: Linear layers reading one input (the UNet self-attentions' `to_q`, `to_k`, `to_v`) run as one "
+       "autograd function whose backward adds every layer's input gradient into one buffer (cuBLAS, beta = 1), "
+       "where autograd writes each and adds them in passes of their own; false: the layers one by one"},
       {"gelu_epilogue", "ZEST_GELU_EPILOGUE", "true", {},
        "CUDA: GELU_tanh between two products in cuBLASLt's epilogues (GELU_AUX_BIAS, DGELU)",
        "CUDA: where HY-Motion's GELU_tanh sits between two products, the first writes GELU and its input "

@@ -61,7 +61,9 @@ std::string affine_refusal(const torch::Tensor& x, const torch::Tensor& weight, 
   if (x.dim() < 1 || x.numel() == 0 || !is_kernel_dtype(x.scalar_type()) || !is_vector(weight) || !is_vector(bias)) {
     return "input not [..., D] with weight and bias [D] of its dtype";
   }
-  if (!layer_norm_modulate_covers(x.size(-1))) return "width " + std::to_string(x.size(-1)) + " not covered (1 to 8192)";
+  if (!layer_norm_modulate_covers(x.size(-1))) {
+    return "width " + std::to_string(x.size(-1)) + " not covered (1 to 8192)";
+  }
   return "";
 }
 #endif

@@ -8,6 +8,7 @@
 #include "kernels/concat_gelu_op.h"
 #include "kernels/joined_linear_op.h"
 #include "kernels/linear_op.h"
+#include "kernels/shared_input_linear_op.h"
 #include "kernels/split_linear_op.h"
 
 namespace zest {
@@ -51,6 +52,25 @@ torch::Tensor LinearLayer::forward_joined_gelu(const torch::Tensor& left, const 
                                                const torch::Tensor& activated) const {
   if (!adapter_) return joined_gelu_linear(left, right, weight, bias, activated);
   return forward(concat_gelu_tanh(left, right));
+}
+
+std::vector<torch::Tensor> LinearLayer::forward_shared_input(const torch::Tensor& x,
+                                                             const std::vector<const LinearLayer*>& layers) {
+  ZEST_CHECK(!layers.empty(), "forward_shared_input: no layers");
+  std::vector<torch::Tensor> weights, biases;
+  bool adapted = false;
+  for (const LinearLayer* layer : layers) {
+    ZEST_CHECK(layer->weight.scalar_type() == layers.front()->weight.scalar_type(),
+               "forward_shared_input: the layers' weights differ in dtype");
+    weights.push_back(layer->weight);
+    biases.push_back(layer->bias);
+    adapted = adapted || layer->adapter_;
+  }
+  const auto input = x.to(weights.front().scalar_type());
+  if (!adapted) return shared_input_linear(input, weights, biases);
+  std::vector<torch::Tensor> outputs;
+  for (const LinearLayer* layer : layers) outputs.push_back(layer->forward(x));
+  return outputs;
 }
 
 void LinearLayer::attach_adapter(const LowRankShape& shape) {

@@ -41,6 +41,11 @@ class LinearLayer : public torch::nn::Module {
   torch::Tensor forward_joined_gelu(const torch::Tensor& left, const torch::Tensor& right,
                                     const torch::Tensor& activated = {}) const;
 
+  // {layer->forward(x) for each layer}: layers reading one input (a self-attention's q, k, v). Where none has
+  // an adapter, backward adds their input gradients into one buffer (kernels/shared_input_linear_op.h).
+  static std::vector<torch::Tensor> forward_shared_input(const torch::Tensor& x,
+                                                         const std::vector<const LinearLayer*>& layers);
+
   // ---- adapters ----
   // Adds a LoRA adapter (registers lora_A, lora_B; low_rank_adapter.h). One per layer.
   void attach_adapter(const LowRankShape& shape);

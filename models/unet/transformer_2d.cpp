@@ -33,9 +33,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const auto split = [&](const torch::Tensor& t) {
     return t.view({batch, -1, heads_, t.size(-1) / heads_}).transpose(1, 2);
   };
-  const auto q = split(to_q->forward(x));
-  const auto k = split(to_k->forward(source));
-  const auto v = split(to_v->forward(source));
+  torch::Tensor q, k, v;
+  if (context.defined()) {
+    q = split(to_q->forward(x));
+    k = split(to_k->forward(source));
+    v = split(to_v->forward(source));
+  } else {  // self-attention: q, k and v read x, and backward adds their input gradients in one buffer
+    const auto qkv = LinearLayer::forward_shared_input(x, {to_q.get(), to_k.get(), to_v.get()});
+    q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
+  }
   auto o = compat::scaled_dot_product_attention(q, k, v);
   o = o.transpose(1, 2).reshape({batch, -1, o.size(1) * o.size(3)}).to(q.scalar_type());
   return to_out->forward(o);

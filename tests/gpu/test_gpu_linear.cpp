@@ -4,7 +4,8 @@
 // returning gradients where no slot exists, and the engine trains the same with and without it at every
 // stage, with accumulation, on 1 and 2 GPUs (the fused path taken by every backward). linear_of_recomputed
 // gives the composition's values and input gradients bitwise while keeping less for backward;
-// joined_gelu_linear gives the concatenated product's values and gradients as two products; inside a
+// joined_gelu_linear gives the concatenated product's values and gradients as two products;
+// shared_input_linear gives the layers' own values and gradients with dX added in one buffer; inside a
 // checkpointed unit's recompute the activation is kept.
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
@@ -14,6 +15,7 @@
 #include "kernels/joined_linear_op.h"
 #include "kernels/linear_op.h"
 #include "kernels/recomputed_linear_op.h"
+#include "kernels/shared_input_linear_op.h"
 #include "kernels/split_linear_op.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -201,6 +203,73 @@ TEST(GpuSplitLinear, PartsAndGradientsAreThoseOfTheWholeProduct) {
   EXPECT_EQ(first_only.dbias.narrow(0, 48, 32).abs().max().item<float>(), 0.0f);
   EXPECT_LT(relative_l2_error(first_only.dweight, whole_first.dweight.to(torch::kFloat64)), 1e-5);
   EXPECT_LT(relative_l2_error(first_only.dx, whole_first.dx.to(torch::kFloat64)), 8e-3);
+}
+
+struct SharedInputRun {
+  std::vector<torch::Tensor> outputs, dweights;
+  torch::Tensor dx, dbias;  // dbias: the second layer's (the others have none)
+};
+
+// Three layers of widths 48, 32, 64 over one x [3, 37, 96] (the second with a bias), float32 slots when `slots`,
+// loss Σ outputᵢ·rᵢ over the layers `used`; shared_input_linear, or each layer's linear when !shared.
+SharedInputRun run_shared_input(bool shared, bool slots, std::vector<bool> used = {true, true, true}) {
+  const ScopedSwitch sw(shared_input_linear_enabled, set_shared_input_linear, shared);
+  torch::manual_seed(17);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  std::vector<torch::Tensor> weights, biases(3);
+  for (const int64_t out : {48, 32, 64}) {
+    weights.push_back((torch::randn({out, 96}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true));
+  }
+  biases[1] = (torch::randn({32}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+  if (slots) {
+    for (auto& w : weights) w.mutable_grad() = torch::zeros(w.sizes(), cuda);
+    biases[1].mutable_grad() = torch::zeros({32}, cuda);
+  }
+  const auto x = torch::randn({3, 37, 96}, cuda).to(torch::kBFloat16).requires_grad_(true);
+  EXPECT_EQ(uses_shared_input_linear(x, weights, biases), shared);
+  SharedInputRun run;
+  run.outputs = shared_input_linear(x, weights, biases);
+  auto loss = torch::zeros({}, cuda);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto r = torch::randn(run.outputs[i].sizes(), cuda);
+    if (used[i]) loss = loss + (run.outputs[i].to(torch::kFloat32) * r).sum();
+  }
+  loss.backward();
+  run.dx = x.grad();
+  for (const auto& w : weights) run.dweights.push_back(w.grad());
+  run.dbias = biases[1].grad();
+  return run;
+}
+
+// The layers over one input give each layer's output and gradients, with dX added in one buffer.
+TEST(GpuSharedInputLinear, OutputsAndGradientsAreThoseOfTheLayersOneByOne) {
+  const auto before = linear_grad_fusion_counts();
+  const SharedInputRun shared = run_shared_input(true, true);
+  EXPECT_EQ(linear_grad_fusion_counts().fused - before.fused, 3) << "each layer's backward into its slots";
+  const SharedInputRun apart = run_shared_input(false, true);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(shared.outputs[i].equal(apart.outputs[i])) << "the same product, layer " << i;
+    EXPECT_LT(relative_l2_error(shared.dweights[i], apart.dweights[i].to(torch::kFloat64)), 1e-5) << i;
+  }
+  EXPECT_LT(relative_l2_error(shared.dbias, apart.dbias.to(torch::kFloat64)), 1e-5);
+  // Autograd rounds each layer's dX to bf16 before adding; the shared buffer rounds after each product.
+  EXPECT_LT(relative_l2_error(shared.dx, apart.dx.to(torch::kFloat64)), 8e-3);
+
+  // Without slots the gradients are returned, in the weights' dtype.
+  const SharedInputRun shared_plain = run_shared_input(true, false);
+  const SharedInputRun apart_plain = run_shared_input(false, false);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(shared_plain.dweights[i].scalar_type(), torch::kBFloat16);
+    EXPECT_LT(relative_l2_error(shared_plain.dweights[i], apart_plain.dweights[i].to(torch::kFloat64)), 8e-3) << i;
+  }
+  EXPECT_LT(relative_l2_error(shared_plain.dbias, apart_plain.dbias.to(torch::kFloat64)), 8e-3);
+
+  // A layer nothing uses gets no gradient; dX is the other layers'.
+  const SharedInputRun two = run_shared_input(true, true, {true, false, true});
+  const SharedInputRun two_apart = run_shared_input(false, true, {true, false, true});
+  EXPECT_EQ(two.dweights[1].abs().max().item<float>(), 0.0f);
+  EXPECT_EQ(two.dbias.abs().max().item<float>(), 0.0f);
+  EXPECT_LT(relative_l2_error(two.dx, two_apart.dx.to(torch::kFloat64)), 8e-3);
 }
 
 struct RecomputeSwitch {
