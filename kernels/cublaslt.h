@@ -64,6 +64,10 @@ void settle_algorithm(std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
 cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                              cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
                              float beta, void* d, cublasLtMatrixLayout_t d_layout);
+// The same with C apart from D, laid out as D: D = alpha·op(A)·op(B) + beta·C.
+cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
+                             cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
+                             float beta, const void* c, void* d, cublasLtMatrixLayout_t d_layout);
 // matmul_status(...) == CUBLAS_STATUS_SUCCESS.
 bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                 cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, float beta, void* d,

@@ -143,11 +143,17 @@ void settle_algorithm(std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
 
 cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
                              cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
-                             float beta, void* d, cublasLtMatrixLayout_t d_layout) {
+                             float beta, const void* c, void* d, cublasLtMatrixLayout_t d_layout) {
   const float one = 1.0f;
-  return cublas_lt().matmul(at::cuda::getCurrentCUDABlasLtHandle(), op, &one, a, a_layout, b, b_layout, &beta, d,
+  return cublas_lt().matmul(at::cuda::getCurrentCUDABlasLtHandle(), op, &one, a, a_layout, b, b_layout, &beta, c,
                             d_layout, d, d_layout, &algorithm.algo, at::cuda::getCUDABlasLtWorkspace(),
                             at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+}
+
+cublasStatus_t matmul_status(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,
+                             cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
+                             float beta, void* d, cublasLtMatrixLayout_t d_layout) {
+  return matmul_status(op, algorithm, a, a_layout, b, b_layout, beta, d, d, d_layout);
 }
 
 bool run_matmul(cublasLtMatmulDesc_t op, const cublasLtMatmulHeuristicResult_t& algorithm, const void* a,

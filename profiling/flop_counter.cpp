@@ -68,7 +68,8 @@ int64_t count(const at::RecordFunction& fn) {
   // zest::mm_accumulate: a product accumulated into an existing output — the accumulating linear's weight
   // gradient (kernels/weight_grad_gemm_cuda.cpp), the joined linear's second product
   // (kernels/joined_linear_cuda.cpp). Not aten::addmm_: on CUDA it counted twice (bench/RESULTS.md).
-  // zest::mm_epilogue: a cuBLASLt product with a GELU epilogue (kernels/gelu_epilogue_gemm_cuda.cpp).
+  // zest::mm_epilogue: a cuBLASLt product with a GELU or a residual epilogue (kernels/gelu_epilogue_gemm_cuda.cpp,
+  // kernels/residual_epilogue_gemm_cuda.cpp).
   // zest::mm_fp8: an fp8 product, whatever its epilogue (kernels/fp8_product_cuda.cpp).
   if (name == "aten::mm" || name == "aten::bmm" || name == "zest::mm_accumulate" || name == "zest::mm_epilogue" ||
       name == "zest::mm_fp8") {

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "kernels/conv_op.h"
 #include "kernels/linear_op.h"
+#include "kernels/residual_linear_op.h"
 
 namespace zest {
 
@@ -24,15 +25,30 @@ torch::Tensor ConvLayer::forward_without_bias(const torch::Tensor& x) const { re
 // zest::linear runs where it accumulates (kernels/linear_op.h): the bias is added in the product's epilogue and
 // cuBLAS accumulates the weight and bias gradients into the .grad slots, where the convolution adds its
 // bias in a pass of its own and autograd adds its weight gradient into the slot in another.
+bool ConvLayer::is_pointwise_over(const torch::Tensor& input) const {
+  return weight.size(2) == 1 && weight.size(3) == 1 && stride_ == 1 && padding_ == 0 && input.dim() == 4 &&
+         input.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+torch::Tensor ConvLayer::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) const {
+  const auto input = x.to(weight.scalar_type());
+  if (!adapter_ && is_pointwise_over(input)) {
+    const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
+    const auto residual_rows = residual.permute({0, 2, 3, 1});
+    if (uses_residual_epilogue(rows, weight, bias, residual_rows)) {
+      return linear_plus(rows, weight, bias, residual_rows).permute({0, 3, 1, 2});
+    }
+  }
+  return forward(x) + residual;
+}
+
 torch::Tensor ConvLayer::convolve(const torch::Tensor& x, const torch::Tensor& b) const {
   const auto input = x.to(weight.scalar_type());
   if (adapter_) {
     return zest::conv2d(input, weight, b, stride_, padding_) +
            adapter_->conv_delta(input, stride_, padding_, is_training());
   }
-  const bool pointwise = weight.size(2) == 1 && weight.size(3) == 1 && stride_ == 1 && padding_ == 0 &&
-                         input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast);
-  if (pointwise) {
+  if (is_pointwise_over(input)) {
     const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
     if (uses_accumulating_linear(rows, weight, b)) return linear(rows, weight, b).permute({0, 3, 1, 2});
   }

@@ -21,6 +21,9 @@ class ConvLayer : public torch::nn::Module {
   // The convolution alone (and the adapter's delta), for a caller that adds the bias together with another
   // per-channel term.
   torch::Tensor forward_without_bias(const torch::Tensor& x) const;
+  // forward(x) + residual; a pointwise convolution over channels-last activations makes the sum in its product
+  // (kernels/residual_linear_op.h).
+  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual) const;
 
   // ---- adapters (as LinearLayer's) ----
   void attach_adapter(const LowRankShape& shape);
@@ -38,6 +41,9 @@ class ConvLayer : public torch::nn::Module {
 
  private:
   torch::Tensor convolve(const torch::Tensor& x, const torch::Tensor& b) const;
+  // x in the weights' dtype is channels-last and this convolution 1×1 with stride 1 and no padding: one product
+  // over x's [pixels, in] rows.
+  bool is_pointwise_over(const torch::Tensor& input) const;
 
   int64_t stride_ = 1;
   int64_t padding_ = 0;

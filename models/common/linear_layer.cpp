@@ -8,6 +8,7 @@
 #include "kernels/concat_gelu_op.h"
 #include "kernels/joined_linear_op.h"
 #include "kernels/linear_op.h"
+#include "kernels/residual_linear_op.h"
 #include "kernels/shared_input_linear_op.h"
 #include "kernels/split_linear_op.h"
 
@@ -26,6 +27,11 @@ torch::Tensor LinearLayer::forward(const torch::Tensor& x) const {
   const auto input = x.to(weight.scalar_type());
   const auto y = zest::linear(input, weight, bias);  // fused gradient accumulation on CUDA
   return adapter_ ? with_delta(y, input) : y;
+}
+
+torch::Tensor LinearLayer::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) const {
+  if (adapter_) return forward(x) + residual;
+  return linear_plus(x.to(weight.scalar_type()), weight, bias, residual);
 }
 
 std::vector<torch::Tensor> LinearLayer::forward_split(const torch::Tensor& x, const std::vector<int64_t>& sizes,

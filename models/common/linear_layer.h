@@ -41,6 +41,9 @@ class LinearLayer : public torch::nn::Module {
   torch::Tensor forward_joined_gelu(const torch::Tensor& left, const torch::Tensor& right,
                                     const torch::Tensor& activated = {}) const;
 
+  // forward(x) + residual, the sum made in the product (kernels/residual_linear_op.h) where no adapter is attached.
+  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual) const;
+
   // {layer->forward(x) for each layer}: layers reading one input (a self-attention's q, k, v). Where none has
   // an adapter, backward adds their input gradients into one buffer (kernels/shared_input_linear_op.h).
   static std::vector<torch::Tensor> forward_shared_input(const torch::Tensor& x,

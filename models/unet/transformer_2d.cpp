@@ -26,7 +26,8 @@ AttentionImpl::AttentionImpl(int64_t dim, int64_t context_dim, int64_t heads,
   to_out = register_indexed(*to_out_list, Linear(dim, dim, true, options));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context) const {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
+                                     const torch::Tensor& residual) const {
   const auto& source = context.defined() ? context : x;
   const int64_t batch = x.size(0);
   // [B, S, heads·d] → [B, heads, S, d]
@@ -44,7 +45,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto o = compat::scaled_dot_product_attention(q, k, v);
   o = o.transpose(1, 2).reshape({batch, -1, o.size(1) * o.size(3)}).to(q.scalar_type());
-  return to_out->forward(o);
+  return residual.defined() ? to_out->forward_plus(o, residual) : to_out->forward(o);
 }
 
 GegluImpl::GegluImpl(int64_t dim, int64_t inner_dim, const torch::TensorOptions& options) {
@@ -81,8 +82,9 @@ BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads,
 
 torch::Tensor BasicTransformerBlockImpl::forward(const torch::Tensor& x,
                                                  const torch::Tensor& context) const {
-  auto h = attn1->forward(norm1->forward(x)) + x;
-  h = attn2->forward(norm2->forward(h), context) + h;
+  // The attention outputs join the residual stream in to_out's product (models/common/linear_layer.h).
+  auto h = attn1->forward(norm1->forward(x), {}, x);
+  h = attn2->forward(norm2->forward(h), context, h);
   return ff->forward(norm3->forward(h)) + h;
 }
 
@@ -121,8 +123,9 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
   auto h = norm->forward(x);
   h = o_.linear_projection ? proj_in_linear->forward(to_tokens(h)) : to_tokens(proj_in_conv->forward(h));
   for (const auto& block : blocks_) h = block->forward(h, context);
-  h = o_.linear_projection ? to_image(proj_out_linear->forward(h)) : proj_out_conv->forward(to_image(h));
-  return h + x;
+  // proj_out's output joins x in its product where it can (models/common/linear_layer.h, conv_layer.h).
+  return o_.linear_projection ? to_image(proj_out_linear->forward_plus(h, to_tokens(x)))
+                              : proj_out_conv->forward_plus(to_image(h), x);
 }
 
 }  // namespace zest::unet

@@ -5,16 +5,19 @@
 // stage, with accumulation, on 1 and 2 GPUs (the fused path taken by every backward). linear_of_recomputed
 // gives the composition's values and input gradients bitwise while keeping less for backward;
 // joined_gelu_linear gives the concatenated product's values and gradients as two products;
-// shared_input_linear gives the layers' own values and gradients with dX added in one buffer; inside a
-// checkpointed unit's recompute the activation is kept.
+// shared_input_linear gives the layers' own values and gradients with dX added in one buffer; linear_plus gives
+// the product-then-add's with the residual added in the product; inside a checkpointed unit's recompute the
+// activation is kept.
 #include "common/scoped_switch.h"
 #include "common/tensor_close.h"
 #include "comm/world.h"
 #include "engine/activation_checkpoint.h"
 #include "engine/engine.h"
+#include "kernels/fused_paths.h"
 #include "kernels/joined_linear_op.h"
 #include "kernels/linear_op.h"
 #include "kernels/recomputed_linear_op.h"
+#include "kernels/residual_linear_op.h"
 #include "kernels/shared_input_linear_op.h"
 #include "kernels/split_linear_op.h"
 
@@ -270,6 +273,60 @@ TEST(GpuSharedInputLinear, OutputsAndGradientsAreThoseOfTheLayersOneByOne) {
   EXPECT_EQ(two.dweights[1].abs().max().item<float>(), 0.0f);
   EXPECT_EQ(two.dbias.abs().max().item<float>(), 0.0f);
   EXPECT_LT(relative_l2_error(two.dx, two_apart.dx.to(torch::kFloat64)), 8e-3);
+}
+
+struct PlusRun {
+  torch::Tensor y, dx, dweight, dbias, dresidual;
+};
+
+// y = linear_plus(x, W, b, residual) with the sum in the product (`fused`) or as linear() and an add, loss Σ y·r,
+// float32 slots.
+PlusRun run_linear_plus(bool fused, bool with_bias) {
+  const ScopedSwitch sw(residual_epilogue_enabled, set_residual_epilogue, fused);
+  torch::manual_seed(19);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  auto weight = (torch::randn({80, 96}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+  weight.mutable_grad() = torch::zeros({80, 96}, cuda);
+  torch::Tensor bias;
+  if (with_bias) {
+    bias = (torch::randn({80}, cuda) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+    bias.mutable_grad() = torch::zeros({80}, cuda);
+  }
+  const auto x = torch::randn({3, 37, 96}, cuda).to(torch::kBFloat16).requires_grad_(true);
+  const auto residual = (torch::randn({3, 37, 80}, cuda) * 2).to(torch::kBFloat16).requires_grad_(true);
+  EXPECT_EQ(uses_residual_epilogue(x, weight, bias, residual), fused);
+  reset_fused_path_uses();
+  PlusRun run;
+  run.y = linear_plus(x, weight, bias, residual);
+  for (const FusedPathUse& use : fused_path_uses()) {
+    if (use.path == "residual_epilogue") {
+      EXPECT_EQ(use.fell_back, 0) << use.why_not;
+    }
+  }
+  (run.y.to(torch::kFloat32) * torch::randn({3, 37, 80}, cuda)).sum().backward();
+  run.dx = x.grad();
+  run.dweight = weight.grad();
+  run.dbias = with_bias ? bias.grad() : torch::Tensor();
+  run.dresidual = residual.grad();
+  return run;
+}
+
+// The residual added in the product's C gives the product-then-add's values (rounded once instead of twice),
+// and backward is the same: the same gradients bit for bit.
+TEST(GpuResidualEpilogue, TheSumInTheProductIsTheProductThenTheAdd) {
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "bias " << with_bias);
+    const PlusRun fused = run_linear_plus(true, with_bias);
+    const PlusRun apart = run_linear_plus(false, with_bias);
+    EXPECT_LT(relative_l2_error(fused.y, apart.y.to(torch::kFloat64)), 4e-3);
+    EXPECT_GT(fused.y.sub(apart.y).abs().max().item<float>(), 0.0f) << "the one-product path ran: it rounds once";
+    EXPECT_TRUE(fused.dx.equal(apart.dx));
+    EXPECT_TRUE(fused.dweight.equal(apart.dweight));
+    EXPECT_TRUE(fused.dresidual.equal(apart.dresidual));
+    if (with_bias) {
+      EXPECT_TRUE(fused.dbias.equal(apart.dbias));
+    }
+  }
 }
 
 struct RecomputeSwitch {
