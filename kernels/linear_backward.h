@@ -5,6 +5,7 @@
 
 #include "kernels/linear_products.h"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 namespace zest {
@@ -23,6 +24,13 @@ torch::Tensor linear_forward_2d(const ProductInput& x2, const torch::Tensor& wei
 // parameters' .grad slots (float32 or the weight's dtype) with cuBLAS when both exist, else returned.
 LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool wants_input_grad);
+
+// What an autograd function whose backward is the accumulating linear's saves in forward: x2 [tokens, in] (a view
+// of x where x allows one), the parameters themselves (backward reads their .grad slots) and x's sizes.
+void save_for_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,
+                              const torch::Tensor& weight, const torch::Tensor& bias, c10::IntArrayRef input_sizes);
+// linear_backward of what save_for_linear_backward kept, dinput viewed as x.
+LinearGrads saved_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& grad_output);
 
 // The .grad slots backward accumulates into (linear_op.h says which .grad is one); usable when the weight
 // has one and so has the bias, if any.

@@ -78,27 +78,37 @@ LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tenso
   return g;
 }
 
+void save_for_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,
+                              const torch::Tensor& weight, const torch::Tensor& bias, c10::IntArrayRef input_sizes) {
+  ctx->save_for_backward({x2});
+  ctx->saved_data["weight"] = weight;
+  ctx->saved_data["bias"] = bias;
+  ctx->saved_data["input_sizes"] = input_sizes.vec();
+}
+
+LinearGrads saved_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& grad_output) {
+  const auto x2 = ctx->get_saved_variables()[0];
+  const auto weight = ctx->saved_data["weight"].toTensor();
+  const auto bias = optional_tensor(ctx->saved_data["bias"]);
+  LinearGrads g = linear_backward(grad_output, x2, weight, bias, ctx->needs_input_grad(0));
+  if (g.dinput.defined()) g.dinput = g.dinput.view(ctx->saved_data["input_sizes"].toIntVector());
+  return g;
+}
+
 namespace {
 
 struct AccumulatingLinear : torch::autograd::Function<AccumulatingLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
     const auto x2 = x.reshape({-1, weight.size(1)});  // a view where x allows one (as torch::linear folds)
-    ctx->save_for_backward({x2});
     const torch::Tensor b = present(bias);
-    ctx->saved_data["weight"] = weight;  // the parameter itself: backward reads its .grad slot
-    ctx->saved_data["bias"] = b;
-    ctx->saved_data["input_sizes"] = x.sizes().vec();
+    save_for_linear_backward(ctx, x2, weight, b, x.sizes());
     return linear_forward_2d(ProductInput::activation(x2), weight, b, x.sizes());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto x2 = ctx->get_saved_variables()[0];
-    const auto weight = ctx->saved_data["weight"].toTensor();
-    const auto bias = optional_tensor(ctx->saved_data["bias"]);
-    LinearGrads g = linear_backward(grads[0], x2, weight, bias, ctx->needs_input_grad(0));
-    if (g.dinput.defined()) g.dinput = g.dinput.view(ctx->saved_data["input_sizes"].toIntVector());
+    const LinearGrads g = saved_linear_backward(ctx, grads[0]);
     return {g.dinput, g.dweight, g.dbias};
   }
 };

@@ -15,11 +15,8 @@ struct LinearPlus : torch::autograd::Function<LinearPlus> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& residual) {
     const auto x2 = x.reshape({-1, weight.size(1)});  // a view where x allows one
-    ctx->save_for_backward({x2});
     const torch::Tensor b = present(bias);
-    ctx->saved_data["weight"] = weight;  // the parameters themselves: backward reads their .grad slots
-    ctx->saved_data["bias"] = b;
-    ctx->saved_data["input_sizes"] = x.sizes().vec();
+    save_for_linear_backward(ctx, x2, weight, b, x.sizes());
     const auto residual2 = residual.reshape({-1, weight.size(0)});
     const auto w = matrix_of(weight);  // a pointwise convolution's [out, in, 1, 1] as [out, in]
     auto y2 = linear_plus_residual(x2, w, b, residual2);
@@ -31,11 +28,7 @@ struct LinearPlus : torch::autograd::Function<LinearPlus> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto x2 = ctx->get_saved_variables()[0];
-    const auto weight = ctx->saved_data["weight"].toTensor();
-    const auto bias = optional_tensor(ctx->saved_data["bias"]);
-    LinearGrads g = linear_backward(grads[0], x2, weight, bias, ctx->needs_input_grad(0));
-    if (g.dinput.defined()) g.dinput = g.dinput.view(ctx->saved_data["input_sizes"].toIntVector());
+    const LinearGrads g = saved_linear_backward(ctx, grads[0]);
     return {g.dinput, g.dweight, g.dbias, grads[0]};
   }
 };
