@@ -60,8 +60,8 @@ torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Te
   h = is_silu ? norm2->forward_silu(h, shift) : activate(o_.act, norm2->forward(h, shift));
   if (o_.dropout > 0.0) h = torch::dropout(h, o_.dropout, is_training());
   h = conv2->forward(h);
-  const auto shortcut = conv_shortcut ? conv_shortcut->forward(x) : x;
-  const auto out = shortcut + h;
+  // A 1×1 shortcut adds conv2's output in its own product (models/common/conv_layer.h).
+  const auto out = conv_shortcut ? conv_shortcut->forward_plus(x, h) : x + h;
   return o_.output_scale_factor == 1.0 ? out : out / o_.output_scale_factor;  // SD's 1.0: no pass over it
 }
 
