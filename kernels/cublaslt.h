@@ -1,9 +1,10 @@
 // cuBLASLt as zest's own products call it (CUDA builds only; cublaslt_cuda.cpp): the copy LibTorch loaded,
 // its entry points looked up in the process, used on LibTorch's cuBLASLt handle and workspace for the current
-// stream. The GELU-epilogue products (gelu_epilogue_gemm_cuda.cpp) and the fp8 products
-// (fp8_product_cuda.cpp) share it.
+// stream. The GELU- and residual-epilogue products (gelu_epilogue_gemm_cuda.cpp, residual_epilogue_gemm_cuda.cpp)
+// and the fp8 products (fp8_product_cuda.cpp) share it.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -27,6 +28,13 @@ struct CublasLtApi {
   bool loaded = false;
 };
 const CublasLtApi& cublas_lt();
+
+// Whether the 16-bit epilogue products may take these operands: cuBLASLt loaded; CUDA tensors of one 16-bit
+// dtype with pointers 16-byte aligned, matrices with contiguous rows and leading dimensions a multiple of 8
+// elements, vectors contiguous (what cuBLASLt's vectorised epilogues need).
+bool fit_16bit_epilogue_product(std::initializer_list<const at::Tensor*> operands);
+// cuBLASLt's type of a bf16 or fp16 tensor.
+cudaDataType cuda_16bit_type_of(const at::Tensor& t);
 
 // The largest power of two up to 256 that every pointer is a multiple of (what a plan tells the heuristic:
 // by default it assumes 256 and may pick a kernel that needs it).

@@ -41,6 +41,22 @@ const CublasLtApi& cublas_lt() {
   return api;
 }
 
+bool fit_16bit_epilogue_product(std::initializer_list<const at::Tensor*> operands) {
+  if (!cublas_lt().loaded) return false;
+  const auto dtype = (*operands.begin())->scalar_type();
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  for (const at::Tensor* t : operands) {
+    if (!t->is_cuda() || t->scalar_type() != dtype || common_alignment({t->data_ptr()}) < 16) return false;
+    if (t->dim() == 2 && (t->stride(1) != 1 || t->stride(0) % 8 != 0)) return false;
+    if (t->dim() == 1 && !t->is_contiguous()) return false;
+  }
+  return true;
+}
+
+cudaDataType cuda_16bit_type_of(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
 uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   uint32_t alignment = 256;
   for (const void* p : pointers) {

@@ -68,27 +68,9 @@ Plan make_plan(const Shape& s) {
   return plan;
 }
 
-bool is_16bit(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
-}
-
-// Whether the epilogue products may take these operands: CUDA, one 16-bit dtype, rows contiguous and every
-// leading dimension a multiple of 8 elements, pointers 16-byte aligned (cuBLASLt's vectorised epilogues).
+// Whether the GELU products are on and may take these operands (cublaslt.h).
 bool fits(std::initializer_list<const torch::Tensor*> operands) {
-  if (!epilogue_switch().enabled() || !cublas_lt().loaded) return false;
-  const auto dtype = (*operands.begin())->scalar_type();
-  for (const torch::Tensor* t : operands) {
-    if (!t->is_cuda() || t->scalar_type() != dtype || !is_16bit(*t) || common_alignment({t->data_ptr()}) < 16) {
-      return false;
-    }
-    if (t->dim() == 2 && (t->stride(1) != 1 || t->stride(0) % 8 != 0)) return false;
-    if (t->dim() == 1 && !t->is_contiguous()) return false;
-  }
-  return true;
-}
-
-cudaDataType cuda_type_of(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  return epilogue_switch().enabled() && fit_16bit_epilogue_product(operands);
 }
 
 // Runs the plan's product into d with the given epilogue pointers; false when the plan has no algorithm
@@ -126,7 +108,8 @@ std::optional<GeluProduct> linear_gelu(const torch::Tensor& x, const torch::Tens
   // Row-major [tokens, out] is column-major [out, tokens]: D = Wᵀ-stored-as-[in, out] (op T) · X [in, tokens].
   GeluProduct product{torch::empty({tokens, out}, x.options()), torch::empty({tokens, out}, x.options())};
   const Shape shape{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLAS_OP_T, out, tokens, in, weight.stride(0), x.stride(0), out,
-                    cuda_type_of(x), common_alignment({weight.data_ptr(), x.data_ptr(), product.activated.data_ptr()})};
+                    cuda_16bit_type_of(x),
+                    common_alignment({weight.data_ptr(), x.data_ptr(), product.activated.data_ptr()})};
   RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({x, weight.t()}));
   if (!run(shape, weight.data_ptr(), x.data_ptr(), product.activated.data_ptr(), bias.data_ptr(),
            product.pre_activation.data_ptr())) {
@@ -146,7 +129,8 @@ std::optional<torch::Tensor> gelu_backward_of_product(const torch::Tensor& dy, c
   // Row-major dh [tokens, width] is column-major [width, tokens] = W (stored [width, out], op N) · dYᵀ [out, tokens].
   auto dh = torch::empty({tokens, width}, dy.options());
   const Shape shape{CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, width, tokens, out, weight.stride(0), dy.stride(0),
-                    h.stride(0), cuda_type_of(dy), common_alignment({weight.data_ptr(), dy.data_ptr(), dh.data_ptr()})};
+                    h.stride(0), cuda_16bit_type_of(dy),
+                    common_alignment({weight.data_ptr(), dy.data_ptr(), dh.data_ptr()})};
   RECORD_FUNCTION("zest::mm_epilogue", std::vector<c10::IValue>({dy, weight}));
   if (!run(shape, weight.data_ptr(), dy.data_ptr(), dh.data_ptr(), nullptr, h.data_ptr())) return std::nullopt;
   return dh;

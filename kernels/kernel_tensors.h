@@ -33,6 +33,13 @@ class DataPointers {
   int count_ = 0;
 };
 
+// Custom autograd functions take no undefined tensors: an absent optional input goes in as an empty tensor
+// (absent_tensor), and present() turns it back into an undefined one.
+inline torch::Tensor absent_tensor(const torch::Tensor& like) {
+  return torch::empty({0}, like.options().requires_grad(false));
+}
+inline torch::Tensor present(const torch::Tensor& t) { return t.defined() && t.numel() > 0 ? t : torch::Tensor(); }
+
 // Rows of several samples packed one after another (kernels/packed_samples.h) as tensors: `starts` for the
 // kernels, `sample` (each row's sample) for the ATen forms, which gather per-sample values row by row.
 struct SampleRows {

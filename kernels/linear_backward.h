@@ -3,6 +3,7 @@
 // weight and bias gradients into their .grad slots (linear_op.h says when).
 #pragma once
 
+#include "kernels/kernel_tensors.h"
 #include "kernels/linear_products.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -49,9 +50,5 @@ void count_linear_backward(bool fused);
 // An IValue holding a tensor or None, as a possibly undefined tensor.
 torch::Tensor optional_tensor(const c10::IValue& value);
 
-// Custom autograd functions take no undefined tensors: an absent optional input goes in as an empty
-// tensor (absent_tensor), and present() turns it back into an undefined one.
-torch::Tensor absent_tensor(const torch::Tensor& like);
-torch::Tensor present(const torch::Tensor& t);
 
 }  // namespace zest

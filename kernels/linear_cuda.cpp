@@ -37,10 +37,6 @@ torch::Tensor optional_tensor(const c10::IValue& value) {
   return value.isTensor() ? value.toTensor() : torch::Tensor();
 }
 
-torch::Tensor absent_tensor(const torch::Tensor& like) { return torch::empty({0}, like.options().requires_grad(false)); }
-
-torch::Tensor present(const torch::Tensor& t) { return t.defined() && t.numel() > 0 ? t : torch::Tensor(); }
-
 GradSlots grad_slots_of(const torch::Tensor& weight, const torch::Tensor& bias) {
   GradSlots slots{grad_slot_of(weight), bias.defined() ? grad_slot_of(bias) : torch::Tensor(), false};
   slots.usable = slots.weight.defined() && (!bias.defined() || slots.bias.defined());

@@ -47,19 +47,6 @@ Plan make_plan(const Shape& s) {
   return plan;
 }
 
-// One 16-bit CUDA dtype, 16-byte aligned pointers, rows contiguous with leading dimensions a multiple of 8.
-bool fits(std::initializer_list<const torch::Tensor*> operands) {
-  if (!cublas_lt().loaded) return false;
-  const auto dtype = (*operands.begin())->scalar_type();
-  if (dtype != torch::kBFloat16 && dtype != torch::kHalf) return false;
-  for (const torch::Tensor* t : operands) {
-    if (!t->is_cuda() || t->scalar_type() != dtype || common_alignment({t->data_ptr()}) < 16) return false;
-    if (t->dim() == 2 && (t->stride(1) != 1 || t->stride(0) % 8 != 0)) return false;
-    if (t->dim() == 1 && !t->is_contiguous()) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<torch::Tensor> linear_plus_residual(const torch::Tensor& x, const torch::Tensor& weight,
@@ -69,15 +56,15 @@ std::optional<torch::Tensor> linear_plus_residual(const torch::Tensor& x, const 
     return std::nullopt;
   }
   const bool with_bias = bias.defined();
-  if (with_bias ? (bias.numel() != weight.size(0) || !fits({&x, &weight, &residual, &bias}))
-                : !fits({&x, &weight, &residual})) {
+  if (with_bias ? (bias.numel() != weight.size(0) || !fit_16bit_epilogue_product({&x, &weight, &residual, &bias}))
+                : !fit_16bit_epilogue_product({&x, &weight, &residual})) {
     return std::nullopt;
   }
   const int64_t tokens = x.size(0), in = x.size(1), out = weight.size(0);
   if (out % 8 != 0 || tokens == 0) return std::nullopt;
   auto y = torch::empty({tokens, out}, x.options());
   const Shape shape{with_bias, out, tokens, in, weight.stride(0), x.stride(0),
-                    x.scalar_type() == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F,
+                    cuda_16bit_type_of(x),
                     common_alignment({weight.data_ptr(), x.data_ptr(), residual.data_ptr(), y.data_ptr()})};
   Plan& plan = cached_plan(shape, make_plan);
   if (!plan.usable) return std::nullopt;

@@ -115,17 +115,15 @@ struct LayerNormAffine : torch::autograd::Function<LayerNormAffine> {
 };
 
 #ifdef ZEST_WITH_CUDA
-// zest's channels-last kernels (kernels/group_norm_nhwc_op.h), the shift (absent: an empty tensor) inside.
+// zest's channels-last kernels (kernels/group_norm_nhwc_op.h), the shift inside (absent: absent_tensor).
 struct GroupNormKernels : torch::autograd::Function<GroupNormKernels> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               const torch::Tensor& bias, const torch::Tensor& shift_or_empty, int64_t groups,
+                               const torch::Tensor& bias, const torch::Tensor& shift_or_absent, int64_t groups,
                                double eps, bool silu) {
-    const torch::Tensor shift = shift_or_empty.numel() > 0 ? shift_or_empty : torch::Tensor();
-    GroupNormForward out = group_norm_nhwc_forward(x, weight, bias, shift, groups, eps, silu);
+    GroupNormForward out = group_norm_nhwc_forward(x, weight, bias, present(shift_or_absent), groups, eps, silu);
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["silu"] = silu;
-    ctx->saved_data["shifted"] = shift.defined();
-    ctx->save_for_backward({x, weight, bias, shift_or_empty, out.mean, out.rstd, out.channel_means});
+    ctx->save_for_backward({x, weight, bias, shift_or_absent, out.mean, out.rstd, out.channel_means});
     return out.y;
   }
 
@@ -134,7 +132,7 @@ struct GroupNormKernels : torch::autograd::Function<GroupNormKernels> {
     const auto& x = saved[0];
     const auto& weight = saved[1];
     const auto& bias = saved[2];
-    const torch::Tensor shift = ctx->saved_data["shifted"].toBool() ? saved[3] : torch::Tensor();
+    const torch::Tensor shift = present(saved[3]);
     const GroupNormForward statistics{{}, saved[4], saved[5], saved[6]};
     GroupNormGrads g = group_norm_nhwc_backward(grads[0], x, shift, statistics, weight, bias,
                                                 ctx->saved_data["groups"].toInt(), ctx->saved_data["silu"].toBool());
@@ -204,7 +202,7 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torc
                               const torch::Tensor& bias, double eps, bool silu, const torch::Tensor& shift) {
 #ifdef ZEST_WITH_CUDA
   if (uses_group_norm_kernels(x, weight, bias, groups, shift)) {
-    return GroupNormKernels::apply(x, weight, bias, shift.defined() ? shift : x.new_empty({0}), groups, eps, silu);
+    return GroupNormKernels::apply(x, weight, bias, shift.defined() ? shift : absent_tensor(x), groups, eps, silu);
   }
 #endif
   // The shift added over the pixels (broadcast from [N, C, 1, 1]; the sum keeps x's memory layout).
