@@ -26,6 +26,10 @@ torch::Tensor linear_forward_2d(const ProductInput& x2, const torch::Tensor& wei
 LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tensor& x2, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool wants_input_grad);
 
+// dx += dY·W, or dx = dY·W while dx is undefined: the input gradient of several products over one input (the
+// parts of split_linear, the layers of shared_input_linear), added in one buffer.
+void add_to_input_grad(torch::Tensor& dx, const torch::Tensor& dy, const torch::Tensor& weight);
+
 // What an autograd function whose backward is the accumulating linear's saves in forward: x2 [tokens, in] (a view
 // of x where x allows one), the parameters themselves (backward reads their .grad slots) and x's sizes.
 void save_for_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,

@@ -74,6 +74,15 @@ LinearGrads linear_backward(const torch::Tensor& grad_output, const torch::Tenso
   return g;
 }
 
+void add_to_input_grad(torch::Tensor& dx, const torch::Tensor& dy, const torch::Tensor& weight) {
+  const ProductInput dy_input = ProductInput::gradient(dy);
+  if (dx.defined()) {
+    add_input_grad_product(dx, dy_input, weight);
+  } else {
+    dx = input_grad_product(dy_input, weight);
+  }
+}
+
 void save_for_linear_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,
                               const torch::Tensor& weight, const torch::Tensor& bias, c10::IntArrayRef input_sizes) {
   ctx->save_for_backward({x2});

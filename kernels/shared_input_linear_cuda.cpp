@@ -42,11 +42,7 @@ struct SharedInputLinear : torch::autograd::Function<SharedInputLinear> {
       const auto& weight = weights[i];
       const auto bias = present(biases[i]);
       const auto dy = grads[i].reshape({-1, weight.size(0)}).to(weight.scalar_type()).contiguous();
-      if (ctx->needs_input_grad(0)) {
-        const ProductInput dy_input = ProductInput::gradient(dy);
-        if (dx.defined()) add_input_grad_product(dx, dy_input, weight);
-        else dx = input_grad_product(dy_input, weight);
-      }
+      if (ctx->needs_input_grad(0)) add_to_input_grad(dx, dy, weight);
       const GradSlots slots = grad_slots_of(weight, bias);
       if (slots.usable) {
         accumulate_weight_grads(dy, x2, slots.weight, slots.bias, weight.scalar_type());

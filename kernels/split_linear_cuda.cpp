@@ -70,11 +70,7 @@ struct SplitLinear : torch::autograd::Function<SplitLinear> {
       const int64_t rows = sizes[i];
       const auto dy = grads[i].reshape({-1, rows}).to(dtype).contiguous();
       const auto w = matrix_of(weight).narrow(0, offset, rows);
-      if (ctx->needs_input_grad(0)) {
-        const ProductInput dy_input = ProductInput::gradient(dy);
-        if (dx.defined()) add_input_grad_product(dx, dy_input, w);
-        else dx = input_grad_product(dy_input, w);
-      }
+      if (ctx->needs_input_grad(0)) add_to_input_grad(dx, dy, w);
       if (slots.usable) {
         accumulate_weight_grads(dy, x, matrix_of(slots.weight).narrow(0, offset, rows),
                                 bias.defined() ? slots.bias.narrow(0, offset, rows) : torch::Tensor(), dtype);
