@@ -42,8 +42,8 @@ bool uses_concat_gelu_kernels(const torch::Tensor& left_rows, const torch::Tenso
 torch::Tensor concat_gelu_tanh(const torch::Tensor& left, const torch::Tensor& right) {
 #ifdef ZEST_WITH_CUDA
   if (uses_concat_gelu_kernels(left, right)) {
-    if (left.dim() == 2) return concat_gelu_cuda(left.unsqueeze(0), right.unsqueeze(0)).squeeze(0);  // packed rows
-    return concat_gelu_cuda(left, right);
+    const auto joined = concat_gelu_cuda(batched(left), batched(right));
+    return left.dim() == 2 ? joined.squeeze(0) : joined;  // packed rows back to [N, W]
   }
 #endif
   return torch::cat({left, torch::gelu(right, "tanh")}, -1);
