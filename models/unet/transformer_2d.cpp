@@ -45,7 +45,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto o = compat::scaled_dot_product_attention(q, k, v);
   o = o.transpose(1, 2).reshape({batch, -1, o.size(1) * o.size(3)}).to(q.scalar_type());
-  return residual.defined() ? to_out->forward_plus(o, residual) : to_out->forward(o);
+  return to_out->forward_plus(o, residual);
 }
 
 GegluImpl::GegluImpl(int64_t dim, int64_t inner_dim, const torch::TensorOptions& options) {

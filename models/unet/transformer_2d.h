@@ -12,13 +12,12 @@
 namespace zest::unet {
 
 // Multi-head attention, q/k/v without bias, heads contiguous in the projection width; attends to
-// `context` (cross-attention) or to `x` itself when `context` is undefined. With `residual`, returns
-// residual + the attention's output, the sum made in to_out's product.
+// `context` (cross-attention) or to `x` itself when `context` is undefined. Returns residual + the attention's
+// output, the sum made in to_out's product (a transformer block's residual stream).
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(int64_t dim, int64_t context_dim, int64_t heads, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context = {},
-                        const torch::Tensor& residual = {}) const;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const torch::Tensor& residual) const;
 
  private:
   int64_t heads_;
