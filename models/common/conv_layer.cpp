@@ -34,9 +34,9 @@ torch::Tensor ConvLayer::forward_plus(const torch::Tensor& x, const torch::Tenso
   const auto input = x.to(weight.scalar_type());
   if (!adapter_ && is_pointwise_over(input)) {
     const auto rows = input.permute({0, 2, 3, 1});  // [B, H, W, in]: contiguous
-    const auto residual_rows = residual.permute({0, 2, 3, 1});
-    if (uses_residual_epilogue(rows, weight, bias, residual_rows)) {
-      return linear_plus(rows, weight, bias, residual_rows).permute({0, 3, 1, 2});
+    // As convolve's pointwise product; linear_plus decides whether the sum is made in it.
+    if (uses_accumulating_linear(rows, weight, bias)) {
+      return linear_plus(rows, weight, bias, residual.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
     }
   }
   return forward(x) + residual;
