@@ -34,8 +34,8 @@ const std::vector<KernelSwitchSpec>& kernel_switch_specs() {
       {"residual_epilogue", "ZEST_RESIDUAL_EPILOGUE", "true", {},
        "CUDA: a Linear's output is added to its residual stream in the product (cuBLASLt's C and bias epilogue)",
        "CUDA: where a Linear's output joins its residual stream (the UNet transformer blocks' attention outputs, "
-       "the Transformer2D's proj_out, a resnet's 1×1 shortcut), one cuBLASLt product reads the residual as its C and adds the bias in its "
-       "epilogue, so the sum is no pass of its own; false: the product, then an add"},
+       "the Transformer2D's proj_out, a resnet's 1×1 shortcut), one cuBLASLt product reads the residual as its C "
+       "and adds the bias in its epilogue, so the sum is no pass of its own; false: the product, then an add"},
       {"gelu_epilogue", "ZEST_GELU_EPILOGUE", "true", {},
        "CUDA: GELU_tanh between two products in cuBLASLt's epilogues (GELU_AUX_BIAS, DGELU)",
        "CUDA: where HY-Motion's GELU_tanh sits between two products, the first writes GELU and its input "

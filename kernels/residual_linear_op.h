@@ -1,8 +1,8 @@
 // linear_plus(x, W, b, r) = linear(x, W, b) + r: a Linear's output added to its residual stream (the UNet
-// transformer blocks' attention outputs, the Transformer2D's proj_out, a resnet's 1×1 shortcut). On CUDA, where linear() accumulates its
-// gradients (linear_op.h), one product reads r as its C and adds the bias in its epilogue
-// (residual_epilogue_gemm.h), so the sum is never a pass of its own; backward is linear()'s, and r's gradient is the
-// output's. Elsewhere (and with [engine.kernels] residual_epilogue = false, or fp8 products) linear and an add.
+// transformer blocks' attention outputs, the Transformer2D's proj_out, a resnet's 1×1 shortcut). On CUDA, where
+// linear() accumulates its gradients (linear_op.h), one product reads r as its C and adds the bias in its epilogue
+// (residual_epilogue_gemm.h), so the sum is never a pass of its own; backward is linear()'s, and r's gradient is
+// the output's. Elsewhere (and with [engine.kernels] residual_epilogue = false, or fp8 products) linear and an add.
 #pragma once
 
 #include <torch/torch.h>
