@@ -143,6 +143,17 @@ TEST(GpuAccumulatingLinear, Float32AndFrozenWeightsTakeTorchLinear) {
   EXPECT_FALSE(uses_accumulating_linear(x, w16, {}));
 }
 
+// Σ outputᵢ·rᵢ over the outputs `used`, one random rᵢ drawn for every output (used or not, so that the draws
+// do not depend on which are used), in float32.
+torch::Tensor loss_over_used(const std::vector<torch::Tensor>& outputs, const std::vector<bool>& used) {
+  auto loss = torch::zeros({}, outputs.front().options().dtype(torch::kFloat32));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto r = torch::randn(outputs[i].sizes(), outputs[i].options().dtype(torch::kFloat32));
+    if (used[i]) loss = loss + (outputs[i].to(torch::kFloat32) * r).sum();
+  }
+  return loss;
+}
+
 struct SplitRun {
   std::vector<torch::Tensor> parts;
   torch::Tensor dx, dweight, dbias;
@@ -165,12 +176,7 @@ SplitRun run_split(bool split, bool slots, std::vector<bool> used = {true, true}
   SplitRun run;
   run.parts = split_linear(x, weight, bias, {48, 32});
   EXPECT_EQ(run.parts.size(), 2u);
-  auto loss = torch::zeros({}, cuda);
-  for (size_t i = 0; i < 2; ++i) {
-    const auto r = torch::randn(run.parts[i].sizes(), cuda);
-    if (used[i]) loss = loss + (run.parts[i].to(torch::kFloat32) * r).sum();
-  }
-  loss.backward();
+  loss_over_used(run.parts, used).backward();
   run.dx = x.grad();
   run.dweight = weight.grad();
   run.dbias = bias.grad();
@@ -232,12 +238,7 @@ SharedInputRun run_shared_input(bool shared, bool slots, std::vector<bool> used 
   EXPECT_EQ(uses_shared_input_linear(x, weights, biases), shared);
   SharedInputRun run;
   run.outputs = shared_input_linear(x, weights, biases);
-  auto loss = torch::zeros({}, cuda);
-  for (size_t i = 0; i < 3; ++i) {
-    const auto r = torch::randn(run.outputs[i].sizes(), cuda);
-    if (used[i]) loss = loss + (run.outputs[i].to(torch::kFloat32) * r).sum();
-  }
-  loss.backward();
+  loss_over_used(run.outputs, used).backward();
   run.dx = x.grad();
   for (const auto& w : weights) run.dweights.push_back(w.grad());
   run.dbias = biases[1].grad();
